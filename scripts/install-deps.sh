@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs every Debian package kvindex needs to build, test and run its demo.
+# Idempotent: skips packages that are already present. Runs as root (no sudo
+# needed) or through sudo when invoked by another user.
+set -euo pipefail
+
+PACKAGES=(
+  # toolchain
+  build-essential cmake ninja-build pkg-config ccache clang clang-format
+  libclang-rt-14-dev git
+  # messaging and storage
+  libnats-dev nats-server libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev
+  # libraries
+  prometheus-cpp-dev libcivetweb-dev libxxhash-dev libabsl-dev libcli11-dev
+  libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev
+  # tests and benchmarks
+  libgtest-dev libgmock-dev libbenchmark-dev python3 python3-zmq python3-msgpack
+  wrk curl
+)
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
