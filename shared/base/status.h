@@ -23,10 +23,10 @@ using StatusOr = absl::StatusOr<T>;
 #define KVINDEX_STATUS_CONCAT_INNER_(a, b) a##b
 #define KVINDEX_STATUS_CONCAT_(a, b) KVINDEX_STATUS_CONCAT_INNER_(a, b)
 
-#define KVINDEX_RETURN_IF_ERROR(expr)                         \
-  do {                                                        \
-    ::absl::Status kvindex_status_ = (expr);                  \
-    if (!kvindex_status_.ok()) return kvindex_status_;        \
+#define KVINDEX_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::absl::Status kvindex_status_ = (expr);           \
+    if (!kvindex_status_.ok()) return kvindex_status_; \
   } while (0)
 
 #define KVINDEX_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \

@@ -15,7 +15,8 @@ static_assert(std::endian::native == std::endian::little,
 
 uint64_t LocalHashSeed(std::string_view lora_name, std::string_view cache_salt) {
   uint64_t seed = kRootSeed;
-  if (!lora_name.empty()) seed += XXH3_64bits_withSeed(lora_name.data(), lora_name.size(), kLoraSeed);
+  if (!lora_name.empty())
+    seed += XXH3_64bits_withSeed(lora_name.data(), lora_name.size(), kLoraSeed);
   if (!cache_salt.empty()) {
     seed += XXH3_64bits_withSeed(cache_salt.data(), cache_salt.size(), kCacheSaltSeed);
   }

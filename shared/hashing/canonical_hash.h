@@ -50,7 +50,7 @@ void ComputeEagleLocalHashes(std::span<const uint32_t> flat_tokens, uint32_t blo
 
 // Sequence hashes chained from `parent` (nullopt = root: seq[0] = local[0]).
 // `out` is cleared first.
-void ComputeSequenceHashes(std::span<const uint64_t> local_hashes,
-                           std::optional<uint64_t> parent, std::vector<uint64_t>* out);
+void ComputeSequenceHashes(std::span<const uint64_t> local_hashes, std::optional<uint64_t> parent,
+                           std::vector<uint64_t>* out);
 
 }  // namespace kvindex::hashing

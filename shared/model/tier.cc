@@ -10,10 +10,10 @@ struct MediumRow {
 
 // semantics.md section 3, "Tier from medium (exact match)".
 constexpr MediumRow kMediumTable[] = {
-    {"GPU", Tier::kDevice},       {"DEVICE", Tier::kDevice},      {"CPU", Tier::kHost},
-    {"CPU_PINNED", Tier::kHost},  {"CPU_TIER1", Tier::kHost},     {"CPU_TIER2", Tier::kDisk},
-    {"DISK", Tier::kDisk},        {"NVME", Tier::kDisk},          {"STORAGE", Tier::kDisk},
-    {"FS", Tier::kDisk},          {"EXTERNAL", Tier::kExternal},  {"SHARED", Tier::kExternal},
+    {"GPU", Tier::kDevice},       {"DEVICE", Tier::kDevice},     {"CPU", Tier::kHost},
+    {"CPU_PINNED", Tier::kHost},  {"CPU_TIER1", Tier::kHost},    {"CPU_TIER2", Tier::kDisk},
+    {"DISK", Tier::kDisk},        {"NVME", Tier::kDisk},         {"STORAGE", Tier::kDisk},
+    {"FS", Tier::kDisk},          {"EXTERNAL", Tier::kExternal}, {"SHARED", Tier::kExternal},
     {"NETWORK", Tier::kExternal}, {"OBJ", Tier::kExternal},
 };
 

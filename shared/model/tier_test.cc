@@ -16,10 +16,10 @@ struct MediumCase {
 
 TEST(TierTest, EveryKnownMediumMapsExactly) {
   const MediumCase cases[] = {
-      {"GPU", Tier::kDevice},      {"DEVICE", Tier::kDevice},      {"CPU", Tier::kHost},
-      {"CPU_PINNED", Tier::kHost}, {"CPU_TIER1", Tier::kHost},     {"CPU_TIER2", Tier::kDisk},
-      {"DISK", Tier::kDisk},       {"NVME", Tier::kDisk},          {"STORAGE", Tier::kDisk},
-      {"FS", Tier::kDisk},         {"EXTERNAL", Tier::kExternal},  {"SHARED", Tier::kExternal},
+      {"GPU", Tier::kDevice},       {"DEVICE", Tier::kDevice},     {"CPU", Tier::kHost},
+      {"CPU_PINNED", Tier::kHost},  {"CPU_TIER1", Tier::kHost},    {"CPU_TIER2", Tier::kDisk},
+      {"DISK", Tier::kDisk},        {"NVME", Tier::kDisk},         {"STORAGE", Tier::kDisk},
+      {"FS", Tier::kDisk},          {"EXTERNAL", Tier::kExternal}, {"SHARED", Tier::kExternal},
       {"NETWORK", Tier::kExternal}, {"OBJ", Tier::kExternal},
   };
   for (const auto& c : cases) {

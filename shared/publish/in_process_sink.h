@@ -29,8 +29,7 @@ class InProcessSink final : public PlacementPublisher {
 
   // Consumer: moves up to max_events into *out (appending), waiting up to
   // `wait` for the first one. Returns the number moved.
-  size_t Drain(std::vector<PlacementEvent>* out, size_t max_events,
-               std::chrono::milliseconds wait);
+  size_t Drain(std::vector<PlacementEvent>* out, size_t max_events, std::chrono::milliseconds wait);
 
   // Wakes everyone; later Publish calls fail with Unavailable.
   void Close();

@@ -1,0 +1,248 @@
+// Plain-socket implementation of the blocking HTTP client.
+#include "shared/http/client.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace kvindex::http {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int RemainingMs(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return left.count() > 0 ? static_cast<int>(left.count()) : 0;
+}
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Chunked transfer decoding; false when malformed.
+bool Dechunk(std::string_view in, std::string* out) {
+  out->clear();
+  while (true) {
+    const size_t eol = in.find("\r\n");
+    if (eol == std::string_view::npos) return false;
+    std::string_view size_text = in.substr(0, eol);
+    const size_t semi = size_text.find(';');
+    if (semi != std::string_view::npos) size_text = size_text.substr(0, semi);
+    uint64_t size = 0;
+    if (!absl::SimpleHexAtoi(absl::StripAsciiWhitespace(size_text), &size)) return false;
+    in.remove_prefix(eol + 2);
+    if (size == 0) return true;
+    if (in.size() < size + 2) return false;
+    out->append(in.substr(0, size));
+    in.remove_prefix(size + 2);
+  }
+}
+
+}  // namespace
+
+std::string_view ClientResponse::Header(std::string_view lower_name) const {
+  for (const auto& [name, value] : headers) {
+    if (name == lower_name) return value;
+  }
+  return {};
+}
+
+StatusOr<Url> ParseUrl(std::string_view text) {
+  Url url;
+  std::string_view rest = absl::StripAsciiWhitespace(text);
+  if (absl::StartsWithIgnoreCase(rest, "https://")) {
+    return absl::InvalidArgumentError(absl::StrCat("url '", text, "': https is not supported"));
+  }
+  if (absl::StartsWithIgnoreCase(rest, "http://")) rest.remove_prefix(7);
+  const size_t slash = rest.find('/');
+  std::string_view authority = rest.substr(0, slash);
+  if (slash != std::string_view::npos) {
+    std::string_view path = rest.substr(slash);
+    while (!path.empty() && path.back() == '/') path.remove_suffix(1);
+    url.base_path = std::string(path);
+  }
+  std::string_view port_text;
+  if (!authority.empty() && authority.front() == '[') {
+    const size_t close = authority.find(']');
+    if (close == std::string_view::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("url '", text, "': unterminated IPv6 host"));
+    }
+    url.host = std::string(authority.substr(1, close - 1));
+    std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') {
+        return absl::InvalidArgumentError(absl::StrCat("url '", text, "': bad authority"));
+      }
+      port_text = after.substr(1);
+    }
+  } else {
+    const size_t colon = authority.rfind(':');
+    url.host = std::string(authority.substr(0, colon));
+    if (colon != std::string_view::npos) port_text = authority.substr(colon + 1);
+  }
+  if (url.host.empty()) url.host = "127.0.0.1";
+  if (!port_text.empty()) {
+    uint32_t port = 0;
+    if (!absl::SimpleAtoi(port_text, &port) || port == 0 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("url '", text, "': bad port '", port_text, "'"));
+    }
+    url.port = static_cast<uint16_t>(port);
+  }
+  return url;
+}
+
+StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
+  const auto deadline = Clock::now() + request.timeout;
+  const std::string where = absl::StrCat(request.url.host, ":", request.url.port);
+
+  addrinfo hints;
+  std::memset(&hints, 0, sizeof(hints));
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string port = std::to_string(request.url.port);
+  if (int rc = getaddrinfo(request.url.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
+    return absl::UnavailableError(absl::StrCat("http: cannot resolve ", where, ": ", gai_strerror(rc)));
+  }
+  int fd = -1;
+  std::string last_error = "no address";
+  for (addrinfo* ai = found; ai != nullptr && fd < 0; ai = ai->ai_next) {
+    fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+    if (fd < 0) continue;
+    if (::connect(fd, ai->ai_addr, ai->ai_addrlen) != 0 && errno != EINPROGRESS) {
+      last_error = std::strerror(errno);
+      ::close(fd);
+      fd = -1;
+      continue;
+    }
+    pollfd p{fd, POLLOUT, 0};
+    int err = 0;
+    socklen_t len = sizeof(err);
+    if (::poll(&p, 1, RemainingMs(deadline)) != 1 ||
+        getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
+      last_error = err != 0 ? std::strerror(err) : "connect timed out";
+      ::close(fd);
+      fd = -1;
+    }
+  }
+  freeaddrinfo(found);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("http: cannot connect to ", where, ": ", last_error));
+  Fd socket(fd);
+
+  std::string out = absl::StrCat(request.method, " ", request.url.base_path,
+                                 request.path.empty() ? "/" : request.path, " HTTP/1.1\r\nHost: ",
+                                 where, "\r\nConnection: close\r\nAccept: */*\r\n");
+  if (!request.body.empty() || request.method == "POST" || request.method == "PUT") {
+    absl::StrAppend(&out, "Content-Type: ", request.content_type,
+                    "\r\nContent-Length: ", request.body.size(), "\r\n");
+  }
+  for (const auto& [name, value] : request.headers) absl::StrAppend(&out, name, ": ", value, "\r\n");
+  out.append("\r\n");
+  out.append(request.body);
+
+  size_t sent = 0;
+  while (sent < out.size()) {
+    pollfd p{fd, POLLOUT, 0};
+    if (::poll(&p, 1, RemainingMs(deadline)) != 1) {
+      return absl::UnavailableError(absl::StrCat("http: timed out sending to ", where));
+    }
+    const ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      // The server may answer (413) and close before reading everything.
+      break;
+    }
+    sent += static_cast<size_t>(n);
+  }
+
+  std::string in;
+  char buffer[16384];
+  size_t header_end = std::string::npos;
+  uint64_t content_length = UINT64_MAX;
+  while (true) {
+    if (header_end != std::string::npos && content_length != UINT64_MAX &&
+        in.size() >= header_end + 4 + content_length) {
+      break;
+    }
+    pollfd p{fd, POLLIN, 0};
+    const int ready = ::poll(&p, 1, RemainingMs(deadline));
+    if (ready != 1) return absl::UnavailableError(absl::StrCat("http: timed out reading from ", where));
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      if (header_end != std::string::npos) break;
+      return absl::UnavailableError(absl::StrCat("http: read from ", where, ": ", std::strerror(errno)));
+    }
+    if (n == 0) break;
+    in.append(buffer, static_cast<size_t>(n));
+    if (header_end == std::string::npos) {
+      header_end = in.find("\r\n\r\n");
+      if (header_end != std::string::npos) {
+        // Find Content-Length early so we do not wait for the close.
+        std::string_view head(in.data(), header_end);
+        for (std::string_view line : absl::StrSplit(head, "\r\n")) {
+          if (absl::StartsWithIgnoreCase(line, "content-length:")) {
+            uint64_t v = 0;
+            if (absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(15)), &v)) content_length = v;
+          }
+        }
+      }
+    }
+  }
+  if (header_end == std::string::npos) {
+    return absl::UnavailableError(absl::StrCat("http: incomplete response from ", where));
+  }
+  ClientResponse response;
+  std::string_view head(in.data(), header_end);
+  bool first = true;
+  bool chunked = false;
+  for (std::string_view line : absl::StrSplit(head, "\r\n")) {
+    if (first) {
+      first = false;
+      const size_t sp = line.find(' ');
+      if (sp == std::string_view::npos ||
+          !absl::SimpleAtoi(line.substr(sp + 1, 3), &response.status)) {
+        return absl::UnavailableError(absl::StrCat("http: bad status line from ", where));
+      }
+      continue;
+    }
+    const size_t colon = line.find(':');
+    if (colon == std::string_view::npos) continue;
+    std::string name = absl::AsciiStrToLower(line.substr(0, colon));
+    std::string value(absl::StripAsciiWhitespace(line.substr(colon + 1)));
+    if (name == "transfer-encoding" && absl::StrContainsIgnoreCase(value, "chunked")) chunked = true;
+    response.headers.emplace_back(std::move(name), std::move(value));
+  }
+  std::string_view body(in.data() + header_end + 4, in.size() - header_end - 4);
+  if (content_length != UINT64_MAX && body.size() > content_length) body = body.substr(0, content_length);
+  if (chunked) {
+    if (!Dechunk(body, &response.body)) {
+      return absl::UnavailableError(absl::StrCat("http: bad chunked body from ", where));
+    }
+  } else {
+    response.body = std::string(body);
+  }
+  return response;
+}
+
+}  // namespace kvindex::http

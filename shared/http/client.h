@@ -1,0 +1,55 @@
+// A tiny blocking HTTP/1.1 client over plain sockets, for kvindex-ctl and
+// tests. One request per connection (Connection: close); no TLS, no
+// redirects, no chunked request bodies. For anything heavier use curl.
+//
+//   KVINDEX_ASSIGN_OR_RETURN(auto url, ParseUrl("http://127.0.0.1:8080"));
+//   KVINDEX_ASSIGN_OR_RETURN(auto reply,
+//       Fetch({.method = "POST", .url = url, .path = "/v1/match", .body = json}));
+//   reply.status, reply.body
+//
+// Thread safety: stateless; call from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "shared/base/status.h"
+
+namespace kvindex::http {
+
+struct Url {
+  std::string host;  // name or IPv4/IPv6 literal (without brackets)
+  uint16_t port = 80;
+  std::string base_path;  // path prefix from the URL, without trailing '/'
+};
+
+// Accepts "http://host[:port][/prefix]", "host:port" and ":port".
+// InvalidArgument for anything else (https is not supported).
+StatusOr<Url> ParseUrl(std::string_view text);
+
+struct ClientRequest {
+  std::string method = "GET";
+  Url url;
+  std::string path = "/";  // appended to url.base_path
+  std::string body;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::chrono::milliseconds timeout{10000};  // whole exchange
+};
+
+struct ClientResponse {
+  int status = 0;
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;  // names lower-cased
+  std::string_view Header(std::string_view lower_name) const;
+};
+
+// Unavailable: connect/read failure or timeout (message names host:port).
+// A 4xx/5xx answer is a successful Fetch with that status.
+StatusOr<ClientResponse> Fetch(const ClientRequest& request);
+
+}  // namespace kvindex::http

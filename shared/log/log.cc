@@ -1,0 +1,120 @@
+#include "shared/log/log.h"
+
+#include <spdlog/pattern_formatter.h>
+#include <spdlog/sinks/stdout_sinks.h>
+
+#include <mutex>
+
+namespace kvindex::log {
+namespace {
+
+// Writes the message payload JSON-escaped, for the json pattern's "msg" field.
+class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
+ public:
+  void format(const spdlog::details::log_msg& msg, const std::tm&,
+              spdlog::memory_buf_t& dest) override {
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (char ch : msg.payload) {
+      switch (ch) {
+        case '"':
+          dest.append(std::string_view("\\\""));
+          break;
+        case '\\':
+          dest.append(std::string_view("\\\\"));
+          break;
+        case '\n':
+          dest.append(std::string_view("\\n"));
+          break;
+        case '\r':
+          dest.append(std::string_view("\\r"));
+          break;
+        case '\t':
+          dest.append(std::string_view("\\t"));
+          break;
+        default:
+          if (static_cast<unsigned char>(ch) < 0x20) {
+            const char escaped[] = {'\\', 'u', '0', '0', kHex[(ch >> 4) & 0xf], kHex[ch & 0xf]};
+            dest.append(escaped, escaped + sizeof(escaped));
+          } else {
+            dest.push_back(ch);
+          }
+      }
+    }
+  }
+  std::unique_ptr<custom_flag_formatter> clone() const override {
+    return std::make_unique<JsonEscapedMessage>();
+  }
+};
+
+struct State {
+  std::mutex mu;
+  bool json = false;
+  spdlog::level::level_enum level = spdlog::level::info;
+  spdlog::sink_ptr sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+};
+
+State& GetState() {
+  static State* state = new State();
+  return *state;
+}
+
+std::unique_ptr<spdlog::formatter> MakeFormatter(bool json) {
+  if (!json) {
+    return std::make_unique<spdlog::pattern_formatter>("%Y-%m-%dT%H:%M:%S.%fZ %L %n: %v",
+                                                       spdlog::pattern_time_type::utc);
+  }
+  auto formatter = std::make_unique<spdlog::pattern_formatter>(spdlog::pattern_time_type::utc);
+  formatter->add_flag<JsonEscapedMessage>('*').set_pattern(
+      R"({"ts":"%Y-%m-%dT%H:%M:%S.%fZ","level":"%l","logger":"%n","msg":"%*"})");
+  return formatter;
+}
+
+}  // namespace
+
+Status Init(std::string_view format, std::string_view level) {
+  if (format != "text" && format != "json") {
+    return absl::InvalidArgumentError("log format must be text or json, got '" +
+                                      std::string(format) + "'");
+  }
+  const auto parsed = spdlog::level::from_str(std::string(level));
+  if (parsed == spdlog::level::off && level != "off") {
+    return absl::InvalidArgumentError("unknown log level '" + std::string(level) + "'");
+  }
+  State& state = GetState();
+  std::lock_guard lock(state.mu);
+  state.json = format == "json";
+  state.level = parsed;
+  state.sink->set_formatter(MakeFormatter(state.json));
+  spdlog::apply_all(
+      [&](const std::shared_ptr<spdlog::logger>& logger) { logger->set_level(state.level); });
+  return absl::OkStatus();
+}
+
+std::shared_ptr<spdlog::logger> Get(const std::string& subsystem) {
+  State& state = GetState();
+  std::lock_guard lock(state.mu);
+  if (auto existing = spdlog::get(subsystem)) return existing;
+  state.sink->set_formatter(MakeFormatter(state.json));
+  auto logger = std::make_shared<spdlog::logger>(subsystem, state.sink);
+  logger->set_level(state.level);
+  spdlog::register_logger(logger);
+  return logger;
+}
+
+bool RateLimiter::Allow(uint64_t* suppressed) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  int64_t next = next_allowed_ns_.load(std::memory_order_relaxed);
+  const int64_t step = std::chrono::duration_cast<std::chrono::nanoseconds>(interval_).count();
+  while (now >= next) {
+    if (next_allowed_ns_.compare_exchange_weak(next, now + step, std::memory_order_relaxed)) {
+      *suppressed = suppressed_.exchange(0, std::memory_order_relaxed);
+      return true;
+    }
+  }
+  suppressed_.fetch_add(1, std::memory_order_relaxed);
+  return false;
+}
+
+}  // namespace kvindex::log
