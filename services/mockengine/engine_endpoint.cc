@@ -1,0 +1,113 @@
+#include "services/mockengine/engine_endpoint.h"
+
+#include <array>
+#include <vector>
+#include <zmq_addon.hpp>
+
+namespace kvindex::mockengine {
+namespace {
+
+std::array<uint8_t, 8> BigEndian(uint64_t value) {
+  std::array<uint8_t, 8> bytes;
+  for (int i = 7; i >= 0; --i) {
+    bytes[i] = static_cast<uint8_t>(value & 0xff);
+    value >>= 8;
+  }
+  return bytes;
+}
+
+uint64_t FromBigEndian(const zmq::message_t& message) {
+  uint64_t value = 0;
+  const auto* data = static_cast<const uint8_t*>(message.data());
+  for (size_t i = 0; i < 8; ++i) value = (value << 8) | data[i];
+  return value;
+}
+
+constexpr uint64_t kEndMarker = ~uint64_t{0};
+
+}  // namespace
+
+EngineEndpoint::EngineEndpoint(zmq::context_t& context, EndpointOptions options)
+    : options_(std::move(options)), pub_(context, zmq::socket_type::pub) {
+  if (!options_.replay_endpoint.empty()) replay_.emplace(context, zmq::socket_type::router);
+}
+
+Status EngineEndpoint::Bind() {
+  try {
+    pub_.set(zmq::sockopt::sndhwm, 100000);
+    pub_.set(zmq::sockopt::linger, 0);
+    pub_.bind(options_.pub_endpoint);
+    if (replay_) {
+      replay_->set(zmq::sockopt::linger, 0);
+      replay_->bind(options_.replay_endpoint);
+    }
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError("cannot bind " + options_.pub_endpoint + " / " +
+                                  options_.replay_endpoint + ": " + e.what());
+  }
+  return absl::OkStatus();
+}
+
+Status EngineEndpoint::Publish(const std::string& payload) {
+  const uint64_t seq = next_seq_++;
+  const auto seq_bytes = BigEndian(seq);
+  try {
+    pub_.send(zmq::buffer(options_.topic), zmq::send_flags::sndmore);
+    pub_.send(zmq::buffer(seq_bytes), zmq::send_flags::sndmore);
+    pub_.send(zmq::buffer(payload), zmq::send_flags::none);
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(std::string("publish failed: ") + e.what());
+  }
+  buffer_.emplace_back(seq, payload);
+  while (buffer_.size() > options_.replay_buffer) buffer_.pop_front();
+  return absl::OkStatus();
+}
+
+void EngineEndpoint::ServeReplay() {
+  if (!replay_) return;
+  while (true) {
+    std::vector<zmq::message_t> request;
+    try {
+      const auto received =
+          zmq::recv_multipart(*replay_, std::back_inserter(request), zmq::recv_flags::dontwait);
+      if (!received) return;
+    } catch (const zmq::error_t&) {
+      return;
+    }
+    // [identity, "", start_seq]; anything else is ignored.
+    if (request.size() != 3 || request[2].size() != 8) continue;
+    const uint64_t start = FromBigEndian(request[2]);
+    const std::string identity = request[0].to_string();
+    auto send_frames = [&](std::initializer_list<zmq::const_buffer> frames) {
+      replay_->send(zmq::buffer(identity), zmq::send_flags::sndmore);
+      replay_->send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
+      size_t i = 0;
+      for (const auto& frame : frames) {
+        const bool last = ++i == frames.size();
+        replay_->send(frame, last ? zmq::send_flags::none : zmq::send_flags::sndmore);
+      }
+    };
+    try {
+      for (const auto& [seq, payload] : buffer_) {
+        if (seq < start) continue;
+        const auto seq_bytes = BigEndian(seq);
+        if (options_.layout == ReplayLayout::kWithTopic) {
+          send_frames({zmq::buffer(options_.topic), zmq::buffer(seq_bytes), zmq::buffer(payload)});
+        } else {
+          send_frames({zmq::buffer(seq_bytes), zmq::buffer(payload)});
+        }
+      }
+      const auto end = BigEndian(kEndMarker);
+      if (options_.layout == ReplayLayout::kWithTopic) {
+        send_frames(
+            {zmq::const_buffer(nullptr, 0), zmq::buffer(end), zmq::const_buffer(nullptr, 0)});
+      } else {
+        send_frames({zmq::buffer(end), zmq::const_buffer(nullptr, 0)});
+      }
+    } catch (const zmq::error_t&) {
+      // The requester went away; nothing to recover.
+    }
+  }
+}
+
+}  // namespace kvindex::mockengine

@@ -1,0 +1,53 @@
+// EngineEndpoint: the sockets of one simulated engine publisher, exactly as
+// wire-formats.md describes them: a PUB socket sending [topic, seq (8 B BE),
+// payload] and an optional ROUTER replay socket that answers
+// ["", start_seq] with the buffered batches and an end marker.
+//
+// Thread safety: none; one thread owns an endpoint.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <zmq.hpp>
+
+#include "shared/base/status.h"
+
+namespace kvindex::mockengine {
+
+enum class ReplayLayout {
+  kWithTopic,     // vLLM >= 0.26, TRT-LLM: ["", topic, seq, payload]
+  kWithoutTopic,  // SGLang, older vLLM: ["", seq, payload]
+};
+
+struct EndpointOptions {
+  std::string pub_endpoint;     // bound, e.g. tcp://127.0.0.1:5557
+  std::string replay_endpoint;  // bound; empty = no replay socket
+  std::string topic;
+  ReplayLayout layout = ReplayLayout::kWithTopic;
+  size_t replay_buffer = 10000;  // batches kept for replay, as engines do
+};
+
+class EngineEndpoint {
+ public:
+  EngineEndpoint(zmq::context_t& context, EndpointOptions options);
+
+  Status Bind();
+  // Sends one batch with the next sequence number and keeps it for replay.
+  Status Publish(const std::string& payload);
+  // Answers every pending replay request without blocking.
+  void ServeReplay();
+  // For zmq_poll; nullptr without a replay socket.
+  zmq::socket_t* replay_socket() { return replay_ ? &*replay_ : nullptr; }
+  uint64_t next_seq() const { return next_seq_; }
+
+ private:
+  EndpointOptions options_;
+  zmq::socket_t pub_;
+  std::optional<zmq::socket_t> replay_;
+  std::deque<std::pair<uint64_t, std::string>> buffer_;
+  uint64_t next_seq_ = 0;
+};
+
+}  // namespace kvindex::mockengine

@@ -1,0 +1,73 @@
+// SimulatedEngine: the KV-cache bookkeeping of one inference engine, enough
+// to emit the same KV events a real vLLM/SGLang worker would.
+//
+// Blocks are identified by engine hashes that are private to the engine
+// (seeded per worker, as real engines' are), a device tier with LRU
+// eviction, and an optional host tier that evicted device blocks are
+// offloaded to (announced as placeholders: engine hash only, no tokens).
+//
+// Thread safety: none; one thread drives an engine.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace kvindex::mockengine {
+
+struct MockEvent {
+  enum class Type { kStored, kRemoved, kCleared };
+  Type type = Type::kStored;
+  std::vector<uint64_t> block_hashes;   // engine hashes
+  std::optional<uint64_t> parent_hash;  // kStored
+  std::vector<uint32_t> token_ids;      // kStored on device; empty for placeholders
+  uint32_t block_size = 0;              // 0 for placeholders
+  std::string medium;                   // "GPU", "CPU", ...
+};
+
+struct EngineOptions {
+  uint32_t block_size = 16;
+  size_t device_capacity_blocks = 4096;
+  size_t host_capacity_blocks = 0;  // 0 = no offload tier
+  std::string host_medium = "CPU";
+  uint64_t hash_seed = 0;  // per worker: engine hashes differ across workers
+};
+
+class SimulatedEngine {
+ public:
+  explicit SimulatedEngine(EngineOptions options);
+
+  // Serves one prompt: reuses the cached prefix, offloads/evicts to make room
+  // and stores the new full blocks. Appends the resulting events to *out.
+  void ServePrompt(std::span<const uint32_t> tokens, std::vector<MockEvent>* out);
+
+  // Drops everything (engine restart) and appends an AllBlocksCleared.
+  void Clear(std::vector<MockEvent>* out);
+
+  size_t device_blocks() const { return device_.size(); }
+  size_t host_blocks() const { return host_.size(); }
+
+ private:
+  struct Lru {
+    std::list<uint64_t> order;  // front = most recently used
+    absl::flat_hash_map<uint64_t, std::list<uint64_t>::iterator> where;
+    bool Contains(uint64_t hash) const { return where.contains(hash); }
+    void Touch(uint64_t hash);
+    void Insert(uint64_t hash);
+    uint64_t PopLeastRecent();
+    size_t size() const { return where.size(); }
+  };
+
+  uint64_t EngineHash(std::optional<uint64_t> parent, std::span<const uint32_t> block) const;
+
+  EngineOptions options_;
+  Lru device_;
+  Lru host_;
+};
+
+}  // namespace kvindex::mockengine

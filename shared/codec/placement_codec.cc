@@ -1,0 +1,251 @@
+#include "shared/codec/placement_codec.h"
+
+#include <msgpack.hpp>
+#include <optional>
+
+namespace kvindex::codec {
+namespace {
+
+// Field names on the wire; docs/events.md documents each one.
+constexpr std::string_view kVersion = "v";
+constexpr std::string_view kEvents = "events";
+constexpr std::string_view kKind = "kind";
+constexpr std::string_view kModel = "model";
+constexpr std::string_view kWorker = "worker";
+constexpr std::string_view kDpRank = "dp_rank";
+constexpr std::string_view kAgent = "agent";
+constexpr std::string_view kEventId = "event_id";
+constexpr std::string_view kTimestamp = "ts_ns";
+constexpr std::string_view kTier = "tier";
+constexpr std::string_view kBlockSize = "block_size";
+constexpr std::string_view kParent = "parent";
+constexpr std::string_view kHashes = "hashes";
+constexpr std::string_view kLeaseMs = "lease_ms";
+constexpr std::string_view kSources = "sources";
+
+using Packer = msgpack::packer<msgpack::sbuffer>;
+
+void PackString(Packer& packer, std::string_view value) {
+  packer.pack_str(static_cast<uint32_t>(value.size()));
+  packer.pack_str_body(value.data(), static_cast<uint32_t>(value.size()));
+}
+
+void PackEvent(Packer& packer, const PlacementEvent& event) {
+  const bool blocks = event.kind == PlacementKind::kStored || event.kind == PlacementKind::kRemoved;
+  const bool stored = event.kind == PlacementKind::kStored;
+  const bool heartbeat = event.kind == PlacementKind::kHeartbeat;
+  uint32_t fields = 7;
+  if (blocks) fields += 2;
+  if (stored) fields += 2;
+  if (heartbeat) fields += 2;
+  packer.pack_map(fields);
+  PackString(packer, kKind);
+  PackString(packer, PlacementKindName(event.kind));
+  PackString(packer, kModel);
+  PackString(packer, event.model);
+  PackString(packer, kWorker);
+  PackString(packer, event.source.worker);
+  PackString(packer, kDpRank);
+  packer.pack_uint32(event.source.dp_rank);
+  PackString(packer, kAgent);
+  PackString(packer, event.agent);
+  PackString(packer, kEventId);
+  packer.pack_uint64(event.event_id);
+  PackString(packer, kTimestamp);
+  packer.pack_uint64(event.timestamp_ns);
+  if (blocks) {
+    PackString(packer, kTier);
+    PackString(packer, TierName(event.tier));
+    PackString(packer, kHashes);
+    packer.pack_array(static_cast<uint32_t>(event.block_hashes.size()));
+    for (uint64_t hash : event.block_hashes) packer.pack_uint64(hash);
+  }
+  if (stored) {
+    PackString(packer, kBlockSize);
+    packer.pack_uint32(event.block_size);
+    PackString(packer, kParent);
+    if (event.parent_hash.has_value()) {
+      packer.pack_uint64(*event.parent_hash);
+    } else {
+      packer.pack_nil();
+    }
+  }
+  if (heartbeat) {
+    PackString(packer, kLeaseMs);
+    packer.pack_uint32(event.lease_ms);
+    PackString(packer, kSources);
+    packer.pack_array(static_cast<uint32_t>(event.sources.size()));
+    for (const SourceKey& source : event.sources) {
+      packer.pack_array(2);
+      PackString(packer, source.worker);
+      packer.pack_uint32(source.dp_rank);
+    }
+  }
+}
+
+Status FieldError(std::string_view field, std::string_view problem) {
+  return absl::InvalidArgumentError("placement batch: field '" + std::string(field) + "' " +
+                                    std::string(problem));
+}
+
+StatusOr<uint64_t> AsUint(const msgpack::object& object, std::string_view field) {
+  if (object.type != msgpack::type::POSITIVE_INTEGER) {
+    return FieldError(field, "must be an unsigned integer");
+  }
+  return object.via.u64;
+}
+
+StatusOr<uint32_t> AsUint32(const msgpack::object& object, std::string_view field) {
+  KVINDEX_ASSIGN_OR_RETURN(uint64_t value, AsUint(object, field));
+  if (value > UINT32_MAX) return FieldError(field, "does not fit 32 bits");
+  return static_cast<uint32_t>(value);
+}
+
+StatusOr<std::string_view> AsString(const msgpack::object& object, std::string_view field) {
+  if (object.type != msgpack::type::STR) return FieldError(field, "must be a string");
+  return std::string_view(object.via.str.ptr, object.via.str.size);
+}
+
+std::optional<PlacementKind> KindFromName(std::string_view name) {
+  for (int i = 0; i < kNumPlacementKinds; ++i) {
+    const auto kind = static_cast<PlacementKind>(i);
+    if (PlacementKindName(kind) == name) return kind;
+  }
+  return std::nullopt;
+}
+
+// Returns nullopt (skip) for an unknown kind.
+StatusOr<std::optional<PlacementEvent>> DecodeEvent(const msgpack::object& object) {
+  if (object.type != msgpack::type::MAP) return FieldError(kEvents, "must hold maps");
+  PlacementEvent event;
+  bool has_kind = false;
+  std::optional<std::string_view> tier_name;
+  for (uint32_t i = 0; i < object.via.map.size; ++i) {
+    const msgpack::object_kv& kv = object.via.map.ptr[i];
+    if (kv.key.type != msgpack::type::STR) continue;
+    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
+    const msgpack::object& value = kv.val;
+    if (key == kKind) {
+      KVINDEX_ASSIGN_OR_RETURN(std::string_view name, AsString(value, key));
+      const std::optional<PlacementKind> kind = KindFromName(name);
+      if (!kind.has_value()) return std::optional<PlacementEvent>();
+      event.kind = *kind;
+      has_kind = true;
+    } else if (key == kModel) {
+      KVINDEX_ASSIGN_OR_RETURN(std::string_view model, AsString(value, key));
+      event.model = std::string(model);
+    } else if (key == kWorker) {
+      KVINDEX_ASSIGN_OR_RETURN(std::string_view worker, AsString(value, key));
+      event.source.worker = std::string(worker);
+    } else if (key == kDpRank) {
+      KVINDEX_ASSIGN_OR_RETURN(event.source.dp_rank, AsUint32(value, key));
+    } else if (key == kAgent) {
+      KVINDEX_ASSIGN_OR_RETURN(std::string_view agent, AsString(value, key));
+      event.agent = std::string(agent);
+    } else if (key == kEventId) {
+      KVINDEX_ASSIGN_OR_RETURN(event.event_id, AsUint(value, key));
+    } else if (key == kTimestamp) {
+      KVINDEX_ASSIGN_OR_RETURN(event.timestamp_ns, AsUint(value, key));
+    } else if (key == kTier) {
+      KVINDEX_ASSIGN_OR_RETURN(tier_name, AsString(value, key));
+    } else if (key == kBlockSize) {
+      KVINDEX_ASSIGN_OR_RETURN(event.block_size, AsUint32(value, key));
+    } else if (key == kParent) {
+      if (value.type != msgpack::type::NIL) {
+        KVINDEX_ASSIGN_OR_RETURN(event.parent_hash, AsUint(value, key));
+      }
+    } else if (key == kHashes) {
+      if (value.type != msgpack::type::ARRAY) return FieldError(key, "must be an array");
+      event.block_hashes.reserve(value.via.array.size);
+      for (uint32_t j = 0; j < value.via.array.size; ++j) {
+        KVINDEX_ASSIGN_OR_RETURN(uint64_t hash, AsUint(value.via.array.ptr[j], key));
+        event.block_hashes.push_back(hash);
+      }
+    } else if (key == kLeaseMs) {
+      KVINDEX_ASSIGN_OR_RETURN(event.lease_ms, AsUint32(value, key));
+    } else if (key == kSources) {
+      if (value.type != msgpack::type::ARRAY) return FieldError(key, "must be an array");
+      for (uint32_t j = 0; j < value.via.array.size; ++j) {
+        const msgpack::object& pair = value.via.array.ptr[j];
+        if (pair.type != msgpack::type::ARRAY || pair.via.array.size < 2) {
+          return FieldError(key, "must hold [worker, dp_rank] pairs");
+        }
+        KVINDEX_ASSIGN_OR_RETURN(std::string_view worker, AsString(pair.via.array.ptr[0], key));
+        KVINDEX_ASSIGN_OR_RETURN(uint32_t rank, AsUint32(pair.via.array.ptr[1], key));
+        event.sources.push_back(SourceKey{std::string(worker), rank});
+      }
+    }
+    // Unknown keys: ignored (forward compatibility).
+  }
+  if (!has_kind) return FieldError(kKind, "is missing");
+  if (event.kind == PlacementKind::kStored || event.kind == PlacementKind::kRemoved) {
+    if (!tier_name.has_value()) return FieldError(kTier, "is missing");
+    const std::optional<Tier> tier = TierFromName(*tier_name);
+    if (!tier.has_value()) return FieldError(kTier, "names no known tier");
+    event.tier = *tier;
+  }
+  return std::optional<PlacementEvent>(std::move(event));
+}
+
+}  // namespace
+
+void EncodePlacementBatch(std::span<const PlacementEvent> events, std::string* out) {
+  msgpack::sbuffer buffer(256 + events.size() * 64);
+  Packer packer(buffer);
+  packer.pack_map(2);
+  PackString(packer, kVersion);
+  packer.pack_uint32(kPlacementSchemaVersion);
+  PackString(packer, kEvents);
+  packer.pack_array(static_cast<uint32_t>(events.size()));
+  for (const PlacementEvent& event : events) PackEvent(packer, event);
+  out->assign(buffer.data(), buffer.size());
+}
+
+StatusOr<DecodedPlacementBatch> DecodePlacementBatch(std::string_view bytes) {
+  msgpack::object_handle handle;
+  try {
+    std::size_t offset = 0;
+    handle = msgpack::unpack(bytes.data(), bytes.size(), offset);
+    if (offset != bytes.size()) {
+      return absl::InvalidArgumentError("placement batch: trailing bytes at offset " +
+                                        std::to_string(offset));
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(std::string("placement batch: not msgpack: ") + e.what());
+  }
+  const msgpack::object& root = handle.get();
+  if (root.type != msgpack::type::MAP) {
+    return absl::InvalidArgumentError("placement batch: top level must be a map");
+  }
+  DecodedPlacementBatch batch;
+  bool has_version = false;
+  const msgpack::object* events = nullptr;
+  for (uint32_t i = 0; i < root.via.map.size; ++i) {
+    const msgpack::object_kv& kv = root.via.map.ptr[i];
+    if (kv.key.type != msgpack::type::STR) continue;
+    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
+    if (key == kVersion) {
+      KVINDEX_ASSIGN_OR_RETURN(batch.version, AsUint32(kv.val, key));
+      has_version = true;
+    } else if (key == kEvents) {
+      if (kv.val.type != msgpack::type::ARRAY) return FieldError(key, "must be an array");
+      events = &kv.val;
+    }
+  }
+  if (!has_version) return FieldError(kVersion, "is missing");
+  if (batch.version == 0) return FieldError(kVersion, "must be >= 1");
+  if (events == nullptr) return FieldError(kEvents, "is missing");
+  batch.events.reserve(events->via.array.size);
+  for (uint32_t i = 0; i < events->via.array.size; ++i) {
+    KVINDEX_ASSIGN_OR_RETURN(std::optional<PlacementEvent> event,
+                             DecodeEvent(events->via.array.ptr[i]));
+    if (event.has_value()) {
+      batch.events.push_back(std::move(*event));
+    } else {
+      ++batch.skipped_unknown_kind;
+    }
+  }
+  return batch;
+}
+
+}  // namespace kvindex::codec

@@ -1,0 +1,41 @@
+// The placement-event codec used on NATS JetStream (docs/events.md).
+//
+// One message carries the placement events of one engine batch as a msgpack
+// map with a schema version and named fields. Decoding is forward
+// compatible: unknown keys are ignored and events of unknown kinds are
+// skipped and counted, so a newer agent can talk to an older router.
+//
+//   std::string bytes;
+//   codec::EncodePlacementBatch(events, &bytes);
+//   KVINDEX_ASSIGN_OR_RETURN(auto batch, codec::DecodePlacementBatch(bytes));
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/base/status.h"
+#include "shared/model/placement_event.h"
+
+namespace kvindex::codec {
+
+// Written into every message as "v". Bump when a field changes meaning.
+inline constexpr uint32_t kPlacementSchemaVersion = 1;
+
+// Appends nothing but the encoded batch to a cleared *out.
+void EncodePlacementBatch(std::span<const PlacementEvent> events, std::string* out);
+
+struct DecodedPlacementBatch {
+  uint32_t version = 0;
+  std::vector<PlacementEvent> events;
+  // Events whose "kind" this build does not know (written by a newer agent).
+  uint32_t skipped_unknown_kind = 0;
+};
+
+// InvalidArgument naming the field when the bytes are not a placement batch
+// (not msgpack, no "v", a known field of the wrong type, ...).
+StatusOr<DecodedPlacementBatch> DecodePlacementBatch(std::string_view bytes);
+
+}  // namespace kvindex::codec

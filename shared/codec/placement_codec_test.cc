@@ -1,0 +1,197 @@
+#include "shared/codec/placement_codec.h"
+
+#include <gtest/gtest.h>
+
+#include <msgpack.hpp>
+#include <random>
+
+namespace kvindex::codec {
+namespace {
+
+std::vector<PlacementEvent> SampleEvents() {
+  PlacementEvent stored;
+  stored.kind = PlacementKind::kStored;
+  stored.model = "llama";
+  stored.source = {"w0", 3};
+  stored.agent = "node-a";
+  stored.event_id = 17;
+  stored.timestamp_ns = 1757500000250000000ull;
+  stored.tier = Tier::kHost;
+  stored.block_size = 16;
+  stored.parent_hash = 0xFFFFFFFFFFFFFFFFull;
+  stored.block_hashes = {0, 1, 0xDAB89BAA7B5857C0ull};
+
+  PlacementEvent root_stored = stored;
+  root_stored.parent_hash.reset();
+  root_stored.tier = Tier::kExternal;
+
+  PlacementEvent removed;
+  removed.kind = PlacementKind::kRemoved;
+  removed.model = "llama";
+  removed.source = {"w1", 0};
+  removed.tier = Tier::kDisk;
+  removed.block_hashes = {42};
+
+  PlacementEvent cleared;
+  cleared.kind = PlacementKind::kCleared;
+  cleared.model = "llama";
+  cleared.source = {"w1", 0};
+
+  PlacementEvent heartbeat;
+  heartbeat.kind = PlacementKind::kHeartbeat;
+  heartbeat.agent = "node-a";
+  heartbeat.lease_ms = 30000;
+  heartbeat.sources = {{"w0", 0}, {"w0", 1}};
+
+  PlacementEvent expired;
+  expired.kind = PlacementKind::kWorkerExpired;
+  expired.source = {"w9", 0};
+  return {stored, root_stored, removed, cleared, heartbeat, expired};
+}
+
+TEST(PlacementCodecTest, RoundTripsEveryKind) {
+  const std::vector<PlacementEvent> events = SampleEvents();
+  std::string bytes;
+  EncodePlacementBatch(events, &bytes);
+  auto decoded = DecodePlacementBatch(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->version, kPlacementSchemaVersion);
+  EXPECT_EQ(decoded->skipped_unknown_kind, 0u);
+  EXPECT_EQ(decoded->events, events);
+}
+
+TEST(PlacementCodecTest, EmptyBatch) {
+  std::string bytes;
+  EncodePlacementBatch({}, &bytes);
+  auto decoded = DecodePlacementBatch(bytes);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_TRUE(decoded->events.empty());
+}
+
+// A newer agent adds a field and a kind; this build ignores the field and
+// skips the event.
+TEST(PlacementCodecTest, ForwardCompatible) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> packer(buffer);
+  packer.pack_map(3);
+  packer.pack("v");
+  packer.pack(2);
+  packer.pack("future_top_level");
+  packer.pack("x");
+  packer.pack("events");
+  packer.pack_array(2);
+  packer.pack_map(4);
+  packer.pack("kind");
+  packer.pack("cleared");
+  packer.pack("model");
+  packer.pack("m");
+  packer.pack("worker");
+  packer.pack("w");
+  packer.pack("new_field");
+  packer.pack_array(0);
+  packer.pack_map(1);
+  packer.pack("kind");
+  packer.pack("block_inactive");
+  auto decoded = DecodePlacementBatch(std::string_view(buffer.data(), buffer.size()));
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->version, 2u);
+  ASSERT_EQ(decoded->events.size(), 1u);
+  EXPECT_EQ(decoded->events[0].kind, PlacementKind::kCleared);
+  EXPECT_EQ(decoded->events[0].source.worker, "w");
+  EXPECT_EQ(decoded->skipped_unknown_kind, 1u);
+}
+
+std::string Pack(const std::function<void(msgpack::packer<msgpack::sbuffer>&)>& fn) {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> packer(buffer);
+  fn(packer);
+  return std::string(buffer.data(), buffer.size());
+}
+
+TEST(PlacementCodecTest, MalformedInputIsInvalidArgumentNamingTheProblem) {
+  struct Case {
+    std::string bytes;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {"", "not msgpack"},
+      {"\xc1", "not msgpack"},
+      {Pack([](auto& p) { p.pack_array(0); }), "top level"},
+      {Pack([](auto& p) {
+         p.pack_map(1);
+         p.pack("events");
+         p.pack_array(0);
+       }),
+       "'v' is missing"},
+      {Pack([](auto& p) {
+         p.pack_map(1);
+         p.pack("v");
+         p.pack(1);
+       }),
+       "'events' is missing"},
+      {Pack([](auto& p) {
+         p.pack_map(2);
+         p.pack("v");
+         p.pack(1);
+         p.pack("events");
+         p.pack_array(1);
+         p.pack_map(1);
+         p.pack("model");
+         p.pack("m");
+       }),
+       "'kind' is missing"},
+      {Pack([](auto& p) {
+         p.pack_map(2);
+         p.pack("v");
+         p.pack(1);
+         p.pack("events");
+         p.pack_array(1);
+         p.pack_map(2);
+         p.pack("kind");
+         p.pack("stored");
+         p.pack("hashes");
+         p.pack_array(1);
+         p.pack(-1);
+       }),
+       "'hashes' must be an unsigned integer"},
+      {Pack([](auto& p) {
+         p.pack_map(2);
+         p.pack("v");
+         p.pack(1);
+         p.pack("events");
+         p.pack_array(1);
+         p.pack_map(2);
+         p.pack("kind");
+         p.pack("stored");
+         p.pack("tier");
+         p.pack("gpu");
+       }),
+       "'tier' names no known tier"},
+  };
+  for (const Case& c : cases) {
+    auto decoded = DecodePlacementBatch(c.bytes);
+    ASSERT_FALSE(decoded.ok()) << c.expected;
+    EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(decoded.status().message().find(c.expected), std::string::npos)
+        << decoded.status().message() << " vs " << c.expected;
+  }
+}
+
+// Every truncation and random single-byte corruption of a valid message
+// either decodes or fails cleanly; nothing crashes.
+TEST(PlacementCodecTest, TruncationsAndCorruptionsNeverCrash) {
+  std::string bytes;
+  EncodePlacementBatch(SampleEvents(), &bytes);
+  for (size_t len = 0; len < bytes.size(); ++len) {
+    EXPECT_FALSE(DecodePlacementBatch(std::string_view(bytes.data(), len)).ok()) << len;
+  }
+  std::mt19937_64 rng(7);
+  for (int i = 0; i < 2000; ++i) {
+    std::string corrupted = bytes;
+    corrupted[rng() % corrupted.size()] = static_cast<char>(rng());
+    (void)DecodePlacementBatch(corrupted);
+  }
+}
+
+}  // namespace
+}  // namespace kvindex::codec
