@@ -61,9 +61,13 @@ echo "== kvindex-ctl state"
 "$BIN/kvindex-ctl" state --router "$ROUTER"
 echo "== kvindex-ctl workers"
 "$BIN/kvindex-ctl" workers --router "$ROUTER"
-PROMPT=$("$BIN/kvindex-mockengine" --trace "$TRACE" --print-prompt 1)
-echo "== kvindex-ctl match (prompt of trace request 1, $(echo "$PROMPT" | tr ',' '\n' | wc -l) tokens)"
-"$BIN/kvindex-ctl" match --router "$ROUTER" --model demo-model --tokens "$(echo "$PROMPT" | tr -d '[]')"
+# A prompt served last (still on device) and one served earlier (offloaded
+# to the host tier since), both from the trace slice the engines replayed.
+for request in $((REQUESTS - 1)) $((REQUESTS - 60)); do
+  PROMPT=$("$BIN/kvindex-mockengine" --trace "$TRACE" --print-prompt "$request")
+  echo "== kvindex-ctl match: prompt of trace request $request ($(echo "$PROMPT" | tr ',' '\n' | wc -l) tokens)"
+  "$BIN/kvindex-ctl" match --router "$ROUTER" --model demo-model --tokens "$(echo "$PROMPT" | tr -d '[]')"
+done
 echo "== the same over HTTP: POST /v1/match"
 curl -s -X POST "$ROUTER/v1/match" -H 'content-type: application/json' \
   -d "{\"model\": \"demo-model\", \"tokens\": $PROMPT}"

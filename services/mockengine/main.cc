@@ -56,7 +56,11 @@ void ServeUntil(std::vector<std::unique_ptr<kvindex::mockengine::EngineEndpoint>
     if (items.empty()) {
       std::this_thread::sleep_for(std::min(wait, std::chrono::milliseconds(100)));
     } else {
-      zmq::poll(items.data(), items.size(), std::min(wait, std::chrono::milliseconds(100)));
+      try {
+        zmq::poll(items.data(), items.size(), std::min(wait, std::chrono::milliseconds(100)));
+      } catch (const zmq::error_t&) {
+        // EINTR from SIGINT/SIGTERM: the loop condition sees g_stop.
+      }
     }
     for (auto& endpoint : endpoints) endpoint->ServeReplay();
   }

@@ -9,15 +9,14 @@
 #include <cerrno>
 #include <cstring>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "shared/http/internal/text.h"
 
 namespace kvindex::http {
 namespace {
 
+using internal::Cat;
+using internal::IStartsWith;
+using internal::Trim;
 using Clock = std::chrono::steady_clock;
 
 int RemainingMs(Clock::time_point deadline) {
@@ -39,6 +38,16 @@ class Fd {
   int fd_;
 };
 
+template <typename F>
+void ForEachLine(std::string_view text, F&& f) {
+  while (!text.empty()) {
+    const size_t eol = text.find("\r\n");
+    f(text.substr(0, eol));
+    if (eol == std::string_view::npos) break;
+    text.remove_prefix(eol + 2);
+  }
+}
+
 // Chunked transfer decoding; false when malformed.
 bool Dechunk(std::string_view in, std::string* out) {
   out->clear();
@@ -49,7 +58,7 @@ bool Dechunk(std::string_view in, std::string* out) {
     const size_t semi = size_text.find(';');
     if (semi != std::string_view::npos) size_text = size_text.substr(0, semi);
     uint64_t size = 0;
-    if (!absl::SimpleHexAtoi(absl::StripAsciiWhitespace(size_text), &size)) return false;
+    if (!internal::ParseUnsigned(Trim(size_text), &size, 16)) return false;
     in.remove_prefix(eol + 2);
     if (size == 0) return true;
     if (in.size() < size + 2) return false;
@@ -69,11 +78,11 @@ std::string_view ClientResponse::Header(std::string_view lower_name) const {
 
 StatusOr<Url> ParseUrl(std::string_view text) {
   Url url;
-  std::string_view rest = absl::StripAsciiWhitespace(text);
-  if (absl::StartsWithIgnoreCase(rest, "https://")) {
-    return absl::InvalidArgumentError(absl::StrCat("url '", text, "': https is not supported"));
+  std::string_view rest = Trim(text);
+  if (IStartsWith(rest, "https://")) {
+    return absl::InvalidArgumentError(Cat("url '", text, "': https is not supported"));
   }
-  if (absl::StartsWithIgnoreCase(rest, "http://")) rest.remove_prefix(7);
+  if (IStartsWith(rest, "http://")) rest.remove_prefix(7);
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   if (slash != std::string_view::npos) {
@@ -85,13 +94,13 @@ StatusOr<Url> ParseUrl(std::string_view text) {
   if (!authority.empty() && authority.front() == '[') {
     const size_t close = authority.find(']');
     if (close == std::string_view::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("url '", text, "': unterminated IPv6 host"));
+      return absl::InvalidArgumentError(Cat("url '", text, "': unterminated IPv6 host"));
     }
     url.host = std::string(authority.substr(1, close - 1));
     std::string_view after = authority.substr(close + 1);
     if (!after.empty()) {
       if (after.front() != ':') {
-        return absl::InvalidArgumentError(absl::StrCat("url '", text, "': bad authority"));
+        return absl::InvalidArgumentError(Cat("url '", text, "': bad authority"));
       }
       port_text = after.substr(1);
     }
@@ -103,8 +112,8 @@ StatusOr<Url> ParseUrl(std::string_view text) {
   if (url.host.empty()) url.host = "127.0.0.1";
   if (!port_text.empty()) {
     uint32_t port = 0;
-    if (!absl::SimpleAtoi(port_text, &port) || port == 0 || port > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat("url '", text, "': bad port '", port_text, "'"));
+    if (!internal::ParseUnsigned(port_text, &port) || port == 0 || port > 65535) {
+      return absl::InvalidArgumentError(Cat("url '", text, "': bad port '", port_text, "'"));
     }
     url.port = static_cast<uint16_t>(port);
   }
@@ -113,7 +122,7 @@ StatusOr<Url> ParseUrl(std::string_view text) {
 
 StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
   const auto deadline = Clock::now() + request.timeout;
-  const std::string where = absl::StrCat(request.url.host, ":", request.url.port);
+  const std::string where = Cat(request.url.host, ":", request.url.port);
 
   addrinfo hints;
   std::memset(&hints, 0, sizeof(hints));
@@ -122,7 +131,7 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
   addrinfo* found = nullptr;
   const std::string port = std::to_string(request.url.port);
   if (int rc = getaddrinfo(request.url.host.c_str(), port.c_str(), &hints, &found); rc != 0) {
-    return absl::UnavailableError(absl::StrCat("http: cannot resolve ", where, ": ", gai_strerror(rc)));
+    return absl::UnavailableError(Cat("http: cannot resolve ", where, ": ", gai_strerror(rc)));
   }
   int fd = -1;
   std::string last_error = "no address";
@@ -146,17 +155,17 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
     }
   }
   freeaddrinfo(found);
-  if (fd < 0) return absl::UnavailableError(absl::StrCat("http: cannot connect to ", where, ": ", last_error));
+  if (fd < 0) return absl::UnavailableError(Cat("http: cannot connect to ", where, ": ", last_error));
   Fd socket(fd);
 
-  std::string out = absl::StrCat(request.method, " ", request.url.base_path,
+  std::string out = Cat(request.method, " ", request.url.base_path,
                                  request.path.empty() ? "/" : request.path, " HTTP/1.1\r\nHost: ",
                                  where, "\r\nConnection: close\r\nAccept: */*\r\n");
   if (!request.body.empty() || request.method == "POST" || request.method == "PUT") {
-    absl::StrAppend(&out, "Content-Type: ", request.content_type,
+    internal::Append(&out, "Content-Type: ", request.content_type,
                     "\r\nContent-Length: ", request.body.size(), "\r\n");
   }
-  for (const auto& [name, value] : request.headers) absl::StrAppend(&out, name, ": ", value, "\r\n");
+  for (const auto& [name, value] : request.headers) internal::Append(&out, name, ": ", value, "\r\n");
   out.append("\r\n");
   out.append(request.body);
 
@@ -164,7 +173,7 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
   while (sent < out.size()) {
     pollfd p{fd, POLLOUT, 0};
     if (::poll(&p, 1, RemainingMs(deadline)) != 1) {
-      return absl::UnavailableError(absl::StrCat("http: timed out sending to ", where));
+      return absl::UnavailableError(Cat("http: timed out sending to ", where));
     }
     const ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
     if (n < 0) {
@@ -186,12 +195,12 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
     }
     pollfd p{fd, POLLIN, 0};
     const int ready = ::poll(&p, 1, RemainingMs(deadline));
-    if (ready != 1) return absl::UnavailableError(absl::StrCat("http: timed out reading from ", where));
+    if (ready != 1) return absl::UnavailableError(Cat("http: timed out reading from ", where));
     const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
       if (header_end != std::string::npos) break;
-      return absl::UnavailableError(absl::StrCat("http: read from ", where, ": ", std::strerror(errno)));
+      return absl::UnavailableError(Cat("http: read from ", where, ": ", std::strerror(errno)));
     }
     if (n == 0) break;
     in.append(buffer, static_cast<size_t>(n));
@@ -200,44 +209,46 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
       if (header_end != std::string::npos) {
         // Find Content-Length early so we do not wait for the close.
         std::string_view head(in.data(), header_end);
-        for (std::string_view line : absl::StrSplit(head, "\r\n")) {
-          if (absl::StartsWithIgnoreCase(line, "content-length:")) {
+        ForEachLine(head, [&](std::string_view line) {
+          if (IStartsWith(line, "content-length:")) {
             uint64_t v = 0;
-            if (absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(15)), &v)) content_length = v;
+            if (internal::ParseUnsigned(Trim(line.substr(15)), &v)) content_length = v;
           }
-        }
+        });
       }
     }
   }
   if (header_end == std::string::npos) {
-    return absl::UnavailableError(absl::StrCat("http: incomplete response from ", where));
+    return absl::UnavailableError(Cat("http: incomplete response from ", where));
   }
   ClientResponse response;
   std::string_view head(in.data(), header_end);
   bool first = true;
   bool chunked = false;
-  for (std::string_view line : absl::StrSplit(head, "\r\n")) {
+  std::vector<std::string_view> lines;
+  ForEachLine(head, [&](std::string_view line) { lines.push_back(line); });
+  for (std::string_view line : lines) {
     if (first) {
       first = false;
       const size_t sp = line.find(' ');
       if (sp == std::string_view::npos ||
-          !absl::SimpleAtoi(line.substr(sp + 1, 3), &response.status)) {
-        return absl::UnavailableError(absl::StrCat("http: bad status line from ", where));
+          !internal::ParseUnsigned(line.substr(sp + 1, 3), &response.status)) {
+        return absl::UnavailableError(Cat("http: bad status line from ", where));
       }
       continue;
     }
     const size_t colon = line.find(':');
     if (colon == std::string_view::npos) continue;
-    std::string name = absl::AsciiStrToLower(line.substr(0, colon));
-    std::string value(absl::StripAsciiWhitespace(line.substr(colon + 1)));
-    if (name == "transfer-encoding" && absl::StrContainsIgnoreCase(value, "chunked")) chunked = true;
+    std::string name = internal::ToLower(line.substr(0, colon));
+    std::string value(Trim(line.substr(colon + 1)));
+    if (name == "transfer-encoding" && internal::ToLower(value).find("chunked") != std::string::npos) chunked = true;
     response.headers.emplace_back(std::move(name), std::move(value));
   }
   std::string_view body(in.data() + header_end + 4, in.size() - header_end - 4);
   if (content_length != UINT64_MAX && body.size() > content_length) body = body.substr(0, content_length);
   if (chunked) {
     if (!Dechunk(body, &response.body)) {
-      return absl::UnavailableError(absl::StrCat("http: bad chunked body from ", where));
+      return absl::UnavailableError(Cat("http: bad chunked body from ", where));
     }
   } else {
     response.body = std::string(body);

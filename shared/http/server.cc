@@ -10,16 +10,16 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_cat.h"
+#include "shared/http/internal/text.h"
 
 namespace kvindex::http {
 namespace {
+
+using internal::Cat;
 
 std::string_view StatusText(int status) {
   switch (status) {
@@ -50,6 +50,22 @@ bool TokenEquals(std::string_view a, std::string_view b) {
   return diff == 0;
 }
 
+// A growable byte buffer that always has kBodyPadding spare bytes after
+// `capacity`, and copies only the bytes in use when it grows.
+struct BodyBuffer {
+  std::unique_ptr<char[]> data;
+  size_t capacity = 0;  // usable bytes, padding excluded
+
+  void Reserve(size_t bytes) {
+    if (data != nullptr && bytes <= capacity) return;
+    const size_t grown = std::max({bytes, capacity * 2, size_t{4096}});
+    auto bigger = std::make_unique_for_overwrite<char[]>(grown + kBodyPadding);
+    if (data != nullptr) std::memcpy(bigger.get(), data.get(), capacity);
+    data = std::move(bigger);
+    capacity = grown;
+  }
+};
+
 // civetweb's library init is process-wide and reference counted.
 std::once_flag g_init_once;
 
@@ -57,6 +73,15 @@ std::once_flag g_init_once;
 
 void AppendJsonEscaped(std::string_view text, std::string* out) {
   static constexpr char kHex[] = "0123456789abcdef";
+  // Fast path: most names need no escaping; append them in one go.
+  size_t plain = 0;
+  while (plain < text.size()) {
+    const auto u = static_cast<unsigned char>(text[plain]);
+    if (u < 0x20 || u == '"' || u == '\\') break;
+    ++plain;
+  }
+  out->append(text.data(), plain);
+  text.remove_prefix(plain);
   for (char c : text) {
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
@@ -102,14 +127,14 @@ Status ServerOptions::Validate() const {
   if (listen.empty()) return absl::InvalidArgumentError("http: listen address is empty");
   const size_t colon = listen.rfind(':');
   uint32_t port = 0;
-  if (colon == std::string::npos || !absl::SimpleAtoi(listen.substr(colon + 1), &port) ||
+  if (colon == std::string::npos || !internal::ParseUnsigned(std::string_view(listen).substr(colon + 1), &port) ||
       port > 65535) {
     return absl::InvalidArgumentError(
-        absl::StrCat("http: listen address '", listen, "' is not host:port"));
+        Cat("http: listen address '", listen, "' is not host:port"));
   }
   if (threads == 0 || threads > 4096) {
     return absl::InvalidArgumentError(
-        absl::StrCat("http: threads must be in [1, 4096], got ", threads));
+        Cat("http: threads must be in [1, 4096], got ", threads));
   }
   if (max_body_bytes == 0) return absl::InvalidArgumentError("http: max_body_bytes must be > 0");
   return absl::OkStatus();
@@ -121,12 +146,21 @@ struct Server::Impl {
     RouteOptions options;
   };
   struct PathRoutes {
-    absl::flat_hash_map<std::string, Route> by_method;
-    std::string allow;  // "GET, POST"
+    std::string path;
+    std::vector<std::pair<std::string, Route>> by_method;  // sorted by method
+    std::string allow;                                     // "GET, POST"
   };
 
   ServerOptions options;
-  absl::flat_hash_map<std::string, PathRoutes> routes;  // immutable while running
+  // Immutable while running; a handful of entries, so a linear scan beats hashing.
+  std::vector<PathRoutes> routes;
+
+  const PathRoutes* FindPath(std::string_view path) const {
+    for (const PathRoutes& entry : routes) {
+      if (entry.path == path) return &entry;
+    }
+    return nullptr;
+  }
   mg_context* ctx = nullptr;
   uint16_t port = 0;
 
@@ -144,10 +178,10 @@ struct Server::Impl {
 void Server::Impl::Send(mg_connection* conn, const Response& response, bool close) {
   thread_local std::string out;
   out.clear();
-  absl::StrAppend(&out, "HTTP/1.1 ", response.status, " ", StatusText(response.status),
+  internal::Append(&out, "HTTP/1.1 ", response.status, " ", StatusText(response.status),
                   "\r\nContent-Type: ", response.content_type,
                   "\r\nContent-Length: ", response.body.size(), "\r\n");
-  for (const auto& [name, value] : response.headers) absl::StrAppend(&out, name, ": ", value, "\r\n");
+  for (const auto& [name, value] : response.headers) internal::Append(&out, name, ": ", value, "\r\n");
   if (close) {
     out.append("Connection: close\r\n");
     mg_disable_keep_alive(conn);
@@ -172,28 +206,31 @@ int Server::Impl::Serve(mg_connection* conn) {
   response.body.clear();
   response.headers.clear();
 
-  auto path_it = routes.find(request.path);
-  if (path_it == routes.end()) {
-    SetError(response, 404, absl::StrCat("no such endpoint: ", request.path));
+  const PathRoutes* path_routes = FindPath(request.path);
+  if (path_routes == nullptr) {
+    SetError(response, 404, Cat("no such endpoint: ", request.path));
     Send(conn, response, false);
     return 404;
   }
-  auto route_it = path_it->second.by_method.find(request.method);
-  if (route_it == path_it->second.by_method.end()) {
+  const Route* found = nullptr;
+  for (const auto& [method, route] : path_routes->by_method) {
+    if (method == request.method) found = &route;
+  }
+  if (found == nullptr) {
     SetError(response, 405,
-             absl::StrCat("method ", request.method, " not allowed on ", request.path,
-                          " (allowed: ", path_it->second.allow, ")"));
-    response.headers.emplace_back("Allow", path_it->second.allow);
+             Cat("method ", request.method, " not allowed on ", request.path,
+                          " (allowed: ", path_routes->allow, ")"));
+    response.headers.emplace_back("Allow", path_routes->allow);
     Send(conn, response, false);
     return 405;
   }
-  const Route& route = route_it->second;
+  const Route& route = *found;
   if (!options.bearer_token.empty() && !route.options.open) {
     std::string_view auth = request.Header("Authorization");
     constexpr std::string_view kBearer = "Bearer ";
     const bool ok = auth.size() > kBearer.size() &&
                     strncasecmp(auth.data(), kBearer.data(), kBearer.size()) == 0 &&
-                    TokenEquals(absl::StripAsciiWhitespace(auth.substr(kBearer.size())),
+                    TokenEquals(internal::Trim(auth.substr(kBearer.size())),
                                 options.bearer_token);
     if (!ok) {
       SetError(response, 401, "missing or wrong bearer token (Authorization: Bearer <token>)");
@@ -203,53 +240,49 @@ int Server::Impl::Serve(mg_connection* conn) {
     }
   }
 
-  // The body, bounded before anything is read.
-  thread_local std::string body;
-  body.clear();
+  // The body, bounded before anything is read. The per-thread buffer grows
+  // geometrically and is never zero-filled (only the padding is).
+  thread_local BodyBuffer body;
   const long long declared = info->content_length;
   const bool chunked = [&] {
     std::string_view te = request.Header("Transfer-Encoding");
     return te.size() >= 7 && strncasecmp(te.data(), "chunked", 7) == 0;
   }();
+  size_t have = 0;
   if (declared > 0 || chunked) {
     if (declared > static_cast<long long>(options.max_body_bytes)) {
       SetError(response, 413,
-               absl::StrCat("request body of ", declared, " bytes exceeds the limit of ",
-                            options.max_body_bytes, " bytes"));
+               Cat("request body of ", declared, " bytes exceeds the limit of ",
+                   options.max_body_bytes, " bytes"));
       Send(conn, response, true);
       return 413;
     }
     const size_t want = declared > 0 ? static_cast<size_t>(declared) : options.max_body_bytes + 1;
-    body.resize(std::min(want, size_t{1} << 16) + kBodyPadding);
-    size_t have = 0;
+    body.Reserve(std::min(want, size_t{1} << 16));
     while (have < want) {
-      if (body.size() < have + kBodyPadding + 4096) {
-        body.resize(std::min(want, std::max(have * 2, have + 4096)) + kBodyPadding);
-      }
-      const size_t room = std::min(want - have, body.size() - kBodyPadding - have);
-      const int n = mg_read(conn, body.data() + have, room);
+      if (body.capacity == have) body.Reserve(std::min(want, have * 2));
+      const size_t room = std::min(want, body.capacity) - have;
+      const int n = mg_read(conn, body.data.get() + have, room);
       if (n <= 0) break;
       have += static_cast<size_t>(n);
     }
     if (have > options.max_body_bytes) {
       SetError(response, 413,
-               absl::StrCat("request body exceeds the limit of ", options.max_body_bytes, " bytes"));
+               Cat("request body exceeds the limit of ", options.max_body_bytes, " bytes"));
       Send(conn, response, true);
       return 413;
     }
     if (declared > 0 && have < static_cast<size_t>(declared)) {
       SetError(response, 400,
-               absl::StrCat("request body truncated: got ", have, " of ", declared, " bytes"));
+               Cat("request body truncated: got ", have, " of ", declared, " bytes"));
       Send(conn, response, true);
       return 400;
     }
-    body.resize(have + kBodyPadding);
-    std::memset(body.data() + have, 0, kBodyPadding);
-    request.body = std::string_view(body.data(), have);
   } else {
-    body.assign(kBodyPadding, '\0');
-    request.body = std::string_view(body.data(), 0);
+    body.Reserve(0);
   }
+  std::memset(body.data.get() + have, 0, kBodyPadding);
+  request.body = std::string_view(body.data.get(), have);
 
   route.handler(request, response);
   Send(conn, response, false);
@@ -264,13 +297,26 @@ Server::~Server() { Stop(); }
 
 void Server::Handle(std::string_view method, std::string_view path, Handler handler,
                     RouteOptions route_options) {
-  auto& entry = impl_->routes[std::string(path)];
-  entry.by_method[std::string(method)] = Impl::Route{std::move(handler), route_options};
-  std::vector<std::string> methods;
-  for (const auto& [m, unused] : entry.by_method) methods.push_back(m);
-  std::sort(methods.begin(), methods.end());
-  entry.allow.clear();
-  for (const auto& m : methods) absl::StrAppend(&entry.allow, entry.allow.empty() ? "" : ", ", m);
+  auto* entry = const_cast<Impl::PathRoutes*>(impl_->FindPath(path));
+  if (entry == nullptr) {
+    impl_->routes.push_back(Impl::PathRoutes{std::string(path), {}, {}});
+    entry = &impl_->routes.back();
+  }
+  auto& methods = entry->by_method;
+  auto it = std::find_if(methods.begin(), methods.end(),
+                         [&](const auto& m) { return m.first == method; });
+  if (it != methods.end()) {
+    it->second = Impl::Route{std::move(handler), route_options};
+  } else {
+    methods.emplace_back(std::string(method), Impl::Route{std::move(handler), route_options});
+    std::sort(methods.begin(), methods.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
+  }
+  entry->allow.clear();
+  for (const auto& [m, unused] : methods) {
+    if (!entry->allow.empty()) entry->allow.append(", ");
+    entry->allow.append(m);
+  }
 }
 
 Status Server::Start() {
@@ -317,7 +363,7 @@ Status Server::Start() {
   error.text_buffer_size = sizeof(error_text);
   mg_context* ctx = mg_start2(&init, &error);
   if (ctx == nullptr) {
-    return absl::UnavailableError(absl::StrCat("http: cannot listen on ", impl_->options.listen,
+    return absl::UnavailableError(Cat("http: cannot listen on ", impl_->options.listen,
                                                ": ", error_text[0] ? error_text : "start failed"));
   }
   mg_server_port ports[4];

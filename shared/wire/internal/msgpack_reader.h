@@ -106,6 +106,7 @@ class Reader {
   size_t remaining() const { return static_cast<size_t>(end_ - p_); }
   bool at_end() const { return p_ == end_; }
   const uint8_t* position() const { return p_; }
+  const uint8_t* end() const { return end_; }
   void Seek(const uint8_t* position) { p_ = position; }
 
   // Decodes the next header and advances past it (and past str/bin/ext
@@ -244,6 +245,22 @@ class Reader {
     if (b <= 0x7f) {
       *out = b;
       ++p_;
+      return true;
+    }
+    const size_t left = remaining();
+    if (b == 0xcd && left >= 3) {
+      *out = (uint32_t{p_[1]} << 8) | p_[2];
+      p_ += 3;
+      return true;
+    }
+    if (b == 0xce && left >= 5) {
+      *out = (uint32_t{p_[1]} << 24) | (uint32_t{p_[2]} << 16) | (uint32_t{p_[3]} << 8) | p_[4];
+      p_ += 5;
+      return true;
+    }
+    if (b == 0xcc && left >= 2) {
+      *out = p_[1];
+      p_ += 2;
       return true;
     }
     Header h;

@@ -1,0 +1,218 @@
+// kvindex-agent: per-node ingest agent (interfaces.md, "kvindex-agent").
+// Engine ZMQ KV-event streams -> normalized placement events -> output.
+//
+// Outputs: NATS JetStream (--nats) arrives with the distribution issue; until
+// then the agent refuses --nats with exit code 2 instead of pretending, and
+// `--output jsonl` prints every placement event as a JSON line on stdout.
+// HTTP (--http host:port): /metrics, /healthz, /readyz, /v1/sources.
+// SIGINT/SIGTERM stop it gracefully (sockets closed, output flushed).
+#include <pthread.h>
+#include <signal.h>
+
+#include <prometheus/registry.h>
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "services/agent/jsonl_publisher.h"
+#include "shared/config/cli.h"
+#include "shared/http/server.h"
+#include "shared/ingest/agent_pipeline.h"
+#include "shared/log/log.h"
+#include "shared/metrics/metrics.h"
+
+namespace {
+
+constexpr const char* kName = "kvindex-agent";
+
+int Fail(const std::string& message, int code) {
+  std::fprintf(stderr, "%s: %s\n", kName, message.c_str());
+  return code;
+}
+
+std::string SourcesJson(const kvindex::ingest::AgentPipeline& pipeline) {
+  std::string out = "{\"sources\":[";
+  bool first = true;
+  for (const auto& s : pipeline.Sources()) {
+    if (!first) out += ",";
+    first = false;
+    out += "{\"worker\":\"";
+    kvindex::http::AppendJsonEscaped(s.worker, &out);
+    out += "\",\"dp_rank\":" + std::to_string(s.dp_rank) + ",\"model\":\"";
+    kvindex::http::AppendJsonEscaped(s.model, &out);
+    out += "\",\"last_seq\":" + (s.has_seq ? std::to_string(s.last_seq) : std::string("null")) +
+           ",\"gaps\":" + std::to_string(s.gaps) +
+           ",\"replays_ok\":" + std::to_string(s.replays_ok) +
+           ",\"replays_failed\":" + std::to_string(s.replays_failed) +
+           ",\"restarts\":" + std::to_string(s.restarts) + "}";
+  }
+  out += "],\"ready\":";
+  out += pipeline.Ready() ? "true" : "false";
+  out += "}";
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace kvindex;
+  CLI::App app{"kvindex-agent: engine ZMQ KV events -> normalized placement events", kName};
+  config::CommonOptions common;
+  config::AddCommonOptions(app, &common);
+
+  ingest::AgentOptions options;
+  std::string nats;
+  std::vector<std::string> sources;
+  std::string http_listen;
+  std::string output;
+  std::string lease = "30s";
+  std::string replay_timeout = "2s";
+  std::string replay_cooldown = "1s";
+  std::string heartbeat_interval = "0";
+
+  app.add_option("--nats", nats,
+                 "NATS URL for JetStream publishing (not implemented yet: use --output jsonl)");
+  app.add_option("--node", options.node, "Agent node id, stamped into every event")->required();
+  app.add_option("--source", sources,
+                 "Engine source (repeatable): 'worker=w0,engine=vllm|sglang|trtllm,model=M,"
+                 "block_size=16,pub=[bind:]tcp://HOST:PORT[,replay=tcp://HOST:PORT]"
+                 "[,dp_ranks=N]'. In the environment, separate several with ';'")
+      ->required()
+      ->delimiter(';');
+  app.add_option("--http", http_listen,
+                 "HTTP listen address host:port for /metrics, /healthz, /readyz (empty: off)");
+  app.add_option("--output", output, "Event output: jsonl (one JSON event per line on stdout)")
+      ->check(CLI::IsMember({"jsonl"}));
+  app.add_option("--lease", lease, "Heartbeat lease announced to routers (e.g. 30s)")
+      ->capture_default_str();
+  app.add_option("--heartbeat-interval", heartbeat_interval,
+                 "Interval between heartbeats (0: a third of the lease)")
+      ->capture_default_str();
+  app.add_option("--replay-timeout", replay_timeout,
+                 "Longest silence of an engine replay socket before a replay fails")
+      ->capture_default_str();
+  app.add_option("--replay-cooldown", replay_cooldown,
+                 "Minimum time between two gap replays of one source")
+      ->capture_default_str();
+  app.add_option("--receive-hwm", options.receive_hwm,
+                 "SUB socket receive high-water mark, in messages")
+      ->capture_default_str();
+
+  if (auto exit_code = config::Parse(app, argc, argv)) return *exit_code;
+
+  if (Status status = log::Init(common.log_format, common.log_level); !status.ok()) {
+    return Fail(std::string(status.message()), 2);
+  }
+  for (const std::string& text : sources) {
+    StatusOr<std::vector<ingest::SourceSpec>> specs = ingest::ParseSourceSpec(text);
+    if (!specs.ok()) return Fail(std::string(specs.status().message()), 2);
+    options.sources.insert(options.sources.end(), specs->begin(), specs->end());
+  }
+  struct Duration {
+    const char* flag;
+    const std::string* text;
+    std::chrono::milliseconds* out;
+  };
+  std::chrono::milliseconds lease_ms{0};
+  for (const Duration& d :
+       {Duration{"--lease", &lease, &lease_ms},
+        Duration{"--replay-timeout", &replay_timeout, &options.replay_timeout},
+        Duration{"--replay-cooldown", &replay_cooldown, &options.replay_cooldown},
+        Duration{"--heartbeat-interval", &heartbeat_interval, &options.heartbeat_interval}}) {
+    StatusOr<std::chrono::milliseconds> value = config::ParseDuration(*d.text);
+    if (!value.ok()) {
+      return Fail(std::string(d.flag) + ": " + std::string(value.status().message()), 2);
+    }
+    *d.out = *value;
+  }
+  if (lease_ms.count() <= 0 || lease_ms.count() > UINT32_MAX) {
+    return Fail("--lease: must be between 1ms and 49 days", 2);
+  }
+  options.heartbeat_lease_ms = static_cast<uint32_t>(lease_ms.count());
+  if (Status status = options.Validate(); !status.ok()) {
+    return Fail(std::string(status.message()), 2);
+  }
+  if (!nats.empty()) {
+    // Never pretend: events given to a publisher that does not exist are lost.
+    return Fail(
+        "--nats: NATS JetStream publishing is not implemented yet in this build; "
+        "use --output jsonl",
+        2);
+  }
+  if (output != "jsonl") {
+    return Fail(
+        "no event output: JetStream publishing (--nats) is not implemented yet; "
+        "use --output jsonl",
+        2);
+  }
+
+  // Signals are handled by sigwait in this thread; block them before any
+  // other thread starts so they inherit the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);  // a closed stdout is an error from fwrite, not a kill
+
+  auto logger = log::Get("agent");
+  prometheus::Registry registry;
+  agent::JsonlPublisher publisher(stdout);
+  ingest::AgentPipeline pipeline(options, &publisher, &registry);
+
+  std::unique_ptr<http::Server> server;
+  if (!http_listen.empty()) {
+    http::ServerOptions http_options;
+    http_options.listen = http_listen;
+    http_options.threads = 4;
+    if (Status status = http_options.Validate(); !status.ok()) {
+      return Fail("--http: " + std::string(status.message()), 2);
+    }
+    server = std::make_unique<http::Server>(http_options);
+    server->Handle("GET", "/metrics", [&registry](const http::Request&, http::Response& r) {
+      r.content_type = metrics::kTextContentType;
+      r.body = metrics::SerializeText(registry);
+    });
+    server->Handle("GET", "/healthz",
+                   [](const http::Request&, http::Response& r) {
+                     r.content_type = "text/plain";
+                     r.body = "ok\n";
+                   },
+                   {.open = true});
+    server->Handle("GET", "/readyz",
+                   [&pipeline](const http::Request&, http::Response& r) {
+                     r.content_type = "text/plain";
+                     if (pipeline.Ready()) {
+                       r.body = "ready\n";
+                     } else {
+                       r.status = 503;
+                       r.body = "not ready: start-up replay in progress\n";
+                     }
+                   },
+                   {.open = true});
+    server->Handle("GET", "/v1/sources", [&pipeline](const http::Request&, http::Response& r) {
+      r.body = SourcesJson(pipeline);
+    });
+    if (Status status = server->Start(); !status.ok()) {
+      return Fail("--http: " + std::string(status.message()), 1);
+    }
+    logger->info("HTTP on port {}", server->port());
+  }
+
+  if (Status status = pipeline.Start(); !status.ok()) {
+    if (server) server->Stop();
+    return Fail(std::string(status.message()), 1);
+  }
+  logger->info("agent {} following {} source(s)", options.node, options.sources.size());
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  logger->info("signal {}: stopping", signal_number);
+  pipeline.Stop();
+  if (server) server->Stop();
+  publisher.Flush().IgnoreError();  // best effort: stdout may be gone at shutdown
+  return 0;
+}

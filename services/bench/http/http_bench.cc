@@ -1,0 +1,380 @@
+#include "services/bench/http/http_bench.h"
+
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "services/bench/http/wrk_output.h"
+#include "services/router/api/router_api.h"
+#include "services/router/apply/apply_loop.h"
+#include "shared/config/cli.h"
+#include "shared/hashing/canonical_hash.h"
+#include "shared/http/client.h"
+#include "shared/http/server.h"
+#include "shared/index/kv_index.h"
+#include "shared/publish/in_process_sink.h"
+
+namespace kvindex::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr char kModel[] = "bench-model";
+
+struct Options {
+  uint64_t entries = 10'000'000;
+  uint32_t workers = 64;
+  uint32_t block_size = 16;
+  uint32_t query_blocks = 64;
+  uint32_t replicas = 8;  // workers holding (part of) each prompt
+  uint32_t queries = 256;
+  std::string duration = "10s";
+  uint32_t connections = 32;
+  uint32_t wrk_threads = 1;
+  uint32_t http_threads = 0;  // 0 = connections + 4
+  uint64_t seed = 42;
+  std::string wrk = "wrk";
+  bool json = false;
+};
+
+struct Figures {
+  double ops_per_second = 0, p50_us = 0, p99_us = 0;
+};
+
+Figures Summarize(std::vector<double>& latencies_s, double wall_s) {
+  Figures f;
+  if (latencies_s.empty()) return f;
+  f.ops_per_second = static_cast<double>(latencies_s.size()) / wall_s;
+  auto at = [&](double q) {
+    const size_t k = std::min(latencies_s.size() - 1,
+                              static_cast<size_t>(q * static_cast<double>(latencies_s.size())));
+    std::nth_element(latencies_s.begin(), latencies_s.begin() + static_cast<long>(k),
+                     latencies_s.end());
+    return latencies_s[k] * 1e6;
+  };
+  f.p50_us = at(0.50);
+  f.p99_us = at(0.99);
+  return f;
+}
+
+// Runs fn(i) repeatedly for about `seconds`, timing each call.
+template <typename F>
+Figures Measure(double seconds, F&& fn) {
+  std::vector<double> latencies;
+  latencies.reserve(1 << 20);
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::duration<double>(seconds);
+  for (size_t i = 0;; ++i) {
+    const auto t0 = Clock::now();
+    fn(i);
+    const auto t1 = Clock::now();
+    latencies.push_back(std::chrono::duration<double>(t1 - t0).count());
+    if ((i & 255) == 0 && t1 >= end) break;
+  }
+  return Summarize(latencies, std::chrono::duration<double>(Clock::now() - start).count());
+}
+
+std::string MatchBody(const std::vector<uint32_t>& tokens) {
+  std::string body = std::string("{\"model\":\"") + kModel + "\",\"tokens\":[";
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (i != 0) body.push_back(',');
+    body += std::to_string(tokens[i]);
+  }
+  body += "]}";
+  return body;
+}
+
+// Fills `index` with synthetic prompts until it holds `entries` entries;
+// returns sample prompts (token lists) to query with.
+std::vector<std::vector<uint32_t>> BuildIndex(const Options& o, index::KvIndex* index) {
+  std::mt19937_64 rng(o.seed);
+  const size_t prompt_tokens = size_t{o.query_blocks} * o.block_size;
+  std::vector<std::vector<uint32_t>> recent;  // prompts to share prefixes with
+  std::vector<std::vector<uint32_t>> sample;
+  std::vector<uint64_t> local, seq;
+  uint64_t position = 1, prompts = 0, entries = 0;
+  std::vector<uint32_t> workers(o.workers);
+  for (uint32_t w = 0; w < o.workers; ++w) workers[w] = w;
+  auto actual_entries = [&] {
+    uint64_t total = 0;
+    for (uint64_t e : index->Stats().entries) total += e;
+    return total;
+  };
+  while (true) {
+    // The running count overestimates (shared prefixes); confirm with Stats.
+    if (entries >= o.entries && (entries = actual_entries()) >= o.entries) break;
+    std::vector<uint32_t> tokens(prompt_tokens);
+    size_t shared = 0;
+    // Half the prompts share a "system prompt" of 1..16 blocks with a recent one.
+    if (!recent.empty() && (rng() & 1)) {
+      const auto& base = recent[rng() % recent.size()];
+      shared = size_t{1 + rng() % 16} * o.block_size;
+      std::copy(base.begin(), base.begin() + static_cast<long>(shared), tokens.begin());
+    }
+    for (size_t i = shared; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(rng() % 128000);
+    hashing::ComputeLocalHashes(tokens, o.block_size, hashing::LocalHashSeed("", ""), &local);
+    hashing::ComputeSequenceHashes(local, std::nullopt, &seq);
+
+    std::shuffle(workers.begin(), workers.end(), rng);
+    for (uint32_t r = 0; r < std::min(o.replicas, o.workers); ++r) {
+      PlacementEvent event;
+      event.kind = PlacementKind::kStored;
+      event.model = kModel;
+      event.source = {"worker-" + std::to_string(workers[r]), 0};
+      event.agent = "bench";
+      event.tier = (rng() % 5 == 0) ? Tier::kHost : Tier::kDevice;
+      event.block_size = o.block_size;
+      const size_t length = o.query_blocks / 4 + rng() % (o.query_blocks - o.query_blocks / 4 + 1);
+      event.block_hashes.assign(seq.begin(), seq.begin() + static_cast<long>(length));
+      index->Apply(event, position++);
+      entries += length;
+    }
+    if (recent.size() < 64) {
+      recent.push_back(tokens);
+    } else {
+      recent[rng() % recent.size()] = tokens;
+    }
+    // Reservoir sample of query prompts.
+    ++prompts;
+    if (sample.size() < o.queries) {
+      sample.push_back(std::move(tokens));
+    } else if (rng() % prompts < o.queries) {
+      sample[rng() % sample.size()] = std::move(tokens);
+    }
+    if ((prompts & 1023) == 0) entries = actual_entries();
+  }
+  return sample;
+}
+
+std::string WriteLuaScript(const std::vector<std::string>& bodies) {
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("kvindex-bench-http-" + std::to_string(::getpid()) + ".lua"))
+                               .string();
+  std::ofstream out(path);
+  out << "-- generated by kvindex-bench http: POST /v1/match, cycling through bodies\n"
+      << "local bodies = {\n";
+  for (const std::string& body : bodies) out << "[[" << body << "]],\n";
+  out << "}\n"
+      << "local requests = {}\n"
+      << "local i = 0\n"
+      << "function init(args)\n"
+      << "  wrk.method = \"POST\"\n"
+      << "  wrk.headers[\"Content-Type\"] = \"application/json\"\n"
+      << "  for k, body in ipairs(bodies) do\n"
+      << "    requests[k] = wrk.format(\"POST\", \"/v1/match\", wrk.headers, body)\n"
+      << "  end\n"
+      << "end\n"
+      << "function request()\n"
+      << "  i = i + 1\n"
+      << "  if i > #requests then i = 1 end\n"
+      << "  return requests[i]\n"
+      << "end\n";
+  return path;
+}
+
+std::string RunCommand(const std::string& command, int* exit_code) {
+  std::string output;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  if (pipe == nullptr) {
+    *exit_code = -1;
+    return output;
+  }
+  char buffer[4096];
+  size_t n;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) output.append(buffer, n);
+  *exit_code = ::pclose(pipe);
+  return output;
+}
+
+}  // namespace
+
+int RunHttpBench(int argc, char** argv) {
+  Options o;
+  CLI::App app{"kvindex-bench http: /v1/match over HTTP next to the in-process lookup",
+               "kvindex-bench http"};
+  app.add_option("--entries", o.entries, "(source, block) entries to build")->capture_default_str();
+  app.add_option("--workers", o.workers, "Sources (workers) in the index")->capture_default_str();
+  app.add_option("--block-size", o.block_size, "Tokens per block")->capture_default_str();
+  app.add_option("--query-blocks", o.query_blocks, "Blocks per query (and per prompt)")
+      ->capture_default_str();
+  app.add_option("--replicas", o.replicas, "Workers holding each prompt")->capture_default_str();
+  app.add_option("--queries", o.queries, "Distinct query bodies")->capture_default_str();
+  app.add_option("--duration", o.duration, "wrk duration (and in-process run time)")
+      ->capture_default_str();
+  app.add_option("--connections", o.connections, "wrk connections")->capture_default_str();
+  app.add_option("--wrk-threads", o.wrk_threads, "wrk threads")->capture_default_str();
+  app.add_option("--http-threads", o.http_threads, "Server threads (0 = connections + 4)")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "Workload seed")->capture_default_str();
+  app.add_option("--wrk", o.wrk, "wrk executable")->capture_default_str();
+  app.add_flag("--json", o.json, "Print one JSON object");
+  if (auto exit_code = config::Parse(app, argc, argv)) return *exit_code;
+  auto duration = config::ParseDuration(o.duration);
+  if (!duration.ok() || duration->count() <= 0) {
+    std::fprintf(stderr, "kvindex-bench http: bad --duration '%s'\n", o.duration.c_str());
+    return 2;
+  }
+  if (o.workers == 0 || o.block_size == 0 || o.query_blocks < 4 || o.queries == 0 ||
+      o.connections == 0 || o.wrk_threads == 0 || o.wrk_threads > o.connections) {
+    std::fprintf(stderr,
+                 "kvindex-bench http: need workers, block-size, queries, connections > 0, "
+                 "query-blocks >= 4, 0 < wrk-threads <= connections\n");
+    return 2;
+  }
+  const double seconds = static_cast<double>(duration->count()) / 1000.0;
+  const uint32_t http_threads = o.http_threads != 0 ? o.http_threads : o.connections + 4;
+
+  // 1. Build.
+  auto index = std::make_unique<index::KvIndex>();
+  const auto build_start = Clock::now();
+  const auto prompts = BuildIndex(o, index.get());
+  const double build_s = std::chrono::duration<double>(Clock::now() - build_start).count();
+  const index::IndexStats stats = index->Stats();
+  uint64_t total_entries = 0;
+  for (uint64_t e : stats.entries) total_entries += e;
+  if (!o.json) {
+    std::printf("index: %llu entries over %u workers (%llu bytes, %.1f B/entry), built in %.1f s\n",
+                static_cast<unsigned long long>(total_entries), o.workers,
+                static_cast<unsigned long long>(stats.bytes_allocated),
+                total_entries ? static_cast<double>(stats.bytes_allocated) / total_entries : 0.0,
+                build_s);
+    std::fflush(stdout);
+  }
+
+  std::vector<std::string> bodies;
+  for (const auto& tokens : prompts) bodies.push_back(MatchBody(tokens));
+
+  // 2. In-process: the index lookup alone.
+  uint64_t matched = 0;
+  double lookup_calls = 0;
+  Figures lookup = Measure(std::min(seconds, 5.0), [&](size_t i) {
+    lookup_calls += 1;
+    auto result = index->MatchTokens(kModel, prompts[i % prompts.size()], "", "");
+    matched += result.ok() ? result->workers.size() : 0;
+  });
+
+  // 3. In-process: the /v1/match handler (parse + lookup + JSON write).
+  InProcessSink sink;
+  router::ApplyLoop loop(&sink, index.get(), nullptr, {});  // not started: nothing to apply
+  router::api::ApiContext context;
+  context.index = index.get();
+  context.apply = &loop;
+  router::api::RouterApi api({}, context);
+  std::vector<std::string> padded;
+  for (const auto& body : bodies) padded.push_back(body + std::string(http::kBodyPadding, '\0'));
+  size_t bad = 0;
+  size_t response_bytes = 0, responses = 0;
+  Figures handler = Measure(std::min(seconds, 5.0), [&](size_t i) {
+    http::Request request;
+    request.method = "POST";
+    request.path = "/v1/match";
+    const std::string& body = padded[i % padded.size()];
+    request.body = std::string_view(body.data(), body.size() - http::kBodyPadding);
+    http::Response response;
+    api.Match(request, response);
+    bad += response.status != 200;
+    response_bytes += response.body.size();
+    ++responses;
+  });
+
+  // 4. Over HTTP with wrk.
+  http::ServerOptions server_options;
+  server_options.listen = "127.0.0.1:0";
+  server_options.threads = http_threads;
+  http::Server server(server_options);
+  api.Register(server);
+  if (Status status = server.Start(); !status.ok()) {
+    std::fprintf(stderr, "kvindex-bench http: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  {
+    http::ClientRequest check;
+    check.method = "POST";
+    check.url.host = "127.0.0.1";
+    check.url.port = server.port();
+    check.path = "/v1/match";
+    check.body = bodies[0];
+    auto reply = http::Fetch(check);
+    if (!reply.ok() || reply->status != 200 || reply->body.find("\"longest\"") == std::string::npos) {
+      std::fprintf(stderr, "kvindex-bench http: sanity request failed: %s\n",
+                   reply.ok() ? reply->body.c_str() : reply.status().ToString().c_str());
+      return 1;
+    }
+  }
+  const std::string script = WriteLuaScript(bodies);
+  const std::string command = o.wrk + " -t" + std::to_string(o.wrk_threads) + " -c" +
+                              std::to_string(o.connections) + " -d" +
+                              std::to_string(std::max<int64_t>(1, duration->count() / 1000)) +
+                              "s --latency -s " + script + " http://127.0.0.1:" +
+                              std::to_string(server.port()) + "/v1/match 2>&1";
+  int exit_code = 0;
+  const std::string output = RunCommand(command, &exit_code);
+  std::filesystem::remove(script);
+  server.Stop();
+  auto report = ParseWrkOutput(output);
+  if (exit_code != 0 || !report.has_value()) {
+    std::fprintf(stderr, "kvindex-bench http: wrk failed (exit %d; is the Debian package 'wrk' "
+                         "installed?):\n%s\n", exit_code, output.c_str());
+    return 1;
+  }
+  const bool met = report->requests_per_second >= 50000 && report->p99_seconds <= 2e-3 &&
+                   report->errors == 0;
+
+  if (o.json) {
+    nlohmann::json j = {
+        {"entries", total_entries},
+        {"workers", o.workers},
+        {"block_size", o.block_size},
+        {"query_blocks", o.query_blocks},
+        {"index_bytes", stats.bytes_allocated},
+        {"build_seconds", build_s},
+        {"in_process_lookup",
+         {{"ops_per_second", lookup.ops_per_second}, {"p50_us", lookup.p50_us}, {"p99_us", lookup.p99_us}}},
+        {"in_process_handler",
+         {{"ops_per_second", handler.ops_per_second}, {"p50_us", handler.p50_us}, {"p99_us", handler.p99_us},
+          {"non_200", bad}, {"response_bytes_avg", responses ? response_bytes / responses : 0}}},
+        {"workers_matched_avg", static_cast<double>(matched) / std::max<double>(1.0, lookup_calls)},
+        {"http",
+         {{"requests_per_second", report->requests_per_second},
+          {"p50_us", report->p50_seconds * 1e6},
+          {"p90_us", report->p90_seconds * 1e6},
+          {"p99_us", report->p99_seconds * 1e6},
+          {"requests", report->requests},
+          {"errors", report->errors},
+          {"connections", o.connections},
+          {"wrk_threads", o.wrk_threads},
+          {"server_threads", http_threads}}},
+        {"target", {{"requests_per_second", 50000}, {"p99_us", 2000}, {"met", met}}},
+    };
+    std::printf("%s\n", j.dump(2).c_str());
+  } else {
+    std::printf("queries: %u distinct bodies of %u blocks (%u tokens, ~%zu bytes each); "
+                "%.1f workers matched and %zu response bytes on average\n",
+                o.queries, o.query_blocks, o.query_blocks * o.block_size, bodies[0].size(),
+                static_cast<double>(matched) / std::max<double>(1.0, lookup_calls),
+                responses ? response_bytes / responses : 0);
+    std::printf("%-34s %12s %10s %10s\n", "measure", "ops/s", "p50", "p99");
+    std::printf("%-34s %12.0f %8.2fus %8.2fus\n", "in-process lookup (1 thread)", lookup.ops_per_second,
+                lookup.p50_us, lookup.p99_us);
+    std::printf("%-34s %12.0f %8.2fus %8.2fus\n", "in-process /v1/match handler", handler.ops_per_second,
+                handler.p50_us, handler.p99_us);
+    std::printf("%-34s %12.0f %8.2fus %8.2fus\n",
+                ("HTTP /v1/match (wrk -t" + std::to_string(o.wrk_threads) + " -c" +
+                 std::to_string(o.connections) + ")").c_str(),
+                report->requests_per_second, report->p50_seconds * 1e6, report->p99_seconds * 1e6);
+    std::printf("wrk errors: %llu; target >= 50000 req/s with p99 <= 2 ms: %s\n",
+                static_cast<unsigned long long>(report->errors), met ? "met" : "NOT met");
+  }
+  return bad == 0 ? 0 : 1;
+}
+
+}  // namespace kvindex::bench

@@ -1,0 +1,19 @@
+// `kvindex-bench index`: apply throughput, lookup latency and bytes per entry
+// of the tiered index (shared/index) next to a baseline measured in the same
+// run, on two workloads:
+//   --workload trace  Mooncake conversation trace through a simulated tiered
+//                     cluster; lookups under a 50%-of-capacity writer thread.
+//   --workload peer   ../shared/reference/peer-workload.md exactly; verifies its
+//                     checksums and fails when they differ.
+// `--json` prints one JSON object instead of the text report.
+//
+//   kvindex-bench index --workload peer --json
+#pragma once
+
+namespace kvindex::bench {
+
+// argv[0] == "index". Returns the process exit code (0 ok, 1 checksum or run
+// failure, 2 bad flags).
+int RunIndexBench(int argc, char** argv);
+
+}  // namespace kvindex::bench

@@ -1,0 +1,41 @@
+// Latency samples and percentiles for the index benchmark.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace kvindex::bench {
+
+inline uint64_t NowNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
+struct Percentiles {
+  double p50 = 0, p99 = 0, p999 = 0, mean = 0;
+  uint64_t count = 0;
+};
+
+// Sorts `samples` in place.
+inline Percentiles ComputePercentiles(std::vector<uint32_t>* samples) {
+  Percentiles p;
+  if (samples->empty()) return p;
+  std::sort(samples->begin(), samples->end());
+  auto at = [&](double q) {
+    size_t i = static_cast<size_t>(q * static_cast<double>(samples->size() - 1) + 0.5);
+    return static_cast<double>((*samples)[i]);
+  };
+  p.p50 = at(0.50);
+  p.p99 = at(0.99);
+  p.p999 = at(0.999);
+  double sum = 0;
+  for (uint32_t s : *samples) sum += s;
+  p.mean = sum / static_cast<double>(samples->size());
+  p.count = samples->size();
+  return p;
+}
+
+}  // namespace kvindex::bench

@@ -1,0 +1,79 @@
+// The peer workload (../shared/reference/peer-workload.md), implemented
+// exactly: synthetic hashes over the Mooncake conversation trace, 64 simulated
+// engines with leaf-first LRU, one query + removed + stored event per request.
+// Its published checksums prove the stream is the one NVIDIA Dynamo's index
+// was measured on, so the figures are comparable.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "services/bench/index/trace_file.h"
+#include "shared/base/status.h"
+#include "shared/index/index_interface.h"
+#include "shared/model/placement_event.h"
+
+namespace kvindex::bench {
+
+inline constexpr char kPeerModel[] = "peer";
+
+// peer-workload.md hash functions.
+uint64_t PeerMix64(uint64_t z);
+uint64_t PeerLocal(uint64_t copy, uint64_t hash_id, uint64_t block);
+uint64_t PeerChain(uint64_t parent, uint64_t local);
+inline constexpr uint64_t kPeerSeqRoot = 0x2545F4914F6CDD1Dull;
+
+struct PeerConfig {
+  uint32_t copies = 4;         // D
+  uint32_t workers = 64;       // W
+  uint64_t capacity = 156250;  // C, blocks per worker
+  size_t max_requests = 0;     // trace lines used; 0 = all
+  // The published checksums apply only to the full default configuration.
+  bool IsReference() const {
+    return copies == 4 && workers == 64 && capacity == 156250 && max_requests == 0;
+  }
+};
+
+struct PeerRequest {
+  std::vector<uint64_t> query;  // first min(n, 128) sequence hashes
+  PlacementEvent removed;       // empty block_hashes = no event
+  PlacementEvent stored;        // empty block_hashes = no event
+};
+
+struct PeerStream {
+  std::vector<PeerRequest> requests;
+  uint64_t stored_blocks = 0;
+  uint64_t removed_blocks = 0;
+  uint64_t events = 0;
+  uint64_t final_entries = 0;  // simulated (worker, block) entries at the end
+  uint64_t query_blocks = 0;
+};
+
+PeerStream GeneratePeerStream(const std::vector<TraceRequest>& trace, const PeerConfig& config);
+
+struct PeerRun {
+  uint64_t block_ops = 0;
+  double apply_seconds = 0;
+  std::vector<uint32_t> interleaved_ns;  // per query, before its own events
+  std::vector<uint32_t> final_warm_ns;   // every query again on the final state
+  uint64_t depth_interleaved = 0;        // sum over queries of per-worker longest
+  uint64_t depth_final = 0;
+  index::IndexStats stats;  // at the end
+};
+
+// Single thread: query (timed), removed event, stored event (apply timed).
+PeerRun RunPeer(index::IndexInterface& index, const PeerStream& stream);
+
+// The published checks (peer-workload.md "Checks"); each line is "name ok" or
+// "name got X want Y".
+struct PeerCheck {
+  std::string name;
+  uint64_t got = 0, want = 0;
+  bool ok() const { return got == want; }
+};
+std::vector<PeerCheck> PeerChecks(const PeerStream& stream, const PeerRun& run);
+// Test vectors of the hash functions (peer-workload.md "Hashes").
+std::vector<PeerCheck> PeerHashVectorChecks();
+
+}  // namespace kvindex::bench

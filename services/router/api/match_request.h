@@ -1,0 +1,52 @@
+// Parsing of POST /v1/match and POST /query bodies (simdjson on-demand,
+// in place: the HTTP server leaves kBodyPadding zero bytes after the body).
+//
+//   MatchRequest request;
+//   if (Status s = ParseMatchRequest(body, &request); !s.ok()) -> 400 s.message()
+//
+// Every error message names the field and the problem ("field 'tokens'
+// element 3: expected an unsigned 32-bit integer"), so a client can fix its
+// request from the 400 alone. Unknown fields are ignored (forward
+// compatibility); null counts as absent for optional fields.
+//
+// Thread safety: stateless apart from a thread_local parser per thread.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/base/status.h"
+
+namespace kvindex::router::api {
+
+// Largest token list accepted (interfaces.md): beyond -> 400.
+inline constexpr size_t kMaxTokens = 1'000'000;
+
+struct MatchRequest {
+  std::string model;
+  bool has_tokens = false;
+  bool has_local_hashes = false;
+  std::vector<uint32_t> tokens;
+  std::vector<uint64_t> local_hashes;
+  std::string lora_name;
+  std::string cache_salt;
+  uint32_t max_blocks = 0;  // optional cap, 0 = all
+
+  void Clear();
+};
+
+enum class RequestDialect : uint8_t {
+  // /v1/match: {"model", "tokens" | "local_hashes", "lora_name", "cache_salt", "max_blocks"}
+  kMatch,
+  // /query (Mooncake indexer RFC as served by Dynamo's standalone indexer):
+  // {"token_ids", "model_name" (or "model"), "lora_name", "cache_salt"}
+  kQuery,
+};
+
+// `body` must be followed by at least 64 readable bytes (simdjson padding).
+// InvalidArgument with a message naming the problem.
+Status ParseMatchRequest(std::string_view body, RequestDialect dialect, MatchRequest* out);
+
+}  // namespace kvindex::router::api

@@ -1,0 +1,355 @@
+#include "services/router/api/router_api.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <span>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "services/router/api/json_writer.h"
+#include "services/router/api/match_request.h"
+#include "shared/metrics/metrics.h"
+
+namespace kvindex::router::api {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string_view Message(const Status& status) {
+  return std::string_view(status.message().data(), status.message().size());
+}
+
+int StatusToHttp(const Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kInvalidArgument: return 400;
+    case absl::StatusCode::kFailedPrecondition: return 409;
+    case absl::StatusCode::kResourceExhausted: return 413;
+    case absl::StatusCode::kUnavailable: return 503;
+    default: return 500;
+  }
+}
+
+void WriteEntries(JsonWriter& w, const uint64_t (&entries)[kNumTiers]) {
+  w.BeginObject();
+  for (int t = 0; t < kNumTiers; ++t) w.Field(TierName(static_cast<Tier>(t)), entries[t]);
+  w.EndObject();
+}
+
+// Runs the lookup of a parsed request; records latency on the probe.
+StatusOr<index::MatchResult> Lookup(const index::IndexInterface& index, const MatchRequest& req,
+                                    RouterProbe* probe, Endpoint endpoint) {
+  index::MatchOptions options;
+  options.max_blocks = req.max_blocks;
+  const auto start = Clock::now();
+  StatusOr<index::MatchResult> result =
+      req.has_tokens
+          ? index.MatchTokens(req.model, std::span<const uint32_t>(req.tokens), req.lora_name,
+                              req.cache_salt, options)
+          : index.MatchLocalHashes(req.model, std::span<const uint64_t>(req.local_hashes), options);
+  if (probe != nullptr) {
+    probe->RecordLookup(endpoint,
+                        std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  return result;
+}
+
+}  // namespace
+
+RouterApi::RouterApi(ApiOptions options, ApiContext context)
+    : options_(options), context_(std::move(context)) {}
+
+void RouterApi::Register(http::Server& server) {
+  server.Handle("POST", "/v1/match",
+                [this](const http::Request& rq, http::Response& rs) { Match(rq, rs); });
+  server.Handle("POST", "/query",
+                [this](const http::Request& rq, http::Response& rs) { Query(rq, rs); });
+  server.Handle("GET", "/v1/state",
+                [this](const http::Request& rq, http::Response& rs) { State(rq, rs); });
+  server.Handle("GET", "/v1/workers",
+                [this](const http::Request& rq, http::Response& rs) { Workers(rq, rs); });
+  server.Handle(
+      "GET", "/healthz",
+      [](const http::Request&, http::Response& rs) { rs.body = "{\"status\": \"ok\"}\n"; },
+      {.open = true});
+  server.Handle(
+      "GET", "/readyz", [this](const http::Request& rq, http::Response& rs) { Readyz(rq, rs); },
+      {.open = true});
+  server.Handle(
+      "GET", "/metrics", [this](const http::Request& rq, http::Response& rs) { Metrics(rq, rs); },
+      {.open = !options_.metrics_auth});
+}
+
+bool RouterApi::Ready(std::string* reason) const {
+  if (context_.ingest_ready && !context_.ingest_ready()) {
+    if (reason != nullptr) *reason = "ingest pipeline not ready";
+    return false;
+  }
+  if (!context_.apply->CaughtUp()) {
+    if (reason != nullptr) {
+      *reason = "applying: " + std::to_string(context_.apply->Pending()) + " events pending";
+    }
+    return false;
+  }
+  return true;
+}
+
+void RouterApi::Match(const http::Request& request, http::Response& response) const {
+  thread_local MatchRequest parsed;
+  if (Status status = ParseMatchRequest(request.body, RequestDialect::kMatch, &parsed);
+      !status.ok()) {
+    http::SetError(response, 400, Message(status));
+  } else if (StatusOr<index::MatchResult> result =
+                 Lookup(*context_.index, parsed, context_.probe, Endpoint::kMatch);
+             !result.ok()) {
+    http::SetError(response, StatusToHttp(result.status()), Message(result.status()));
+  } else {
+    response.body.reserve(128 + result->workers.size() * 128);
+    JsonWriter w(&response.body);
+    w.BeginObject();
+    w.Field("model", parsed.model);
+    w.Field("blocks", result->blocks);
+    w.Field("applied_seq", result->applied_seq);
+    w.Key("workers");
+    w.BeginArray();
+    for (const index::WorkerMatch& m : result->workers) {
+      w.BeginObject();
+      w.Field("worker", m.source.worker);
+      w.Field("dp_rank", m.source.dp_rank);
+      w.Field("longest", m.longest);
+      w.Field("device", m.device);
+      w.Field("host", m.host);
+      w.Field("disk", m.disk);
+      w.Field("external", m.external);
+      w.Field("device_prefix", m.device_prefix);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+  }
+  if (context_.probe != nullptr) context_.probe->RecordRequest(Endpoint::kMatch, response.status);
+}
+
+void RouterApi::Query(const http::Request& request, http::Response& response) const {
+  thread_local MatchRequest parsed;
+  Status status = ParseMatchRequest(request.body, RequestDialect::kQuery, &parsed);
+  if (!status.ok()) {
+    http::SetError(response, 400, Message(status));
+  } else if (StatusOr<index::MatchResult> result =
+                 Lookup(*context_.index, parsed, context_.probe, Endpoint::kQuery);
+             !result.ok()) {
+    http::SetError(response, StatusToHttp(result.status()), Message(result.status()));
+  } else {
+    const uint64_t block_size = context_.index->BlockSize(parsed.model).value_or(0);
+    // Per instance (worker): the best rank's figures, plus every rank under "dp".
+    // Tier figures are cumulative token counts: gpu = device, cpu = device +
+    // host, disk = device + host + disk; longest_matched also counts external.
+    struct Figures {
+      uint64_t longest = 0, gpu = 0, cpu = 0, disk = 0;
+    };
+    std::vector<std::pair<std::string, std::vector<std::pair<uint32_t, Figures>>>> instances;
+    for (const index::WorkerMatch& m : result->workers) {
+      Figures f;
+      f.longest = uint64_t{m.longest} * block_size;
+      f.gpu = uint64_t{m.device} * block_size;
+      f.cpu = uint64_t{m.device + m.host} * block_size;
+      f.disk = uint64_t{m.device + m.host + m.disk} * block_size;
+      auto it = std::find_if(instances.begin(), instances.end(),
+                             [&](const auto& e) { return e.first == m.source.worker; });
+      if (it == instances.end()) {
+        instances.emplace_back(m.source.worker, std::vector<std::pair<uint32_t, Figures>>{});
+        it = instances.end() - 1;
+      }
+      it->second.emplace_back(m.source.dp_rank, f);
+    }
+    JsonWriter w(&response.body);
+    w.BeginObject();
+    w.Field("model_name", parsed.model);
+    w.Field("block_size", block_size);
+    w.Field("matched_blocks_max", result->workers.empty() ? 0 : result->workers.front().longest);
+    w.Field("applied_seq", result->applied_seq);
+    w.Key("data");
+    w.BeginObject();
+    for (const auto& [worker, ranks] : instances) {
+      Figures best;
+      for (const auto& [rank, f] : ranks) {
+        best.longest = std::max(best.longest, f.longest);
+        best.gpu = std::max(best.gpu, f.gpu);
+        best.cpu = std::max(best.cpu, f.cpu);
+        best.disk = std::max(best.disk, f.disk);
+      }
+      w.Key(worker);
+      w.BeginObject();
+      w.Field("longest_matched", best.longest);
+      w.Field("gpu", best.gpu);
+      w.Field("cpu", best.cpu);
+      w.Field("disk", best.disk);
+      w.Key("dp");
+      w.BeginObject();
+      for (const auto& [rank, f] : ranks) {
+        w.Key(std::to_string(rank));
+        w.BeginObject();
+        w.Field("longest_matched", f.longest);
+        w.Field("gpu", f.gpu);
+        w.Field("cpu", f.cpu);
+        w.Field("disk", f.disk);
+        w.EndObject();
+      }
+      w.EndObject();
+      w.EndObject();
+    }
+    w.EndObject();
+    w.EndObject();
+  }
+  if (context_.probe != nullptr) context_.probe->RecordRequest(Endpoint::kQuery, response.status);
+}
+
+void RouterApi::State(const http::Request&, http::Response& response) const {
+  const index::IndexStats stats = context_.index->Stats();
+  char digest[17];
+  std::snprintf(digest, sizeof(digest), "%016llx", static_cast<unsigned long long>(stats.digest));
+  JsonWriter w(&response.body);
+  w.BeginObject();
+  w.Field("applied_seq", stats.applied_seq);
+  w.Field("digest", std::string_view(digest, 16));
+  w.Key("entries");
+  WriteEntries(w, stats.entries);
+  w.Field("sources", stats.sources);
+  w.Key("ready");
+  w.Bool(Ready(nullptr));
+  w.Key("models");
+  w.BeginArray();
+  for (const std::string& model : context_.index->Models()) w.String(model);
+  w.EndArray();
+  w.EndObject();
+  if (context_.probe != nullptr) context_.probe->RecordRequest(Endpoint::kState, response.status);
+}
+
+void RouterApi::Workers(const http::Request&, http::Response& response) const {
+  struct Row {
+    std::string model;
+    SourceKey source;
+    uint64_t entries[kNumTiers] = {};
+    const ApplyLoop::SourceActivity* activity = nullptr;
+    const IngestSourceStatus* ingest = nullptr;
+  };
+  const std::vector<index::SourceInfo> infos = context_.index->Sources();
+  const std::vector<ApplyLoop::SourceActivity> activity = context_.apply->Activity();
+  std::vector<IngestSourceStatus> ingest;
+  if (context_.ingest_sources) ingest = context_.ingest_sources();
+
+  std::map<std::pair<std::string, SourceKey>, Row> rows;  // (model, source)
+  for (const index::SourceInfo& info : infos) {
+    Row& row = rows[{info.model, info.source}];
+    row.model = info.model;
+    row.source = info.source;
+    std::copy(std::begin(info.entries), std::end(info.entries), row.entries);
+  }
+  auto find_model_rows = [&](const SourceKey& source) {
+    std::vector<Row*> found;
+    for (auto& [key, row] : rows) {
+      if (key.second == source) found.push_back(&row);
+    }
+    return found;
+  };
+  for (const ApplyLoop::SourceActivity& a : activity) {
+    auto found = find_model_rows(a.source);
+    if (found.empty() && !a.model.empty()) {
+      Row& row = rows[{a.model, a.source}];
+      row.model = a.model;
+      row.source = a.source;
+      found.push_back(&row);
+    }
+    for (Row* row : found) row->activity = &a;
+  }
+  for (const IngestSourceStatus& s : ingest) {
+    const SourceKey key{s.worker, s.dp_rank};
+    auto found = find_model_rows(key);
+    if (found.empty()) {
+      Row& row = rows[{s.model, key}];
+      row.model = s.model;
+      row.source = key;
+      found.push_back(&row);
+    }
+    for (Row* row : found) row->ingest = &s;
+  }
+
+  JsonWriter w(&response.body);
+  w.BeginObject();
+  w.Key("workers");
+  w.BeginArray();
+  for (const auto& [key, row] : rows) {
+    w.BeginObject();
+    w.Field("model", row.model);
+    w.Field("worker", row.source.worker);
+    w.Field("dp_rank", row.source.dp_rank);
+    w.Key("agent");
+    if (row.activity != nullptr && !row.activity->agent.empty()) {
+      w.String(row.activity->agent);
+    } else {
+      w.Null();
+    }
+    w.Key("entries");
+    WriteEntries(w, row.entries);
+    w.Key("last_event_unix_ms");
+    if (row.activity != nullptr && row.activity->last_event_ns != 0) {
+      w.UInt(row.activity->last_event_ns / 1'000'000);
+    } else {
+      w.Null();
+    }
+    w.Field("events_applied", row.activity != nullptr ? row.activity->events : 0);
+    if (row.ingest != nullptr) {
+      w.Key("ingest");
+      w.BeginObject();
+      w.Key("last_seq");
+      if (row.ingest->has_seq) {
+        w.UInt(row.ingest->last_seq);
+      } else {
+        w.Null();
+      }
+      w.Field("gaps", row.ingest->gaps);
+      w.Field("replays_ok", row.ingest->replays_ok);
+      w.Field("replays_failed", row.ingest->replays_failed);
+      w.Field("restarts", row.ingest->restarts);
+      w.EndObject();
+    }
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  if (context_.probe != nullptr) context_.probe->RecordRequest(Endpoint::kWorkers, response.status);
+}
+
+void RouterApi::Readyz(const http::Request&, http::Response& response) const {
+  std::string reason;
+  if (Ready(&reason)) {
+    response.body = "{\"ready\": true}\n";
+    return;
+  }
+  response.status = 503;
+  response.body.clear();
+  JsonWriter w(&response.body);
+  w.BeginObject();
+  w.Key("ready");
+  w.Bool(false);
+  w.Field("reason", reason);
+  w.EndObject();
+}
+
+void RouterApi::Metrics(const http::Request&, http::Response& response) const {
+  response.content_type = metrics::kTextContentType;
+  std::vector<const prometheus::Collectable*> extra;
+  if (context_.probe != nullptr && context_.probe->collectable() != nullptr) {
+    extra.push_back(context_.probe->collectable());
+  }
+  if (context_.registry != nullptr) {
+    response.body = metrics::SerializeText(*context_.registry, extra);
+  } else {
+    prometheus::Registry empty;
+    response.body = metrics::SerializeText(empty, extra);
+  }
+}
+
+}  // namespace kvindex::router::api

@@ -1,0 +1,80 @@
+// RouterApi: the HTTP handlers of kvindex-router (interfaces.md, "Router HTTP
+// API"; docs/api.md has examples):
+//   POST /v1/match   per-source prefix match (semantics.md section 5)
+//   POST /query      the same match in the Mooncake indexer RFC shape that
+//                    Dynamo's standalone indexer serves (compatibility)
+//   GET  /v1/state   applied_seq, digest, entries per tier, sources, ready
+//   GET  /v1/workers sources with model, agent, entries per tier, last event
+//   GET  /healthz, /readyz, /metrics
+//
+// Handlers only read: the index from the calling HTTP thread, the apply
+// loop's activity table, the probe. Errors are {"error": "..."} with 4xx.
+//
+// Thread safety: Register() once before the server starts; handlers run
+// concurrently on the server's threads.
+#pragma once
+
+#include <prometheus/registry.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "services/router/apply/apply_loop.h"
+#include "services/router/router_probe.h"
+#include "shared/http/server.h"
+#include "shared/index/index_interface.h"
+
+namespace kvindex::router::api {
+
+// What the ingest side reports per source (embedded mode); decoupled from
+// shared/ingest so the API does not depend on the agent pipeline.
+struct IngestSourceStatus {
+  std::string worker;
+  uint32_t dp_rank = 0;
+  std::string model;
+  uint64_t last_seq = 0;
+  bool has_seq = false;
+  uint64_t gaps = 0, replays_ok = 0, replays_failed = 0, restarts = 0;
+};
+
+struct ApiOptions {
+  // /metrics requires the bearer token (when one is configured). Default: false.
+  bool metrics_auth = false;
+};
+
+struct ApiContext {
+  const index::IndexInterface* index = nullptr;  // required
+  const ApplyLoop* apply = nullptr;              // required
+  RouterProbe* probe = nullptr;                  // nullable
+  prometheus::Registry* registry = nullptr;      // nullable: /metrics empty
+  // Ingest readiness (embedded pipeline Ready()); null = always ready.
+  std::function<bool()> ingest_ready;
+  // Ingest per-source status; null = none.
+  std::function<std::vector<IngestSourceStatus>()> ingest_sources;
+};
+
+class RouterApi {
+ public:
+  RouterApi(ApiOptions options, ApiContext context);
+
+  void Register(http::Server& server);
+
+  // Ready = ingest ready and the apply loop caught up; *reason says why not.
+  bool Ready(std::string* reason) const;
+
+  // Handlers (public for tests).
+  void Match(const http::Request& request, http::Response& response) const;
+  void Query(const http::Request& request, http::Response& response) const;
+  void State(const http::Request& request, http::Response& response) const;
+  void Workers(const http::Request& request, http::Response& response) const;
+  void Readyz(const http::Request& request, http::Response& response) const;
+  void Metrics(const http::Request& request, http::Response& response) const;
+
+ private:
+  const ApiOptions options_;
+  const ApiContext context_;
+};
+
+}  // namespace kvindex::router::api

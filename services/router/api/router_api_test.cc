@@ -1,0 +1,184 @@
+#include "services/router/api/router_api.h"
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "shared/hashing/canonical_hash.h"
+#include "shared/http/client.h"
+#include "shared/index/kv_index.h"
+
+namespace kvindex::router::api {
+namespace {
+
+using nlohmann::json;
+
+class RouterApiTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    registry_ = std::make_shared<prometheus::Registry>();
+    probe_.Bind(&index_, [this] { return loop_.Pending(); });
+    ASSERT_TRUE(loop_.Start().ok());
+
+    // Sequence hashes of tokens 1..12 in blocks of 4.
+    std::vector<uint32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+    std::vector<uint64_t> local;
+    hashing::ComputeLocalHashes(tokens, 4, hashing::LocalHashSeed("", ""), &local);
+    hashing::ComputeSequenceHashes(local, std::nullopt, &seq_);
+    ASSERT_EQ(seq_[1], 4945711292740353085ull);
+
+    std::vector<PlacementEvent> events;
+    events.push_back(Stored("w0", 0, Tier::kDevice, {seq_[0], seq_[1], seq_[2]}));
+    events.push_back(Stored("w1", 1, Tier::kDevice, {seq_[0]}));
+    events.push_back(Stored("w1", 1, Tier::kHost, {seq_[0], seq_[1]}));
+    ASSERT_TRUE(sink_.Publish(events).ok());
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!loop_.CaughtUp() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    ASSERT_TRUE(loop_.CaughtUp());
+
+    ApiContext context;
+    context.index = &index_;
+    context.apply = &loop_;
+    context.probe = &probe_;
+    context.registry = registry_.get();
+    api_ = std::make_unique<RouterApi>(ApiOptions{}, context);
+    http::ServerOptions options;
+    options.listen = "127.0.0.1:0";
+    options.threads = 4;
+    options.max_body_bytes = 4096;
+    options.bearer_token = token_;
+    server_ = std::make_unique<http::Server>(options);
+    api_->Register(*server_);
+    ASSERT_TRUE(server_->Start().ok());
+  }
+
+  PlacementEvent Stored(std::string worker, uint32_t rank, Tier tier, std::vector<uint64_t> hashes) {
+    PlacementEvent e;
+    e.kind = PlacementKind::kStored;
+    e.model = "m";
+    e.source = {std::move(worker), rank};
+    e.agent = "node-a";
+    e.timestamp_ns = 1'700'000'000'000'000'000ull;
+    e.tier = tier;
+    e.block_size = 4;
+    e.block_hashes = std::move(hashes);
+    return e;
+  }
+
+  http::ClientResponse Call(std::string method, std::string path, std::string body = "",
+                            bool auth = true) {
+    http::ClientRequest request;
+    request.method = std::move(method);
+    request.url.host = "127.0.0.1";
+    request.url.port = server_->port();
+    request.path = std::move(path);
+    request.body = std::move(body);
+    if (auth && !token_.empty()) request.headers.emplace_back("Authorization", "Bearer " + token_);
+    auto response = http::Fetch(request);
+    EXPECT_TRUE(response.ok()) << response.status();
+    return response.ok() ? *response : http::ClientResponse{};
+  }
+
+  std::string token_ = "t0ken";
+  InProcessSink sink_;
+  index::KvIndex index_;
+  RouterProbe probe_;
+  ApplyLoop loop_{&sink_, &index_, &probe_, {}};
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<RouterApi> api_;
+  std::unique_ptr<http::Server> server_;
+  std::vector<uint64_t> seq_;
+};
+
+TEST_F(RouterApiTest, MatchTokens) {
+  auto r = Call("POST", "/v1/match", R"({"model":"m","tokens":[1,2,3,4,5,6,7,8,9,10,11,12,13]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["model"], "m");
+  EXPECT_EQ(j["blocks"], 3);
+  EXPECT_EQ(j["applied_seq"], 3);
+  ASSERT_EQ(j["workers"].size(), 2u);
+  EXPECT_EQ(j["workers"][0],
+            json::parse(R"({"worker":"w0","dp_rank":0,"longest":3,"device":3,"host":0,"disk":0,
+                            "external":0,"device_prefix":3})"));
+  EXPECT_EQ(j["workers"][1],
+            json::parse(R"({"worker":"w1","dp_rank":1,"longest":2,"device":1,"host":1,"disk":0,
+                            "external":0,"device_prefix":1})"));
+}
+
+TEST_F(RouterApiTest, MatchLocalHashes) {
+  auto r = Call("POST", "/v1/match",
+                R"({"model":"m","local_hashes":[14643705804678351452, 16777012769546811212]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["blocks"], 2);
+  EXPECT_EQ(j["workers"][0]["longest"], 2);
+}
+
+TEST_F(RouterApiTest, ErrorPaths) {
+  auto unknown = Call("POST", "/v1/match", R"({"model":"nope","tokens":[1,2,3,4]})");
+  EXPECT_EQ(unknown.status, 404);
+  EXPECT_NE(unknown.body.find("nope"), std::string::npos);
+  auto bad = Call("POST", "/v1/match", R"({"model":"m","tokens":[1,2,)");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_NE(bad.body.find("invalid JSON"), std::string::npos);
+  EXPECT_EQ(Call("GET", "/v1/match").status, 405);
+  EXPECT_EQ(Call("POST", "/v1/state").status, 405);
+  EXPECT_EQ(Call("POST", "/v1/match", std::string(5000, ' ')).status, 413);
+  EXPECT_EQ(Call("POST", "/v1/match", R"({"model":"m","tokens":[1]})", false).status, 401);
+  EXPECT_EQ(Call("GET", "/v1/state", "", false).status, 401);
+  EXPECT_EQ(Call("GET", "/healthz", "", false).status, 200);
+  EXPECT_EQ(Call("GET", "/readyz", "", false).status, 200);
+  EXPECT_EQ(Call("GET", "/metrics", "", false).status, 200);
+}
+
+TEST_F(RouterApiTest, StateWorkersQueryMetrics) {
+  auto state = Call("GET", "/v1/state");
+  ASSERT_EQ(state.status, 200);
+  json s = json::parse(state.body);
+  EXPECT_EQ(s["applied_seq"], 3);
+  EXPECT_EQ(s["entries"]["device"], 4);
+  EXPECT_EQ(s["entries"]["host"], 2);
+  EXPECT_EQ(s["sources"], 2);
+  EXPECT_EQ(s["ready"], true);
+  EXPECT_EQ(s["digest"].get<std::string>().size(), 16u);
+
+  auto workers = Call("GET", "/v1/workers");
+  ASSERT_EQ(workers.status, 200);
+  json w = json::parse(workers.body);
+  ASSERT_EQ(w["workers"].size(), 2u);
+  EXPECT_EQ(w["workers"][1]["worker"], "w1");
+  EXPECT_EQ(w["workers"][1]["dp_rank"], 1);
+  EXPECT_EQ(w["workers"][1]["agent"], "node-a");
+  EXPECT_EQ(w["workers"][1]["entries"]["host"], 2);
+  EXPECT_EQ(w["workers"][1]["last_event_unix_ms"], 1'700'000'000'000ull);
+
+  auto query = Call("POST", "/query", R"({"token_ids":[1,2,3,4,5,6,7,8,9,10,11,12],"model_name":"m"})");
+  ASSERT_EQ(query.status, 200) << query.body;
+  json q = json::parse(query.body);
+  EXPECT_EQ(q["block_size"], 4);
+  EXPECT_EQ(q["data"]["w0"]["longest_matched"], 12);
+  EXPECT_EQ(q["data"]["w0"]["gpu"], 12);
+  EXPECT_EQ(q["data"]["w1"]["longest_matched"], 8);
+  EXPECT_EQ(q["data"]["w1"]["gpu"], 4);
+  EXPECT_EQ(q["data"]["w1"]["cpu"], 8);
+  EXPECT_EQ(q["data"]["w1"]["disk"], 8);
+  EXPECT_EQ(q["data"]["w1"]["dp"]["1"]["cpu"], 8);
+
+  auto metrics = Call("GET", "/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find(
+                R"(kvindex_router_events_applied_total{event_type="stored",status="applied",tier="host"} 1)"),
+            std::string::npos)
+      << metrics.body;
+  EXPECT_NE(metrics.body.find(R"(kvindex_router_index_entries{model="m",tier="device"} 4)"),
+            std::string::npos);
+  EXPECT_NE(metrics.body.find("kvindex_router_lookup_duration_seconds_bucket"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvindex::router::api

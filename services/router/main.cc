@@ -1,0 +1,155 @@
+// kvindex-router: placement log -> tiered index -> HTTP query API
+// (interfaces.md, "kvindex-router"). Only --embedded (agent pipeline
+// in-process, single node) is implemented; --nats without --embedded exits 2
+// with a clear message until JetStream consumption lands.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "services/router/router.h"
+#include "shared/config/cli.h"
+#include "shared/ingest/source_spec.h"
+#include "shared/log/log.h"
+
+namespace {
+
+std::string Trim(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ' ||
+                           text.back() == '\t')) {
+    text.pop_back();
+  }
+  size_t start = 0;
+  while (start < text.size() && (text[start] == ' ' || text[start] == '\t')) ++start;
+  return text.substr(start);
+}
+
+int Fail(const std::string& message, int code) {
+  std::fprintf(stderr, "kvindex-router: %s\n", message.c_str());
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace kvindex;
+  CLI::App app{"kvindex-router: engine KV events -> tiered index -> HTTP query API",
+               "kvindex-router"};
+  config::CommonOptions common;
+  config::AddCommonOptions(app, &common);
+
+  router::RouterOptions options;
+  std::string nats;
+  std::vector<std::string> sources;
+  std::string checkpoint_interval = "10s";
+  std::string replay_timeout = "2s";
+  std::string auth_token_file;
+  std::string auth_token;
+  std::string node;
+
+  app.add_option("--nats", nats, "NATS URL (JetStream mode; not implemented yet)");
+  app.add_flag("--embedded", options.embedded,
+               "Run the agent pipeline in-process (single node, no NATS)");
+  app.add_option("--source", sources,
+                 "Engine source (repeatable), as for kvindex-agent: "
+                 "'worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://...,replay=tcp://...'");
+  app.add_option("--data-dir", options.data_dir, "Directory for checkpoints (created if missing)")
+      ->required();
+  app.add_option("--http", options.http, "HTTP listen address host:port")->capture_default_str();
+  app.add_option("--http-threads", options.http_threads,
+                 "HTTP worker threads (= concurrent connections served)")
+      ->capture_default_str();
+  app.add_option("--max-body-bytes", options.max_body_bytes, "Largest request body; larger -> 413")
+      ->capture_default_str();
+  app.add_option("--checkpoint-interval", checkpoint_interval,
+                 "Checkpoint interval (accepted; RocksDB checkpoints arrive in a later issue)")
+      ->capture_default_str();
+  app.add_option("--models", options.models, "Models to index, comma separated (default: all)")
+      ->delimiter(',');
+  app.add_option("--node", node, "Node id of the embedded agent (default: hostname)");
+  app.add_option("--replay-timeout", replay_timeout,
+                 "Embedded agent: how long to wait for an engine replay")
+      ->capture_default_str();
+  app.add_option("--auth-token-file", auth_token_file,
+                 "File holding the bearer token required by the API");
+  app.add_option("--auth-token", auth_token,
+                 "Bearer token required by the API (prefer KVINDEX_AUTH_TOKEN or --auth-token-file)");
+  app.add_flag("--metrics-auth", options.metrics_auth,
+               "Require the bearer token on /metrics too (/healthz and /readyz stay open)");
+
+  if (auto exit_code = config::Parse(app, argc, argv)) return *exit_code;
+
+  if (!options.embedded) {
+    return Fail(
+        "JetStream consumption (--nats without --embedded) is not implemented yet; run "
+        "kvindex-router --embedded --source ... --data-dir DIR --http ADDR for a single node",
+        2);
+  }
+  if (sources.empty()) return Fail("--embedded needs at least one --source", 2);
+  if (auto d = config::ParseDuration(checkpoint_interval); !d.ok()) {
+    return Fail("--checkpoint-interval: " + std::string(d.status().message()), 2);
+  }
+  auto replay = config::ParseDuration(replay_timeout);
+  if (!replay.ok()) return Fail("--replay-timeout: " + std::string(replay.status().message()), 2);
+
+  if (Status status = log::Init(common.log_format, common.log_level); !status.ok()) {
+    return Fail(std::string(status.message()), 2);
+  }
+  auto logger = log::Get("router");
+
+  if (!auth_token_file.empty()) {
+    std::ifstream in(auth_token_file);
+    if (!in) return Fail("cannot read --auth-token-file '" + auth_token_file + "'", 2);
+    std::stringstream text;
+    text << in.rdbuf();
+    auth_token = Trim(text.str());
+    if (auth_token.empty()) return Fail("--auth-token-file '" + auth_token_file + "' is empty", 2);
+  }
+  options.auth_token = Trim(auth_token);
+
+  if (node.empty()) {
+    char host[256] = {0};
+    node = gethostname(host, sizeof(host) - 1) == 0 && host[0] != 0 ? host : "embedded";
+  }
+  options.agent.node = node;
+  options.agent.replay_timeout = *replay;
+  for (const std::string& text : sources) {
+    auto specs = ingest::ParseSourceSpec(text);
+    if (!specs.ok()) return Fail("--source: " + std::string(specs.status().message()), 2);
+    for (auto& spec : *specs) options.agent.sources.push_back(std::move(spec));
+  }
+  if (Status status = options.Validate(); !status.ok()) {
+    return Fail(std::string(status.message()), 2);
+  }
+
+  // Every thread started from here on inherits the blocked signals; the main
+  // thread waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  router::Router router(std::move(options));
+  if (Status status = router.Start(); !status.ok()) {
+    logger->error("start failed: {}", status.ToString());
+    return 1;
+  }
+  logger->info("serving on http://{} (port {}), {} sources, data dir ready", "127.0.0.1",
+               router.port(), sources.size());
+  std::fprintf(stderr, "kvindex-router: listening on port %u\n", router.port());
+
+  int received = 0;
+  sigwait(&signals, &received);
+  logger->info("signal {} received, shutting down", received);
+  router.Stop();
+  logger->info("stopped");
+  return 0;
+}

@@ -1,0 +1,97 @@
+// Router: the kvindex-router façade. Owns the index, the placement log
+// (InProcessSink), the apply loop, the embedded ingest pipeline and the HTTP
+// API, starts them in data-flow order and stops them in reverse.
+//
+//   RouterOptions options;
+//   options.embedded = true;
+//   options.agent.sources = ...;          // from --source
+//   Router router(std::move(options));
+//   KVINDEX_RETURN_IF_ERROR(router.Start());
+//   ... router.port() ...
+//   router.Stop();
+//
+// Start order: data dir -> index -> apply loop -> ingest -> HTTP. Stop:
+// HTTP -> ingest -> apply loop (which drains what ingest published). A
+// restart (Stop then Start, or a new process) rebuilds from the engines'
+// replay buffers: every source starts cleared and asks its engine for
+// everything from seq 0 (semantics.md section 3); RocksDB checkpoints in
+// data_dir come with a later issue.
+//
+// Thread safety: Start/Stop from one controlling thread, both idempotent.
+// Accessors from any thread while running.
+#pragma once
+
+#include <prometheus/registry.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "services/router/api/router_api.h"
+#include "services/router/apply/apply_loop.h"
+#include "services/router/embedded/embedded_ingest.h"
+#include "services/router/router_probe.h"
+#include "shared/base/status.h"
+#include "shared/http/server.h"
+#include "shared/index/kv_index.h"
+#include "shared/ingest/agent_pipeline.h"
+#include "shared/publish/in_process_sink.h"
+
+namespace kvindex::router {
+
+struct RouterOptions {
+  // HTTP listen address host:port (port 0 = any free port). Default: 127.0.0.1:8080.
+  std::string http = "127.0.0.1:8080";
+  // HTTP worker threads = concurrent connections served. Default: 32.
+  uint32_t http_threads = 32;
+  // Largest request body in bytes; larger -> 413. Default: 8 MiB.
+  size_t max_body_bytes = size_t{8} << 20;
+  // Directory for checkpoints; created when missing. Required.
+  std::string data_dir;
+  // Models to index; empty = all. Default: empty.
+  std::vector<std::string> models;
+  // Bearer token for the API; empty = no authentication. Default: "".
+  std::string auth_token;
+  // /metrics requires the token too. Default: false.
+  bool metrics_auth = false;
+  // Run the agent pipeline in-process (the only mode implemented). Default: false.
+  bool embedded = false;
+  // Agent pipeline options (node, sources, replay timeouts) for embedded mode.
+  ingest::AgentOptions agent;
+  // Placement log capacity (events) between ingest and apply. Default: 1 << 20.
+  size_t log_capacity = size_t{1} << 20;
+
+  Status Validate() const;
+};
+
+class Router {
+ public:
+  explicit Router(RouterOptions options);
+  ~Router();
+  Router(const Router&) = delete;
+  Router& operator=(const Router&) = delete;
+
+  Status Start();
+  void Stop();
+
+  uint16_t port() const { return server_ ? server_->port() : 0; }
+  const index::KvIndex& index() const { return *index_; }
+  prometheus::Registry& registry() { return *registry_; }
+  bool Ready() const { return api_ != nullptr && api_->Ready(nullptr); }
+
+ private:
+  RouterOptions options_;
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<RouterProbe> probe_;
+  std::unique_ptr<index::KvIndex> index_;
+  std::unique_ptr<InProcessSink> sink_;
+  std::unique_ptr<ApplyLoop> apply_;
+  std::unique_ptr<EmbeddedIngest> ingest_;
+  std::unique_ptr<api::RouterApi> api_;
+  std::unique_ptr<http::Server> server_;
+  bool running_ = false;
+};
+
+}  // namespace kvindex::router

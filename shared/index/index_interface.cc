@@ -1,0 +1,56 @@
+#include "shared/index/index_interface.h"
+
+#include <algorithm>
+
+#include "shared/hashing/canonical_hash.h"
+
+namespace kvindex::index {
+
+StatusOr<MatchResult> IndexInterface::MatchTokens(std::string_view model,
+                                                  std::span<const uint32_t> tokens,
+                                                  std::string_view lora_name,
+                                                  std::string_view cache_salt,
+                                                  const MatchOptions& options) const {
+  const std::optional<uint32_t> block_size = BlockSize(model);
+  if (!block_size.has_value()) {
+    return absl::NotFoundError("unknown model '" + std::string(model) + "'");
+  }
+  if (*block_size == 0) {
+    return absl::FailedPreconditionError("block size of '" + std::string(model) + "' unknown");
+  }
+  // Hash only what will be matched: a long prompt capped by max_blocks costs
+  // max_blocks hashes, not the whole prompt.
+  const size_t full_blocks = tokens.size() / *block_size;
+  size_t hashed = full_blocks;
+  if (options.max_blocks != 0 && options.max_blocks < hashed) hashed = options.max_blocks;
+  std::vector<uint64_t> local;
+  std::vector<uint64_t> seq;
+  hashing::ComputeLocalHashes(tokens.first(hashed * *block_size), *block_size,
+                              hashing::LocalHashSeed(lora_name, cache_salt), &local);
+  hashing::ComputeSequenceHashes(local, std::nullopt, &seq);
+  StatusOr<MatchResult> result = MatchSequenceHashes(model, seq, options);
+  if (result.ok()) result->blocks = static_cast<uint32_t>(full_blocks);
+  return result;
+}
+
+StatusOr<MatchResult> IndexInterface::MatchLocalHashes(std::string_view model,
+                                                       std::span<const uint64_t> local_hashes,
+                                                       const MatchOptions& options) const {
+  size_t hashed = local_hashes.size();
+  if (options.max_blocks != 0 && options.max_blocks < hashed) hashed = options.max_blocks;
+  std::vector<uint64_t> seq;
+  hashing::ComputeSequenceHashes(local_hashes.first(hashed), std::nullopt, &seq);
+  StatusOr<MatchResult> result = MatchSequenceHashes(model, seq, options);
+  if (result.ok()) result->blocks = static_cast<uint32_t>(local_hashes.size());
+  return result;
+}
+
+void SortWorkerMatches(std::vector<WorkerMatch>* rows) {
+  std::sort(rows->begin(), rows->end(), [](const WorkerMatch& a, const WorkerMatch& b) {
+    if (a.longest != b.longest) return a.longest > b.longest;
+    if (a.source.worker != b.source.worker) return a.source.worker < b.source.worker;
+    return a.source.dp_rank < b.source.dp_rank;
+  });
+}
+
+}  // namespace kvindex::index

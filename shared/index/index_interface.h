@@ -1,0 +1,79 @@
+// IndexInterface: the contract every tiered index implementation fulfils.
+//
+// KvIndex (kv_index.h) is the production implementation; ReferenceIndex
+// (reference_index.h) is a deliberately naive set-based oracle used by the
+// differential tests. Both are driven through this interface, so a test can
+// replay one event stream through either. Calls are virtual per event or per
+// query, never per block.
+//
+//   KvIndex index;
+//   index.Apply(event, /*log_position=*/1);
+//   auto match = index.MatchTokens("llama", tokens, /*lora_name=*/"", /*cache_salt=*/"");
+//
+// Thread safety: Apply and RestoreEntry from ONE writer thread; the const
+// methods from any thread (implementations document their own guarantees).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/base/status.h"
+#include "shared/index/index_types.h"
+#include "shared/model/placement_event.h"
+
+namespace kvindex::index {
+
+class IndexInterface {
+ public:
+  using EntryVisitor =
+      std::function<void(std::string_view model, const SourceKey&, Tier, uint64_t seq_hash)>;
+
+  virtual ~IndexInterface() = default;
+
+  // Applies one placement event at log position `log_position` (strictly
+  // increasing; events at or below the current applied_seq are ignored and
+  // return false, so replay is idempotent). Heartbeats only advance
+  // applied_seq. kWorkerExpired removes every dp_rank of source.worker in every
+  // model. kCleared with an empty model clears the source in every model.
+  virtual bool Apply(const PlacementEvent& event, uint64_t log_position) = 0;
+
+  // Match by canonical sequence hashes. NotFound if the model is unknown.
+  virtual StatusOr<MatchResult> MatchSequenceHashes(std::string_view model,
+                                                    std::span<const uint64_t> seq_hashes,
+                                                    const MatchOptions& options = {}) const = 0;
+
+  // Match by tokens: uses the model's block size learned from stored events and
+  // the lora/salt seed (semantics.md section 2). NotFound if the model is
+  // unknown, FailedPrecondition if its block size is not known yet.
+  StatusOr<MatchResult> MatchTokens(std::string_view model, std::span<const uint32_t> tokens,
+                                    std::string_view lora_name, std::string_view cache_salt,
+                                    const MatchOptions& options = {}) const;
+
+  // Match by local hashes, chained from the root into sequence hashes first.
+  StatusOr<MatchResult> MatchLocalHashes(std::string_view model,
+                                         std::span<const uint64_t> local_hashes,
+                                         const MatchOptions& options = {}) const;
+
+  virtual std::optional<uint32_t> BlockSize(std::string_view model) const = 0;
+  virtual std::vector<std::string> Models() const = 0;  // sorted
+  virtual IndexStats Stats() const = 0;
+  virtual std::vector<SourceInfo> Sources() const = 0;  // sorted by model, then source
+
+  // Checkpoint seam: visit every entry (writer thread or quiescent) ...
+  virtual void ForEachEntry(const EntryVisitor& fn) const = 0;
+  // ... and restore one (writer thread). Does not advance applied_seq.
+  virtual void RestoreEntry(std::string_view model, const SourceKey& source, Tier tier,
+                            uint64_t seq_hash, uint32_t block_size) = 0;
+  // Restore the log position after RestoreEntry calls (writer thread).
+  virtual void RestoreAppliedSeq(uint64_t log_position) = 0;
+};
+
+// Sorts match rows: longest desc, then worker, then dp_rank (semantics.md section 5).
+void SortWorkerMatches(std::vector<WorkerMatch>* rows);
+
+}  // namespace kvindex::index

@@ -1,0 +1,53 @@
+// Value types of the tiered index API: match results, statistics, options.
+//
+// Shared by KvIndex (the optimized index) and ReferenceIndex (the test
+// oracle) so both answer in exactly the same shape (semantics.md section 5).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "shared/model/source_key.h"
+#include "shared/model/tier.h"
+
+namespace kvindex::index {
+
+// What one source holds of a query's prefix (semantics.md section 5).
+struct WorkerMatch {
+  SourceKey source;
+  // longest = device + host + disk + external; each matched block counts once,
+  // in the fastest tier that holds it. device_prefix <= longest.
+  uint32_t longest = 0, device = 0, host = 0, disk = 0, external = 0, device_prefix = 0;
+
+  friend bool operator==(const WorkerMatch&, const WorkerMatch&) = default;
+};
+
+struct MatchResult {
+  uint32_t blocks = 0;               // number of full blocks in the query
+  uint64_t applied_seq = 0;          // log position applied when the match ran
+  std::vector<WorkerMatch> workers;  // longest desc, then worker, then dp_rank; longest==0 omitted
+
+  friend bool operator==(const MatchResult&, const MatchResult&) = default;
+};
+
+struct SourceInfo {
+  std::string model;
+  SourceKey source;
+  uint64_t entries[kNumTiers] = {};
+};
+
+struct IndexStats {
+  uint64_t applied_seq = 0;
+  uint64_t digest = 0;  // semantics.md section 6
+  uint64_t entries[kNumTiers] = {};
+  uint64_t sources = 0;          // sources holding at least one entry
+  uint64_t bytes_allocated = 0;  // real bytes held by the index's structures
+};
+
+struct MatchOptions {
+  // Only the first max_blocks blocks of the query are matched. Default: 0 = all.
+  uint32_t max_blocks = 0;
+};
+
+}  // namespace kvindex::index

@@ -1,0 +1,86 @@
+// KvIndex: the tiered KV-cache placement index of the router.
+//
+// Answers "which sources hold the longest prefix of this request, and in which
+// tier" (semantics.md sections 4-6) for every model, while one writer thread
+// applies the totally ordered placement log. One tiered index per model is
+// created on the model's first stored event.
+//
+// Use KvIndex in production; ReferenceIndex (reference_index.h) is the naive
+// oracle for tests. Both implement IndexInterface.
+//
+//   KvIndex index;
+//   index.Apply(stored_event, 1);                      // writer thread
+//   StatusOr<MatchResult> m = index.MatchSequenceHashes("llama", seq);  // any thread
+//   for (const WorkerMatch& w : m->workers) Route(w.source, w.device_prefix);
+//
+// Complexity (n = blocks of a query or event, S = sources of a model, C = table
+// capacity): Apply stored/removed O(n) expected; cleared / worker_expired O(C)
+// (rebuild without the source; rare); match O(n * (1 + S/56)), stopping at the
+// first block no source holds; Stats O(models).
+//
+// Thread safety: Apply*/Restore* from ONE writer thread; everything else from
+// any thread concurrently. Readers never block on the writer except, after a
+// few failed optimistic attempts, for at most one bounded removal chunk. Under
+// concurrent writes a match may undercount but never overcount: it never
+// reports a block after its removal returned, and never a prefix longer than
+// one state the writer passed through (see README.md, "Concurrency").
+// ForEachEntry: writer thread or quiescent.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/base/status.h"
+#include "shared/index/index_interface.h"
+#include "shared/index/index_types.h"
+#include "shared/model/placement_event.h"
+
+namespace kvindex::index {
+
+namespace internal {
+class ModelIndex;
+class MemoryCounter;
+struct ModelList;
+}  // namespace internal
+
+class KvIndex final : public IndexInterface {
+ public:
+  KvIndex();
+  ~KvIndex() override;
+  KvIndex(const KvIndex&) = delete;
+  KvIndex& operator=(const KvIndex&) = delete;
+
+  bool Apply(const PlacementEvent& event, uint64_t log_position) override;
+  StatusOr<MatchResult> MatchSequenceHashes(std::string_view model,
+                                            std::span<const uint64_t> seq_hashes,
+                                            const MatchOptions& options = {}) const override;
+  std::optional<uint32_t> BlockSize(std::string_view model) const override;
+  std::vector<std::string> Models() const override;
+  IndexStats Stats() const override;
+  std::vector<SourceInfo> Sources() const override;
+  void ForEachEntry(const EntryVisitor& fn) const override;
+  void RestoreEntry(std::string_view model, const SourceKey& source, Tier tier, uint64_t seq_hash,
+                    uint32_t block_size) override;
+  void RestoreAppliedSeq(uint64_t log_position) override;
+
+ private:
+  const internal::ModelIndex* FindModel(std::string_view model) const;
+  internal::ModelIndex* GetOrCreateModel(std::string_view model);
+
+  std::unique_ptr<internal::MemoryCounter> memory_;
+  // Copy-on-write list of models, published with release; old lists are kept
+  // until destruction (models are few and never dropped), so readers need no
+  // lock and no grace period to look a model up.
+  std::atomic<const internal::ModelList*> models_;
+  std::vector<std::unique_ptr<const internal::ModelList>> model_lists_;
+  std::vector<std::unique_ptr<internal::ModelIndex>> owned_models_;
+  std::atomic<uint64_t> applied_seq_{0};
+};
+
+}  // namespace kvindex::index

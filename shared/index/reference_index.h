@@ -1,0 +1,54 @@
+// ReferenceIndex: the deliberately naive test oracle of the tiered index.
+//
+// Written from semantics.md sections 4-6 alone, not from KvIndex's structure:
+// each model is an ordered set of (source, tier, hash) entries; a match walks
+// every source and every block; the digest is recomputed from scratch. Slow
+// (O(entries) per query) and obviously correct: differential_test.cc replays
+// random event streams through it and KvIndex and compares every answer.
+//
+//   ReferenceIndex oracle;
+//   oracle.Apply(event, 1);
+//   EXPECT_EQ(*oracle.MatchSequenceHashes("m", seq), *index.MatchSequenceHashes("m", seq));
+//
+// Thread safety: none; single-threaded tests only. bytes_allocated is 0.
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "shared/index/index_interface.h"
+
+namespace kvindex::index {
+
+class ReferenceIndex : public IndexInterface {
+ public:
+  bool Apply(const PlacementEvent& event, uint64_t log_position) override;
+  StatusOr<MatchResult> MatchSequenceHashes(std::string_view model,
+                                            std::span<const uint64_t> seq_hashes,
+                                            const MatchOptions& options = {}) const override;
+  std::optional<uint32_t> BlockSize(std::string_view model) const override;
+  std::vector<std::string> Models() const override;
+  IndexStats Stats() const override;
+  std::vector<SourceInfo> Sources() const override;
+  void ForEachEntry(const EntryVisitor& fn) const override;
+  void RestoreEntry(std::string_view model, const SourceKey& source, Tier tier, uint64_t seq_hash,
+                    uint32_t block_size) override;
+  void RestoreAppliedSeq(uint64_t log_position) override { applied_seq_ = log_position; }
+
+ protected:
+  using Entry = std::tuple<SourceKey, Tier, uint64_t>;
+  struct Model {
+    uint32_t block_size = 0;
+    std::set<Entry> entries;
+  };
+  // Hook for the self-test's deliberately broken index.
+  virtual void Erase(Model& model, const Entry& entry) { model.entries.erase(entry); }
+
+ private:
+  std::map<std::string, Model, std::less<>> models_;
+  uint64_t applied_seq_ = 0;
+};
+
+}  // namespace kvindex::index

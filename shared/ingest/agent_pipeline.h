@@ -1,0 +1,117 @@
+// AgentPipeline: the ingest agent's engine side, as a library. It subscribes
+// to every configured engine KV-event stream, keeps each source's sequence
+// state (SourceSession), normalizes batches (normalize::SourceProcessor),
+// stamps the placement events and hands them to a PlacementPublisher.
+//
+// Used by kvindex-agent (publisher: JetStream, or --output jsonl) and by
+// kvindex-router --embedded (publisher: InProcessSink).
+//
+//   AgentOptions options;
+//   options.node = "node-a";
+//   KVINDEX_ASSIGN_OR_RETURN(options.sources, ParseSourceSpec("worker=w0,engine=vllm,..."));
+//   InProcessSink sink;
+//   AgentPipeline pipeline(options, &sink, &registry);
+//   KVINDEX_RETURN_IF_ERROR(pipeline.Start());
+//   ... pipeline.Ready() ...
+//   pipeline.Stop();
+//
+// Threading (see README.md): one I/O thread per source owns that source's
+// SUB socket, replay DEALER and SourceProcessor, so a slow replay (bounded by
+// replay_timeout) stalls only its own source; one heartbeat thread. Publish
+// calls are serialized by one mutex, which is also what makes event_id
+// strictly increasing in publish order across sources.
+//
+// Thread safety: Start/Stop from one controlling thread (both idempotent;
+// Start after Stop starts again with fresh source state). Ready and Sources
+// may be called from any thread at any time.
+// Invariants: every PlacementEvent published carries agent = options.node,
+// an event_id greater than every earlier one (also across Start/Stop: ids
+// start from the wall clock in ns), and the wall-clock timestamp_ns of its
+// stamping. Each engine batch's events go out in one Publish call.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/base/status.h"
+#include "shared/ingest/source_spec.h"
+#include "shared/publish/publisher.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace kvindex::ingest {
+
+struct AgentOptions {
+  // Agent node id, stamped into every event. Required. Not reloadable.
+  std::string node;
+  // Engine publishers to follow; at least one. Not reloadable.
+  std::vector<SourceSpec> sources;
+  // Longest silence of a replay server before a replay attempt fails.
+  // Default: 2 s.
+  std::chrono::milliseconds replay_timeout{2000};
+  // Minimum time between the end of a gap replay attempt and the next one;
+  // a gap inside it clears the source. Default: 1 s.
+  std::chrono::milliseconds replay_cooldown{1000};
+  // Lease announced in heartbeats, in ms: routers expire the agent's sources
+  // after this long without one. Default: 30 s.
+  uint32_t heartbeat_lease_ms = 30000;
+  // Interval between heartbeats; 0 = a third of the lease. Default: 0.
+  std::chrono::milliseconds heartbeat_interval{0};
+  // SUB socket receive high-water mark, in messages (the engines' PUB HWM).
+  // Default: 100000.
+  int receive_hwm = 100000;
+
+  // InvalidArgument naming the offending field: empty node or sources, bad
+  // spec fields, non-positive timeouts, a model with two block sizes, two
+  // sources on the same pub endpoint.
+  Status Validate() const;
+};
+
+class AgentPipeline {
+ public:
+  // `publisher` must outlive the pipeline; `registry` may be null (no
+  // metrics) and must outlive it otherwise.
+  AgentPipeline(AgentOptions options, PlacementPublisher* publisher,
+                prometheus::Registry* registry);
+  ~AgentPipeline();  // Stop()s
+  AgentPipeline(const AgentPipeline&) = delete;
+  AgentPipeline& operator=(const AgentPipeline&) = delete;
+
+  // Validates the options, opens every SUB socket (connect, or bind for
+  // `bind:`), publishes "cleared" for each source, then starts the I/O
+  // threads, which replay from seq 0 and follow the live streams. Returns
+  // once the clears are published (not after the replays: see Ready()).
+  // InvalidArgument: bad options or endpoint; Unavailable: bind failed.
+  // No-op when running.
+  Status Start();
+  // Stops and joins every thread and closes the sockets. Idempotent. Events
+  // of a Publish call still retrying are dropped (logged).
+  void Stop();
+
+  // True while running once every source finished its start-up replay
+  // attempt (successful or not).
+  bool Ready() const;
+
+  struct SourceStatus {
+    std::string worker;
+    uint32_t dp_rank = 0;
+    std::string model;
+    uint64_t last_seq = 0;
+    bool has_seq = false;
+    uint64_t gaps = 0, replays_ok = 0, replays_failed = 0, restarts = 0;
+  };
+  // One entry per configured source, in configuration order.
+  std::vector<SourceStatus> Sources() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kvindex::ingest

@@ -1,0 +1,274 @@
+#include "shared/ingest/source_session.h"
+
+#include <algorithm>
+
+#include "absl/hash/hash.h"
+#include "shared/log/log.h"
+
+namespace kvindex::ingest {
+namespace {
+
+uint64_t PayloadDigest(Frame payload) {
+  return absl::Hash<std::string_view>{}(
+      std::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
+}
+
+normalize::SourceOptions ProcessorOptions(const SourceSpec& spec) {
+  normalize::SourceOptions options;
+  options.worker = spec.worker;
+  options.model = spec.model;
+  options.block_size = spec.block_size;
+  options.engine = spec.engine;
+  options.dp_rank = spec.dp_rank;
+  return options;
+}
+
+}  // namespace
+
+std::string_view ClearCauseLabel(ClearCause cause) {
+  switch (cause) {
+    case ClearCause::kStartup:
+      return "startup";
+    case ClearCause::kGapUnrecovered:
+      return "gap_unrecovered";
+    case ClearCause::kReplayGap:
+      return "replay_gap";
+    case ClearCause::kRestart:
+      return "restart";
+    case ClearCause::kEpochChange:
+      return "epoch_change";
+    case ClearCause::kDecodeError:
+      return "decode_error";
+    case ClearCause::kCount:
+      break;
+  }
+  return "invalid";
+}
+
+SourceSession::SourceSession(const SourceSpec& spec, SessionOptions options,
+                             normalize::SourceStats* stats, SessionCounters* counters,
+                             ReplayFetcher* replay, BatchSink* sink)
+    : spec_(spec),
+      options_(std::move(options)),
+      stats_(stats),
+      counters_(counters),
+      replay_(replay),
+      sink_(sink),
+      processor_(ProcessorOptions(spec), stats) {}
+
+std::chrono::steady_clock::time_point SourceSession::Now() const {
+  return options_.now ? options_.now() : std::chrono::steady_clock::now();
+}
+
+void SourceSession::CountClear(ClearCause cause) {
+  counters_->clears[static_cast<int>(cause)].fetch_add(1, std::memory_order_relaxed);
+  if (cause == ClearCause::kStartup) return;
+  // Rate-limited: a flapping engine must not flood the log.
+  uint64_t suppressed = 0;
+  if (!clear_warnings_.Allow(&suppressed)) return;
+  log::Get("ingest")->warn("source {} cleared ({}), last seq {} ({} similar suppressed)",
+                           SourceLabel(spec_), ClearCauseLabel(cause), last_seq_, suppressed);
+}
+
+void SourceSession::PublishStartupClear() {
+  events_.clear();
+  processor_.ClearAll(&events_);
+  CountClear(ClearCause::kStartup);
+  counters_->tracked_blocks.store(processor_.tracked_blocks(), std::memory_order_relaxed);
+  if (!events_.empty()) sink_->PublishBatch(&events_);
+}
+
+void SourceSession::Apply(uint64_t seq, Frame payload, std::optional<ClearCause> clear_first) {
+  events_.clear();
+  if (clear_first) {
+    processor_.ClearAll(&events_);
+    CountClear(*clear_first);
+  }
+  const Status status = processor_.ProcessPayload(payload, &events_);
+  if (!status.ok()) {
+    // The processor already cleared the source and appended the kCleared
+    // events: its state is no longer known (semantics.md section 3).
+    CountClear(ClearCause::kDecodeError);
+  }
+  has_seq_ = true;
+  last_seq_ = seq;
+  counters_->last_seq.store(seq, std::memory_order_relaxed);
+  counters_->has_seq.store(true, std::memory_order_relaxed);
+  counters_->tracked_blocks.store(processor_.tracked_blocks(), std::memory_order_relaxed);
+  if (!events_.empty()) sink_->PublishBatch(&events_);
+}
+
+void SourceSession::OnLiveFrames(std::span<const Frame> frames) {
+  LiveMessage message;
+  const FrameError error = ParseLiveMessage(frames, &message);
+  if (error != FrameError::kNone) {
+    counters_->frames_invalid[static_cast<int>(error)].fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  OnLiveMessage(message);
+}
+
+void SourceSession::OnLiveMessage(const LiveMessage& message) {
+  counters_->live_batches.fetch_add(1, std::memory_order_relaxed);
+  const uint64_t seq = message.seq;
+  if (message.topic.epoch) {
+    if (epoch_ && *epoch_ != *message.topic.epoch) {
+      // A new SGLang epoch: the engine restarted, whatever the seq says.
+      epoch_ = std::string(*message.topic.epoch);
+      counters_->restarts.fetch_add(1, std::memory_order_relaxed);
+      normalize::Add(stats_->restarts);
+      overlap_.clear();
+      Apply(seq, message.payload, ClearCause::kEpochChange);
+      return;
+    }
+    if (!epoch_) epoch_ = std::string(*message.topic.epoch);
+  }
+  if (!has_seq_) {
+    // The first batch a fresh source sees is never a gap, whatever its seq.
+    Apply(seq, message.payload, std::nullopt);
+    return;
+  }
+  if (last_seq_ != kReplayEndSeq && seq == last_seq_ + 1) {
+    overlap_.clear();  // the live stream has passed the start-up replay
+    Apply(seq, message.payload, std::nullopt);
+    return;
+  }
+  if (seq <= last_seq_) {
+    if (IsOverlap(seq, message.payload)) {
+      // The live stream repeating what the start-up replay already applied.
+      counters_->overlap_skipped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    // A live stream never repeats a seq: the engine restarted.
+    counters_->restarts.fetch_add(1, std::memory_order_relaxed);
+    normalize::Add(stats_->restarts);
+    overlap_.clear();
+    Apply(seq, message.payload, ClearCause::kRestart);
+    return;
+  }
+  counters_->gaps.fetch_add(1, std::memory_order_relaxed);
+  normalize::Add(stats_->gaps);
+  overlap_.clear();
+  // SourceStats::replays_ok/failed count gaps recovered / gaps that forced a
+  // clear; SessionCounters count replay attempts (start-up included).
+  if (RecoverGap(seq)) {
+    normalize::Add(stats_->replays_ok);
+    Apply(seq, message.payload, std::nullopt);
+  } else {
+    normalize::Add(stats_->replays_failed);
+    Apply(seq, message.payload, ClearCause::kGapUnrecovered);
+  }
+}
+
+bool SourceSession::RecoverGap(uint64_t live_seq) {
+  if (replay_ == nullptr) return false;
+  if (last_replay_end_ && Now() - *last_replay_end_ < options_.replay_cooldown) {
+    counters_->replays_skipped.fetch_add(1, std::memory_order_relaxed);
+    return false;
+  }
+  const uint64_t start = last_seq_ + 1;
+  bool first = true;
+  bool aborted = false;
+  uint64_t received = 0;
+  const Status status = replay_->Fetch(start, [&](const ReplayMessage& reply) -> bool {
+    if (++received > options_.max_replay_batches) {
+      aborted = true;
+      return false;
+    }
+    if (reply.topic.epoch && epoch_ && *reply.topic.epoch != *epoch_) {
+      // The buffer belongs to a newer engine incarnation: it cannot fill the
+      // gap of the old one.
+      aborted = true;
+      return false;
+    }
+    if (first && reply.seq > start) {
+      // The engine no longer buffers `start`: the gap cannot be recovered.
+      aborted = true;
+      return false;
+    }
+    first = false;
+    if (reply.seq >= live_seq) return false;  // the live stream delivers the rest
+    if (reply.seq <= last_seq_) {
+      counters_->overlap_skipped.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    counters_->replayed_batches.fetch_add(1, std::memory_order_relaxed);
+    if (reply.seq == last_seq_ + 1) {
+      Apply(reply.seq, reply.payload, std::nullopt);
+    } else {
+      // A gap inside the replay stream: clear, then apply what follows.
+      counters_->gaps.fetch_add(1, std::memory_order_relaxed);
+      Apply(reply.seq, reply.payload, ClearCause::kReplayGap);
+    }
+    return last_seq_ + 1 < live_seq;  // stop as soon as the gap is covered
+  });
+  last_replay_end_ = Now();
+  const bool covered = !aborted && last_seq_ + 1 == live_seq;
+  if (covered) {
+    counters_->replays_ok.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    counters_->replays_failed.fetch_add(1, std::memory_order_relaxed);
+    uint64_t suppressed = 0;
+    if (replay_warnings_.Allow(&suppressed)) {
+      log::Get("ingest")->warn(
+          "source {}: replay of [{}, {}) from {} failed: {} ({} similar suppressed)",
+          SourceLabel(spec_), start, live_seq, spec_.replay_endpoint,
+          aborted ? "first replayed seq too late or stream unusable" : status.ToString(),
+          suppressed);
+    }
+  }
+  return covered;
+}
+
+bool SourceSession::StartupReplay() {
+  if (replay_ == nullptr) return false;
+  uint64_t received = 0;
+  bool aborted = false;
+  const Status status = replay_->Fetch(0, [&](const ReplayMessage& reply) -> bool {
+    if (++received > options_.max_replay_batches) {
+      aborted = true;
+      return false;
+    }
+    if (reply.topic.epoch) epoch_ = std::string(*reply.topic.epoch);
+    if (has_seq_ && reply.seq <= last_seq_) {
+      counters_->overlap_skipped.fetch_add(1, std::memory_order_relaxed);
+      return true;
+    }
+    counters_->replayed_batches.fetch_add(1, std::memory_order_relaxed);
+    if (!has_seq_ || reply.seq == last_seq_ + 1) {
+      // The first replayed batch is the first batch the fresh source sees:
+      // not a gap, whatever its seq (the engine buffers only its last N).
+      Apply(reply.seq, reply.payload, std::nullopt);
+    } else {
+      counters_->gaps.fetch_add(1, std::memory_order_relaxed);
+      Apply(reply.seq, reply.payload, ClearCause::kReplayGap);
+    }
+    RememberReplayed(reply.seq, reply.payload);
+    return true;
+  });
+  const bool ok = status.ok() && !aborted;
+  if (ok) {
+    counters_->replays_ok.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    counters_->replays_failed.fetch_add(1, std::memory_order_relaxed);
+    log::Get("ingest")->warn("source {}: start-up replay from {} failed: {}", SourceLabel(spec_),
+                             spec_.replay_endpoint,
+                             aborted ? "too many replies" : status.ToString());
+  }
+  return ok;
+}
+
+void SourceSession::RememberReplayed(uint64_t seq, Frame payload) {
+  if (options_.overlap_window == 0) return;
+  overlap_.emplace_back(seq, PayloadDigest(payload));
+  while (overlap_.size() > options_.overlap_window) overlap_.pop_front();
+}
+
+bool SourceSession::IsOverlap(uint64_t seq, Frame payload) const {
+  if (overlap_.empty()) return false;
+  auto it = std::lower_bound(overlap_.begin(), overlap_.end(), seq,
+                             [](const auto& entry, uint64_t s) { return entry.first < s; });
+  return it != overlap_.end() && it->first == seq && it->second == PayloadDigest(payload);
+}
+
+}  // namespace kvindex::ingest

@@ -1,0 +1,150 @@
+#include "shared/ingest/source_spec.h"
+#include "shared/ingest/internal/strings.h"
+
+#include <charconv>
+#include <limits>
+#include <optional>
+
+namespace kvindex::ingest {
+namespace {
+
+constexpr uint32_t kMaxBlockSize = 1u << 20;
+constexpr uint32_t kMaxDpRanks = 1024;
+constexpr std::string_view kBindPrefix = "bind:";
+
+std::optional<uint64_t> ParseUint(std::string_view text) {
+  uint64_t value = 0;
+  if (text.empty()) return std::nullopt;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || ptr != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// Returns `endpoint` with its tcp port advanced by `offset`.
+StatusOr<std::string> ShiftPort(std::string_view endpoint, uint32_t offset) {
+  if (offset == 0) return std::string(endpoint);
+  const size_t colon = endpoint.rfind(':');
+  if (endpoint.substr(0, 6) != "tcp://" || colon == std::string_view::npos || colon < 6) {
+    return absl::InvalidArgumentError(internal::Cat(
+        "dp_ranks > 1 needs tcp endpoints with a numeric port, got '", endpoint, "'"));
+  }
+  std::optional<uint64_t> port = ParseUint(endpoint.substr(colon + 1));
+  if (!port || *port == 0 || *port + offset > 65535) {
+    return absl::InvalidArgumentError(
+        internal::Cat("dp_ranks: port of '", endpoint, "' plus ", offset, " is not a valid port"));
+  }
+  return internal::Cat(endpoint.substr(0, colon + 1), *port + offset);
+}
+
+}  // namespace
+
+StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
+  SourceSpec spec;
+  bool have_worker = false, have_engine = false, have_model = false, have_block_size = false,
+       have_pub = false, have_replay = false, have_dp_ranks = false, have_dp_rank = false;
+  uint32_t dp_ranks = 1;
+  auto error = [&](std::string_view what) {
+    return absl::InvalidArgumentError(internal::Cat("--source '", text, "': ", what));
+  };
+  for (std::string_view item : internal::Split(text, ',')) {
+    item = internal::Trim(item);
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      return error(internal::Cat("expected key=value, got '", item, "'"));
+    }
+    const std::string_view key = internal::Trim(item.substr(0, eq));
+    const std::string_view value = internal::Trim(item.substr(eq + 1));
+    auto once = [&](bool* seen) -> bool {
+      if (*seen) return false;
+      *seen = true;
+      return true;
+    };
+    if (key == "worker") {
+      if (!once(&have_worker)) return error("repeated key 'worker'");
+      if (value.empty()) return error("empty worker");
+      spec.worker = std::string(value);
+    } else if (key == "engine") {
+      if (!once(&have_engine)) return error("repeated key 'engine'");
+      std::optional<wire::EngineKind> kind = wire::EngineKindFromName(value);
+      if (!kind) return error(internal::Cat("unknown engine '", value, "' (vllm, sglang, trtllm)"));
+      spec.engine = *kind;
+    } else if (key == "model") {
+      if (!once(&have_model)) return error("repeated key 'model'");
+      if (value.empty()) return error("empty model");
+      spec.model = std::string(value);
+    } else if (key == "block_size") {
+      if (!once(&have_block_size)) return error("repeated key 'block_size'");
+      std::optional<uint64_t> n = ParseUint(value);
+      if (!n || *n == 0 || *n > kMaxBlockSize) {
+        return error(internal::Cat("invalid block_size '", value, "'"));
+      }
+      spec.block_size = static_cast<uint32_t>(*n);
+    } else if (key == "pub") {
+      if (!once(&have_pub)) return error("repeated key 'pub'");
+      std::string_view endpoint = value;
+      spec.pub_bind = endpoint.substr(0, kBindPrefix.size()) == kBindPrefix;
+      if (spec.pub_bind) endpoint.remove_prefix(kBindPrefix.size());
+      if (endpoint.empty()) return error("empty pub endpoint");
+      spec.pub_endpoint = std::string(endpoint);
+    } else if (key == "replay") {
+      if (!once(&have_replay)) return error("repeated key 'replay'");
+      spec.replay_endpoint = std::string(value);
+    } else if (key == "dp_ranks") {
+      if (!once(&have_dp_ranks)) return error("repeated key 'dp_ranks'");
+      std::optional<uint64_t> n = ParseUint(value);
+      if (!n || *n == 0 || *n > kMaxDpRanks) {
+        return error(internal::Cat("invalid dp_ranks '", value, "'"));
+      }
+      dp_ranks = static_cast<uint32_t>(*n);
+    } else if (key == "dp_rank") {
+      if (!once(&have_dp_rank)) return error("repeated key 'dp_rank'");
+      std::optional<uint64_t> n = ParseUint(value);
+      if (!n || *n > std::numeric_limits<uint32_t>::max()) {
+        return error(internal::Cat("invalid dp_rank '", value, "'"));
+      }
+      spec.dp_rank = static_cast<uint32_t>(*n);
+    } else {
+      return error(internal::Cat("unknown key '", key, "'"));
+    }
+  }
+  if (!have_worker) return error("missing worker=");
+  if (!have_engine) return error("missing engine=");
+  if (!have_model) return error("missing model=");
+  if (!have_block_size) return error("missing block_size=");
+  if (!have_pub) return error("missing pub=");
+  if (have_dp_rank && have_dp_ranks) return error("dp_rank and dp_ranks are exclusive");
+
+  std::vector<SourceSpec> specs;
+  specs.reserve(dp_ranks);
+  for (uint32_t rank = 0; rank < dp_ranks; ++rank) {
+    SourceSpec ranked = spec;
+    if (have_dp_ranks) ranked.dp_rank = rank;
+    StatusOr<std::string> pub = ShiftPort(spec.pub_endpoint, rank);
+    if (!pub.ok()) return error(std::string(pub.status().message()));
+    ranked.pub_endpoint = *std::move(pub);
+    if (!spec.replay_endpoint.empty()) {
+      StatusOr<std::string> replay = ShiftPort(spec.replay_endpoint, rank);
+      if (!replay.ok()) return error(std::string(replay.status().message()));
+      ranked.replay_endpoint = *std::move(replay);
+    }
+    specs.push_back(std::move(ranked));
+  }
+  return specs;
+}
+
+std::string FormatSourceSpec(const SourceSpec& spec) {
+  std::string out =
+      internal::Cat("worker=", spec.worker, ",engine=", wire::EngineKindName(spec.engine),
+                    ",model=", spec.model, ",block_size=", spec.block_size,
+                    ",pub=", spec.pub_bind ? kBindPrefix : std::string_view(), spec.pub_endpoint);
+  if (!spec.replay_endpoint.empty()) out += internal::Cat(",replay=", spec.replay_endpoint);
+  if (spec.dp_rank != 0) out += internal::Cat(",dp_rank=", spec.dp_rank);
+  return out;
+}
+
+std::string SourceLabel(const SourceSpec& spec) {
+  return internal::Cat(spec.worker, "/", spec.dp_rank);
+}
+
+}  // namespace kvindex::ingest

@@ -1,0 +1,112 @@
+#include "shared/ingest/source_spec.h"
+
+#include <gtest/gtest.h>
+
+#include "shared/ingest/agent_pipeline.h"
+
+namespace kvindex::ingest {
+namespace {
+
+TEST(SourceSpecTest, ParsesTheDocumentedExample) {
+  auto specs = ParseSourceSpec(
+      "worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://127.0.0.1:5557,"
+      "replay=tcp://127.0.0.1:5558");
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 1u);
+  const SourceSpec& s = (*specs)[0];
+  EXPECT_EQ(s.worker, "w0");
+  EXPECT_EQ(s.engine, wire::EngineKind::kVllm);
+  EXPECT_EQ(s.model, "M");
+  EXPECT_EQ(s.block_size, 16u);
+  EXPECT_EQ(s.pub_endpoint, "tcp://127.0.0.1:5557");
+  EXPECT_FALSE(s.pub_bind);
+  EXPECT_EQ(s.replay_endpoint, "tcp://127.0.0.1:5558");
+  EXPECT_EQ(s.dp_rank, 0u);
+  EXPECT_EQ(SourceLabel(s), "w0/0");
+  // Round trip.
+  auto again = ParseSourceSpec(FormatSourceSpec(s));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ((*again)[0], s);
+}
+
+TEST(SourceSpecTest, BindPrefixAndNoReplay) {
+  auto specs = ParseSourceSpec(
+      " worker = w1 , engine=sglang, model=meta/llama, block_size=32, pub=bind:tcp://*:6000 ");
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  const SourceSpec& s = (*specs)[0];
+  EXPECT_TRUE(s.pub_bind);
+  EXPECT_EQ(s.pub_endpoint, "tcp://*:6000");
+  EXPECT_EQ(s.engine, wire::EngineKind::kSglang);
+  EXPECT_TRUE(s.replay_endpoint.empty());
+}
+
+TEST(SourceSpecTest, DpRanksExpandOnConsecutivePorts) {
+  auto specs = ParseSourceSpec(
+      "worker=w0,engine=trtllm,model=M,block_size=16,pub=tcp://10.0.0.1:5557,"
+      "replay=tcp://10.0.0.1:6557,dp_ranks=3");
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 3u);
+  for (uint32_t r = 0; r < 3; ++r) {
+    EXPECT_EQ((*specs)[r].dp_rank, r);
+    EXPECT_EQ((*specs)[r].worker, "w0");
+    EXPECT_EQ((*specs)[r].pub_endpoint, "tcp://10.0.0.1:" + std::to_string(5557 + r));
+    EXPECT_EQ((*specs)[r].replay_endpoint, "tcp://10.0.0.1:" + std::to_string(6557 + r));
+  }
+}
+
+TEST(SourceSpecTest, ExplicitDpRank) {
+  auto specs = ParseSourceSpec(
+      "worker=w0,engine=vllm,model=M,block_size=16,pub=ipc:///tmp/x,"
+      "dp_rank=3");
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  EXPECT_EQ((*specs)[0].dp_rank, 3u);
+}
+
+TEST(SourceSpecTest, RejectsBadInput) {
+  const char* bad[] = {
+      "",
+      "worker=w0",
+      "worker=w0,engine=tgi,model=M,block_size=16,pub=tcp://h:1",
+      "worker=w0,engine=vllm,model=M,block_size=0,pub=tcp://h:1",
+      "worker=w0,engine=vllm,model=M,block_size=abc,pub=tcp://h:1",
+      "worker=w0,engine=vllm,model=M,block_size=16",
+      "worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://h:1,colour=red",
+      "worker=w0,worker=w1,engine=vllm,model=M,block_size=16,pub=tcp://h:1",
+      "worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://h:1,nokey",
+      "worker=,engine=vllm,model=M,block_size=16,pub=tcp://h:1",
+      "worker=w0,engine=vllm,model=M,block_size=16,pub=bind:",
+      "worker=w0,engine=vllm,model=M,block_size=16,pub=ipc:///a,dp_ranks=2",
+      "worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://h:65535,dp_ranks=2",
+      "worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://h:1,dp_ranks=0",
+      "worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://h:1,dp_ranks=2,dp_rank=1",
+  };
+  for (const char* text : bad) {
+    auto specs = ParseSourceSpec(text);
+    EXPECT_FALSE(specs.ok()) << text;
+    if (!specs.ok()) {
+      EXPECT_EQ(specs.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    }
+  }
+}
+
+TEST(AgentOptionsTest, Validate) {
+  AgentOptions options;
+  EXPECT_FALSE(options.Validate().ok());  // no node
+  options.node = "n";
+  EXPECT_FALSE(options.Validate().ok());  // no sources
+  auto a = ParseSourceSpec("worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://h:1");
+  auto b = ParseSourceSpec("worker=w1,engine=vllm,model=M,block_size=32,pub=tcp://h:2");
+  auto c = ParseSourceSpec("worker=w1,engine=vllm,model=M,block_size=16,pub=tcp://h:1");
+  options.sources = *a;
+  EXPECT_TRUE(options.Validate().ok());
+  options.sources.push_back((*b)[0]);
+  EXPECT_FALSE(options.Validate().ok());  // model with two block sizes
+  options.sources = {(*a)[0], (*c)[0]};
+  EXPECT_FALSE(options.Validate().ok());  // same pub endpoint twice
+  options.sources = *a;
+  options.replay_timeout = std::chrono::milliseconds(0);
+  EXPECT_FALSE(options.Validate().ok());
+}
+
+}  // namespace
+}  // namespace kvindex::ingest
