@@ -59,7 +59,9 @@ for args in (["--bogus"], ["--source", SOURCE, "--output", "jsonl"],
              ["--node", "n", "--source", "worker=w0", "--output", "jsonl"],
              ["--node", "n", "--source", SOURCE, "--output", "jsonl", "--lease", "soon"],
              ["--node", "n", "--source", SOURCE, "--output", "xml"],
-             ["--node", "n", "--source", SOURCE]):
+             ["--node", "n", "--source", SOURCE],
+             ["--node", "n", "--output", "jsonl", "--source",
+              "worker=w0,engine=vllm,model=M,block_size=16,pub=nonsense://x"]):
     r = run(args)
     check(r.returncode == 2, "exit code for %s: %r" % (args, r))
     check(r.stderr.strip().count("\n") == 0 and r.stderr.strip(), "one-line error for %s: %r" % (args, r.stderr))

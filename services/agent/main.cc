@@ -204,7 +204,9 @@ int main(int argc, char** argv) {
 
   if (Status status = pipeline.Start(); !status.ok()) {
     if (server) server->Stop();
-    return Fail(std::string(status.message()), 1);
+    // A malformed endpoint is a flag error (2); an address in use is not (1).
+    return Fail(std::string(status.message()),
+                status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1);
   }
   logger->info("agent {} following {} source(s)", options.node, options.sources.size());
 

@@ -79,8 +79,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--auth-token-file", auth_token_file,
                  "File holding the bearer token required by the API");
-  app.add_option("--auth-token", auth_token,
-                 "Bearer token required by the API (prefer KVINDEX_AUTH_TOKEN or --auth-token-file)");
+  app.add_option(
+      "--auth-token", auth_token,
+      "Bearer token required by the API (prefer KVINDEX_AUTH_TOKEN or --auth-token-file)");
   app.add_flag("--metrics-auth", options.metrics_auth,
                "Require the bearer token on /metrics too (/healthz and /readyz stay open)");
 
@@ -137,13 +138,14 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  const std::string listen = options.http;
   router::Router router(std::move(options));
   if (Status status = router.Start(); !status.ok()) {
     logger->error("start failed: {}", status.ToString());
     return 1;
   }
-  logger->info("serving on http://{} (port {}), {} sources, data dir ready", "127.0.0.1",
-               router.port(), sources.size());
+  logger->info("serving on {} (port {}), {} --source values", listen, router.port(),
+               sources.size());
   std::fprintf(stderr, "kvindex-router: listening on port %u\n", router.port());
 
   int received = 0;

@@ -16,10 +16,14 @@ std::string TierLabel(int tier) {
 
 std::string_view EndpointLabel(Endpoint endpoint) {
   switch (endpoint) {
-    case Endpoint::kMatch: return "match";
-    case Endpoint::kQuery: return "query";
-    case Endpoint::kState: return "state";
-    case Endpoint::kWorkers: return "workers";
+    case Endpoint::kMatch:
+      return "match";
+    case Endpoint::kQuery:
+      return "query";
+    case Endpoint::kState:
+      return "state";
+    case Endpoint::kWorkers:
+      return "workers";
   }
   return "unknown";
 }
@@ -41,8 +45,7 @@ void LatencyHistogram::Export(prometheus::MetricFamily& family,
     cumulative += buckets_[i].load(std::memory_order_relaxed);
     prometheus::ClientMetric::Bucket bucket;
     bucket.cumulative_count = cumulative;
-    bucket.upper_bound =
-        i < kBounds.size() ? kBounds[i] : std::numeric_limits<double>::infinity();
+    bucket.upper_bound = i < kBounds.size() ? kBounds[i] : std::numeric_limits<double>::infinity();
     metric.histogram.bucket.push_back(bucket);
   }
   metric.histogram.sample_count = cumulative;
@@ -51,7 +54,8 @@ void LatencyHistogram::Export(prometheus::MetricFamily& family,
 }
 
 void RouterProbe::ApplyTally::Add(const PlacementEvent& event, bool applied) {
-  const bool has_tier = event.kind == PlacementKind::kStored || event.kind == PlacementKind::kRemoved;
+  const bool has_tier =
+      event.kind == PlacementKind::kStored || event.kind == PlacementKind::kRemoved;
   const int tier = has_tier ? static_cast<int>(event.tier) : kNumTiers;
   counts[static_cast<int>(event.kind)][applied ? 0 : 1][tier] += 1;
 }
@@ -93,17 +97,18 @@ std::vector<prometheus::MetricFamily> RouterProbe::Collect() const {
                         k == static_cast<int>(PlacementKind::kRemoved);
     for (int s = 0; s < 2; ++s) {
       for (int t = tiered ? 0 : kNumTiers; t <= (tiered ? kNumTiers - 1 : kNumTiers); ++t) {
-        metrics::AddSample(applied, static_cast<double>(applied_[k][s][t].load()),
-                           {{"event_type", std::string(PlacementKindName(static_cast<PlacementKind>(k)))},
-                            {"status", std::string(kStatusLabels[s])},
-                            {"tier", TierLabel(t)}});
+        metrics::AddSample(
+            applied, static_cast<double>(applied_[k][s][t].load()),
+            {{"event_type", std::string(PlacementKindName(static_cast<PlacementKind>(k)))},
+             {"status", std::string(kStatusLabels[s])},
+             {"tier", TierLabel(t)}});
       }
     }
   }
   out.push_back(std::move(applied));
 
-  auto lag_messages = metrics::GaugeFamily(
-      "kvindex_router_apply_lag_messages", "Events published to the log and not applied yet");
+  auto lag_messages = metrics::GaugeFamily("kvindex_router_apply_lag_messages",
+                                           "Events published to the log and not applied yet");
   metrics::AddSample(lag_messages, pending_ ? static_cast<double>(pending_()) : 0.0);
   out.push_back(std::move(lag_messages));
 
@@ -165,12 +170,12 @@ std::vector<prometheus::MetricFamily> RouterProbe::Collect() const {
     auto per_entry = metrics::GaugeFamily(
         "kvindex_router_index_bytes_per_entry",
         "Bytes allocated by the index divided by the number of entries (0 when empty)");
-    metrics::AddSample(per_entry, total == 0 ? 0.0
-                                             : static_cast<double>(stats.bytes_allocated) /
-                                                   static_cast<double>(total));
+    metrics::AddSample(
+        per_entry,
+        total == 0 ? 0.0 : static_cast<double>(stats.bytes_allocated) / static_cast<double>(total));
     out.push_back(std::move(per_entry));
-    auto sources = metrics::GaugeFamily("kvindex_router_index_sources",
-                                        "Sources holding at least one entry");
+    auto sources =
+        metrics::GaugeFamily("kvindex_router_index_sources", "Sources holding at least one entry");
     metrics::AddSample(sources, static_cast<double>(stats.sources));
     out.push_back(std::move(sources));
   }

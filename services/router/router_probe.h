@@ -37,8 +37,8 @@ namespace kvindex::router {
 class LatencyHistogram {
  public:
   // Upper bounds in seconds: 5us .. 100ms.
-  static constexpr std::array<double, 14> kBounds = {5e-6,   10e-6, 25e-6, 50e-6, 100e-6,
-                                                     250e-6, 500e-6, 1e-3, 2.5e-3, 5e-3,
+  static constexpr std::array<double, 14> kBounds = {5e-6,   10e-6,  25e-6, 50e-6,  100e-6,
+                                                     250e-6, 500e-6, 1e-3,  2.5e-3, 5e-3,
                                                      10e-3,  25e-3,  50e-3, 100e-3};
   void Observe(double seconds);
   // Appends one histogram sample (cumulative buckets) to `family`.

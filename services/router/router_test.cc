@@ -18,8 +18,8 @@ RouterOptions TestOptions() {
                          .string();
   options.embedded = true;
   options.agent.node = "test-node";
-  auto specs = ingest::ParseSourceSpec(
-      "worker=w0,engine=vllm,model=m,block_size=4,pub=tcp://127.0.0.1:1");
+  auto specs =
+      ingest::ParseSourceSpec("worker=w0,engine=vllm,model=m,block_size=4,pub=tcp://127.0.0.1:1");
   EXPECT_TRUE(specs.ok()) << specs.status();
   if (specs.ok()) options.agent.sources = *specs;
   options.agent.replay_timeout = std::chrono::milliseconds(100);
@@ -43,6 +43,18 @@ TEST(RouterTest, StartStopTwice) {
     router.Stop();
   }
   EXPECT_TRUE(std::filesystem::is_directory(TestOptions().data_dir));
+  std::filesystem::remove_all(TestOptions().data_dir);
+}
+
+TEST(RouterTest, BusyPortFailsCleanly) {
+  Router first(TestOptions());
+  ASSERT_TRUE(first.Start().ok());
+  RouterOptions options = TestOptions();
+  options.http = "127.0.0.1:" + std::to_string(first.port());
+  Router second(options);
+  EXPECT_EQ(second.Start().code(), absl::StatusCode::kUnavailable);
+  second.Stop();
+  first.Stop();
   std::filesystem::remove_all(TestOptions().data_dir);
 }
 

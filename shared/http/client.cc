@@ -155,17 +155,19 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
     }
   }
   freeaddrinfo(found);
-  if (fd < 0) return absl::UnavailableError(Cat("http: cannot connect to ", where, ": ", last_error));
+  if (fd < 0)
+    return absl::UnavailableError(Cat("http: cannot connect to ", where, ": ", last_error));
   Fd socket(fd);
 
-  std::string out = Cat(request.method, " ", request.url.base_path,
-                                 request.path.empty() ? "/" : request.path, " HTTP/1.1\r\nHost: ",
-                                 where, "\r\nConnection: close\r\nAccept: */*\r\n");
+  std::string out =
+      Cat(request.method, " ", request.url.base_path, request.path.empty() ? "/" : request.path,
+          " HTTP/1.1\r\nHost: ", where, "\r\nConnection: close\r\nAccept: */*\r\n");
   if (!request.body.empty() || request.method == "POST" || request.method == "PUT") {
     internal::Append(&out, "Content-Type: ", request.content_type,
-                    "\r\nContent-Length: ", request.body.size(), "\r\n");
+                     "\r\nContent-Length: ", request.body.size(), "\r\n");
   }
-  for (const auto& [name, value] : request.headers) internal::Append(&out, name, ": ", value, "\r\n");
+  for (const auto& [name, value] : request.headers)
+    internal::Append(&out, name, ": ", value, "\r\n");
   out.append("\r\n");
   out.append(request.body);
 
@@ -241,11 +243,14 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
     if (colon == std::string_view::npos) continue;
     std::string name = internal::ToLower(line.substr(0, colon));
     std::string value(Trim(line.substr(colon + 1)));
-    if (name == "transfer-encoding" && internal::ToLower(value).find("chunked") != std::string::npos) chunked = true;
+    if (name == "transfer-encoding" &&
+        internal::ToLower(value).find("chunked") != std::string::npos)
+      chunked = true;
     response.headers.emplace_back(std::move(name), std::move(value));
   }
   std::string_view body(in.data() + header_end + 4, in.size() - header_end - 4);
-  if (content_length != UINT64_MAX && body.size() > content_length) body = body.substr(0, content_length);
+  if (content_length != UINT64_MAX && body.size() > content_length)
+    body = body.substr(0, content_length);
   if (chunked) {
     if (!Dechunk(body, &response.body)) {
       return absl::UnavailableError(Cat("http: bad chunked body from ", where));

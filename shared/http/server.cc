@@ -23,22 +23,38 @@ using internal::Cat;
 
 std::string_view StatusText(int status) {
   switch (status) {
-    case 200: return "OK";
-    case 201: return "Created";
-    case 204: return "No Content";
-    case 400: return "Bad Request";
-    case 401: return "Unauthorized";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 411: return "Length Required";
-    case 413: return "Payload Too Large";
-    case 415: return "Unsupported Media Type";
-    case 429: return "Too Many Requests";
-    case 500: return "Internal Server Error";
-    case 503: return "Service Unavailable";
-    default: return "Status";
+    case 200:
+      return "OK";
+    case 201:
+      return "Created";
+    case 204:
+      return "No Content";
+    case 400:
+      return "Bad Request";
+    case 401:
+      return "Unauthorized";
+    case 403:
+      return "Forbidden";
+    case 404:
+      return "Not Found";
+    case 405:
+      return "Method Not Allowed";
+    case 408:
+      return "Request Timeout";
+    case 411:
+      return "Length Required";
+    case 413:
+      return "Payload Too Large";
+    case 415:
+      return "Unsupported Media Type";
+    case 429:
+      return "Too Many Requests";
+    case 500:
+      return "Internal Server Error";
+    case 503:
+      return "Service Unavailable";
+    default:
+      return "Status";
   }
 }
 
@@ -85,11 +101,21 @@ void AppendJsonEscaped(std::string_view text, std::string* out) {
   for (char c : text) {
     const auto u = static_cast<unsigned char>(c);
     switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
       default:
         if (u < 0x20) {
           out->append("\\u00");
@@ -127,14 +153,12 @@ Status ServerOptions::Validate() const {
   if (listen.empty()) return absl::InvalidArgumentError("http: listen address is empty");
   const size_t colon = listen.rfind(':');
   uint32_t port = 0;
-  if (colon == std::string::npos || !internal::ParseUnsigned(std::string_view(listen).substr(colon + 1), &port) ||
-      port > 65535) {
-    return absl::InvalidArgumentError(
-        Cat("http: listen address '", listen, "' is not host:port"));
+  if (colon == std::string::npos ||
+      !internal::ParseUnsigned(std::string_view(listen).substr(colon + 1), &port) || port > 65535) {
+    return absl::InvalidArgumentError(Cat("http: listen address '", listen, "' is not host:port"));
   }
   if (threads == 0 || threads > 4096) {
-    return absl::InvalidArgumentError(
-        Cat("http: threads must be in [1, 4096], got ", threads));
+    return absl::InvalidArgumentError(Cat("http: threads must be in [1, 4096], got ", threads));
   }
   if (max_body_bytes == 0) return absl::InvalidArgumentError("http: max_body_bytes must be > 0");
   return absl::OkStatus();
@@ -179,9 +203,10 @@ void Server::Impl::Send(mg_connection* conn, const Response& response, bool clos
   thread_local std::string out;
   out.clear();
   internal::Append(&out, "HTTP/1.1 ", response.status, " ", StatusText(response.status),
-                  "\r\nContent-Type: ", response.content_type,
-                  "\r\nContent-Length: ", response.body.size(), "\r\n");
-  for (const auto& [name, value] : response.headers) internal::Append(&out, name, ": ", value, "\r\n");
+                   "\r\nContent-Type: ", response.content_type,
+                   "\r\nContent-Length: ", response.body.size(), "\r\n");
+  for (const auto& [name, value] : response.headers)
+    internal::Append(&out, name, ": ", value, "\r\n");
   if (close) {
     out.append("Connection: close\r\n");
     mg_disable_keep_alive(conn);
@@ -219,7 +244,7 @@ int Server::Impl::Serve(mg_connection* conn) {
   if (found == nullptr) {
     SetError(response, 405,
              Cat("method ", request.method, " not allowed on ", request.path,
-                          " (allowed: ", path_routes->allow, ")"));
+                 " (allowed: ", path_routes->allow, ")"));
     response.headers.emplace_back("Allow", path_routes->allow);
     Send(conn, response, false);
     return 405;
@@ -230,8 +255,7 @@ int Server::Impl::Serve(mg_connection* conn) {
     constexpr std::string_view kBearer = "Bearer ";
     const bool ok = auth.size() > kBearer.size() &&
                     strncasecmp(auth.data(), kBearer.data(), kBearer.size()) == 0 &&
-                    TokenEquals(internal::Trim(auth.substr(kBearer.size())),
-                                options.bearer_token);
+                    TokenEquals(internal::Trim(auth.substr(kBearer.size())), options.bearer_token);
     if (!ok) {
       SetError(response, 401, "missing or wrong bearer token (Authorization: Bearer <token>)");
       response.headers.emplace_back("WWW-Authenticate", "Bearer");
@@ -363,8 +387,8 @@ Status Server::Start() {
   error.text_buffer_size = sizeof(error_text);
   mg_context* ctx = mg_start2(&init, &error);
   if (ctx == nullptr) {
-    return absl::UnavailableError(Cat("http: cannot listen on ", impl_->options.listen,
-                                               ": ", error_text[0] ? error_text : "start failed"));
+    return absl::UnavailableError(Cat("http: cannot listen on ", impl_->options.listen, ": ",
+                                      error_text[0] ? error_text : "start failed"));
   }
   mg_server_port ports[4];
   std::memset(ports, 0, sizeof(ports));

@@ -44,10 +44,12 @@ void AddRoutes(Server& server) {
     response.body = std::string(request.body);
     response.headers.emplace_back("X-Test", std::string(request.Header("x-client")));
   });
-  server.Handle("GET", "/healthz", [](const Request&, Response& response) {
-    response.content_type = "text/plain";
-    response.body = "ok\n";
-  }, {.open = true});
+  server.Handle("GET", "/healthz",
+                [](const Request&, Response& response) {
+                  response.content_type = "text/plain";
+                  response.body = "ok\n";
+                },
+                {.open = true});
 }
 
 TEST(ServerTest, RoutesMethodsAndLimits) {

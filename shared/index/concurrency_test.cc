@@ -33,7 +33,7 @@ struct Bound {
 };
 
 struct Script {
-  std::vector<PlacementEvent> events;         // ends with every source cleared
+  std::vector<PlacementEvent> events;  // ends with every source cleared
   std::vector<std::vector<uint64_t>> queries;
   std::vector<SourceKey> sources;
   // expected[state][query][source]; state 0 = empty, state i = after event i-1.
@@ -94,7 +94,8 @@ Script MakeScript(uint64_t seed) {
       script.events.push_back(event(PlacementKind::kCleared, filler));
     }
   }
-  for (const SourceKey& s : script.sources) script.events.push_back(event(PlacementKind::kCleared, s));
+  for (const SourceKey& s : script.sources)
+    script.events.push_back(event(PlacementKind::kCleared, s));
   script.events.push_back(event(PlacementKind::kCleared, filler));
 
   // Expected answers of every state, from the oracle.
@@ -141,9 +142,7 @@ TEST(ConcurrencyTest, ReadersNeverOvercountWhileOneWriterApplies) {
   std::atomic<uint64_t> done{0};  // events of the script fully applied
   std::atomic<bool> stop{false};
 
-  auto state_of = [&](uint64_t applied) {
-    return applied == 0 ? 0 : (applied - 1) % len + 1;
-  };
+  auto state_of = [&](uint64_t applied) { return applied == 0 ? 0 : (applied - 1) % len + 1; };
 
   std::atomic<uint64_t> reads{0}, violations{0}, nonzero{0};
   std::vector<std::string> first_violation(kReaders);

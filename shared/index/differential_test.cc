@@ -24,7 +24,7 @@ struct StreamShape {
   int models = 3;
   int workers = 6;  // x ranks = sources
   int ranks = 3;
-  int steps = 3000;
+  int steps = 2500;
 };
 
 // A random prefix tree per model: chains share prefixes, as real prompts do.
@@ -108,7 +108,8 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
       e.kind = PlacementKind::kHeartbeat;
     }
     // Occasionally replay an old position: both must ignore it.
-    const uint64_t at = (rng() % 20 == 0 && position > 0) ? position - rng() % position : ++position;
+    const uint64_t at =
+        (rng() % 20 == 0 && position > 0) ? position - rng() % position : ++position;
     const bool applied_a = a.Apply(e, at);
     const bool applied_b = b.Apply(e, at);
     std::ostringstream where;
@@ -124,8 +125,7 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
     for (int t = 0; t < kNumTiers; ++t) {
       if (sa.entries[t] != sb.entries[t]) {
         return where.str() + "entries of tier " + std::string(TierName(static_cast<Tier>(t))) +
-               " differ: " + std::to_string(sa.entries[t]) + " vs " +
-               std::to_string(sb.entries[t]);
+               " differ: " + std::to_string(sa.entries[t]) + " vs " + std::to_string(sb.entries[t]);
       }
     }
     if (a.Models() != b.Models()) return where.str() + "models differ";
@@ -174,12 +174,14 @@ std::optional<uint64_t> EnvU64(const char* name) {
 }
 
 TEST(DifferentialTest, MatchesOracleOnRandomStreams) {
-  std::vector<uint64_t> seeds = {1, 2, 3, 4, 5, 6};
+  std::vector<uint64_t> seeds = {1, 2, 3, 4};
   if (auto seed = EnvU64("KVINDEX_SEED")) seeds = {*seed};
   for (uint64_t seed : seeds) {
     StreamShape shape;
-    // Odd seeds use enough sources to span several 56-source holder groups.
-    if (seed % 2 == 1) shape.workers = 50;
+    // Sources span one, three or two 56-source holder groups (each has its
+    // own match path).
+    if (seed % 3 == 1) shape.workers = 50;
+    if (seed % 3 == 2) shape.workers = 30;
     if (auto steps = EnvU64("KVINDEX_STEPS")) shape.steps = static_cast<int>(*steps);
     KvIndex index;
     ReferenceIndex oracle;

@@ -126,8 +126,9 @@ std::vector<SourceInfo> KvIndex::Sources() const {
 
 void KvIndex::ForEachEntry(const EntryVisitor& fn) const {
   for (const ModelIndex* m : models_.load(std::memory_order_acquire)->models) {
-    m->ForEachEntry(
-        [&](const SourceKey& source, Tier tier, uint64_t hash) { fn(m->model(), source, tier, hash); });
+    m->ForEachEntry([&](const SourceKey& source, Tier tier, uint64_t hash) {
+      fn(m->model(), source, tier, hash);
+    });
   }
 }
 

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 
-
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 

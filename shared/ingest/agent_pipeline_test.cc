@@ -8,6 +8,7 @@
 #include <prometheus/text_serializer.h>
 
 #include "shared/ingest/zmq_test_util.h"
+#include "shared/publish/in_process_sink.h"
 
 namespace kvindex::ingest {
 namespace {
@@ -165,31 +166,33 @@ TEST_F(AgentPipelineTest, DecodeErrorAndBadFramesNeverStopTheAgent) {
   engine.Send(1, GarbagePayload());
   engine.Send(2, StoredBatch(2));
   EXPECT_EQ(WaitRender("C|S0|C|S2"), "C|S0|C|S2");
+  // Metrics are synced after each wake-up of the source thread: wait for
+  // all of them rather than assuming one wake-up.
+  const std::vector<std::string> expected = {
+      "kvindex_agent_decode_errors_total{source=\"w0/0\"} 1",
+      "kvindex_agent_frames_invalid_total{reason=\"frame_count\",source=\"w0/0\"} 3",
+      "kvindex_agent_frames_invalid_total{reason=\"seq_length\",source=\"w0/0\"} 1",
+      "kvindex_agent_events_dropped_total{reason=\"decode_error\",source=\"w0/0\"} 1",
+      "kvindex_agent_clears_total{cause=\"decode_error\",source=\"w0/0\"} 1",
+      "kvindex_agent_last_sequence{source=\"w0/0\"} 2",
+      "kvindex_agent_source_ready{source=\"w0/0\"} 1",
+      "kvindex_agent_publish_latency_seconds_count",
+  };
   prometheus::TextSerializer serializer;
   std::string text;
-  ASSERT_TRUE(sink_.WaitFor(
+  const bool all_there = sink_.WaitFor(
       [&] {
         text = serializer.Serialize(registry.Collect());
-        return text.find("kvindex_agent_decode_errors_total{source=\"w0/0\"} 1") !=
-                   std::string::npos &&
-               text.find(
-                   "kvindex_agent_frames_invalid_total{reason=\"frame_count\",source=\"w0/0\"} "
-                   "3") != std::string::npos;
+        for (const std::string& line : expected) {
+          if (text.find(line) == std::string::npos) return false;
+        }
+        return true;
       },
-      kWait))
-      << text;
-  EXPECT_NE(
-      text.find("kvindex_agent_frames_invalid_total{reason=\"seq_length\",source=\"w0/0\"} 1"),
-      std::string::npos);
-  EXPECT_NE(
-      text.find("kvindex_agent_events_dropped_total{reason=\"decode_error\",source=\"w0/0\"} 1"),
-      std::string::npos)
-      << text;
-  EXPECT_NE(text.find("kvindex_agent_clears_total{cause=\"decode_error\",source=\"w0/0\"} 1"),
-            std::string::npos);
-  EXPECT_NE(text.find("kvindex_agent_last_sequence{source=\"w0/0\"} 2"), std::string::npos);
-  EXPECT_NE(text.find("kvindex_agent_publish_latency_seconds_count"), std::string::npos);
-  EXPECT_NE(text.find("kvindex_agent_source_ready{source=\"w0/0\"} 1"), std::string::npos);
+      kWait);
+  for (const std::string& line : expected) {
+    EXPECT_NE(text.find(line), std::string::npos) << line;
+  }
+  EXPECT_TRUE(all_there);
 }
 
 TEST_F(AgentPipelineTest, MultiRankSourcesOnConsecutivePorts) {
@@ -292,6 +295,45 @@ TEST_F(AgentPipelineTest, StampsEventsAndStartsAndStopsTwice) {
     }
   }
   EXPECT_GE(heartbeats, 2);  // one at each start
+}
+
+TEST_F(AgentPipelineTest, FeedsAnInProcessSinkInOrder) {
+  EnginePublisher engine(context_);
+  options_.sources = {Spec(engine.endpoint())};
+  InProcessSink sink(1024);
+  AgentPipeline pipeline(options_, &sink, nullptr);
+  ASSERT_TRUE(pipeline.Start().ok());
+  ASSERT_TRUE(engine.WaitForSubscriber());
+  ASSERT_TRUE(sink_.WaitFor([&] { return pipeline.Ready(); }, kWait));
+  for (uint64_t s = 0; s < 5; ++s) engine.Send(s, StoredBatch(s));
+  std::vector<PlacementEvent> events;
+  const auto deadline = std::chrono::steady_clock::now() + kWait;
+  auto stored = [&] {
+    int n = 0;
+    for (const auto& e : events) n += e.kind == PlacementKind::kStored;
+    return n;
+  };
+  while (stored() < 5 && std::chrono::steady_clock::now() < deadline) {
+    sink.Drain(&events, 100, std::chrono::milliseconds(50));
+  }
+  pipeline.Stop();
+  ASSERT_EQ(stored(), 5);
+  std::vector<std::vector<PlacementEvent>> as_batches;
+  for (const auto& e : events) as_batches.push_back({e});
+  EXPECT_EQ(testing::Renderer().Batches(as_batches), "C|S0|S1|S2|S3|S4");
+}
+
+TEST_F(AgentPipelineTest, SameWorkerOnTwoEndpointsKeepsMetricSeriesApart) {
+  EnginePublisher a(context_), b(context_);
+  options_.sources = {Spec(a.endpoint()), Spec(b.endpoint())};
+  prometheus::Registry registry;
+  AgentPipeline pipeline(options_, &sink_, &registry);
+  StartAndWait(pipeline, {&a, &b});
+  prometheus::TextSerializer serializer;
+  const std::string text = serializer.Serialize(registry.Collect());
+  EXPECT_NE(text.find("source=\"w0/0@" + a.endpoint() + "\""), std::string::npos) << text;
+  EXPECT_NE(text.find("source=\"w0/0@" + b.endpoint() + "\""), std::string::npos);
+  EXPECT_EQ(text.find("source=\"w0/0\""), std::string::npos);
 }
 
 TEST_F(AgentPipelineTest, StartFailsCleanlyOnBadEndpoints) {

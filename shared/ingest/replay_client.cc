@@ -1,8 +1,8 @@
 #include "shared/ingest/replay_client.h"
-#include "shared/ingest/internal/strings.h"
 
 #include <algorithm>
 
+#include "shared/ingest/internal/strings.h"
 #include "shared/ingest/internal/zmq_util.h"
 
 namespace kvindex::ingest {

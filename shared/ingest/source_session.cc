@@ -209,7 +209,7 @@ bool SourceSession::RecoverGap(uint64_t live_seq) {
   } else {
     counters_->replays_failed.fetch_add(1, std::memory_order_relaxed);
     uint64_t suppressed = 0;
-    if (replay_warnings_.Allow(&suppressed)) {
+    if (status.code() != absl::StatusCode::kCancelled && replay_warnings_.Allow(&suppressed)) {
       log::Get("ingest")->warn(
           "source {}: replay of [{}, {}) from {} failed: {} ({} similar suppressed)",
           SourceLabel(spec_), start, live_seq, spec_.replay_endpoint,
@@ -251,6 +251,7 @@ bool SourceSession::StartupReplay() {
     counters_->replays_ok.fetch_add(1, std::memory_order_relaxed);
   } else {
     counters_->replays_failed.fetch_add(1, std::memory_order_relaxed);
+    if (status.code() == absl::StatusCode::kCancelled) return false;  // stopping
     log::Get("ingest")->warn("source {}: start-up replay from {} failed: {}", SourceLabel(spec_),
                              spec_.replay_endpoint,
                              aborted ? "too many replies" : status.ToString());

@@ -1,9 +1,10 @@
 #include "shared/ingest/source_spec.h"
-#include "shared/ingest/internal/strings.h"
 
 #include <charconv>
 #include <limits>
 #include <optional>
+
+#include "shared/ingest/internal/strings.h"
 
 namespace kvindex::ingest {
 namespace {

@@ -33,13 +33,16 @@ SourceProcessor::~SourceProcessor() = default;
 
 RankState& SourceProcessor::Rank(uint32_t dp_rank) {
   // Few ranks per socket (usually one): a sorted vector beats a map.
-  auto it = std::lower_bound(ranks_.begin(), ranks_.end(), dp_rank,
-                             [](const std::unique_ptr<RankState>& state, uint32_t rank) {
-                               return state->dp_rank < rank;
-                             });
+  auto it = std::lower_bound(
+      ranks_.begin(), ranks_.end(), dp_rank,
+      [](const std::unique_ptr<RankState>& state, uint32_t rank) { return state->dp_rank < rank; });
   if (it != ranks_.end() && (*it)->dp_rank == dp_rank) return **it;
   auto state = std::make_unique<RankState>();
   state->dp_rank = dp_rank;
+  if (options_.expected_blocks > 0) {
+    state->engine.reserve(options_.expected_blocks);
+    state->canonical.reserve(options_.expected_blocks);
+  }
   return **ranks_.insert(it, std::move(state));
 }
 
@@ -219,9 +222,9 @@ void SourceProcessor::Stored(RankState& rank, const EngineEvent& event,
   // the whole event are in flight together instead of one miss per access.
   sequence_.resize(hashes.size());
   for (uint32_t i = 0; i < hashes.size(); ++i) {
-    sequence_[i] = i == 0 && !parent.has_value()   ? local_[0]
-                   : i == 0                        ? hashing::ChainHash(*parent, local_[0])
-                                                   : hashing::ChainHash(sequence_[i - 1], local_[i]);
+    sequence_[i] = i == 0 && !parent.has_value() ? local_[0]
+                   : i == 0                      ? hashing::ChainHash(*parent, local_[0])
+                                                 : hashing::ChainHash(sequence_[i - 1], local_[i]);
   }
   for (uint32_t i = 0; i < hashes.size(); ++i) {
     rank.engine.prefetch(hashes[i]);
@@ -358,7 +361,8 @@ void SourceProcessor::InformationalHashes(const RankState& rank, const EngineEve
   }
   const size_t n = std::min(local_.size(), block_outcomes_.size());
   for (size_t i = 0; i < n; ++i) {
-    const uint64_t canonical = parent.has_value() ? hashing::ChainHash(*parent, local_[i]) : local_[i];
+    const uint64_t canonical =
+        parent.has_value() ? hashing::ChainHash(*parent, local_[i]) : local_[i];
     block_outcomes_[i].canonical = canonical;
     parent = canonical;
   }

@@ -74,6 +74,11 @@ struct SourceOptions {
   // string it points to must outlive the processor. Default: group 0,
   // "full_attention".
   GroupFilter group;
+  // Capacity hint: engine blocks a rank is expected to hold across its
+  // tiers (e.g. the engine's GPU block count). The per-rank maps are sized
+  // for it up front, so steady state never rehashes. 0 = grow on demand.
+  // Default: 0.
+  uint32_t expected_blocks = 0;
 
   Status Validate() const;
 };
@@ -127,8 +132,7 @@ class SourceProcessor {
   // records it for emission when it went 0 -> 1.
   void Increment(internal::RankState& rank, internal::EngineEntry& entry, Tier tier,
                  uint32_t index);
-  void EmitStoredRuns(const internal::RankState& rank, Tier tier,
-                      std::vector<PlacementEvent>* out);
+  void EmitStoredRuns(const internal::RankState& rank, Tier tier, std::vector<PlacementEvent>* out);
   PlacementEvent& NewPlacement(PlacementKind kind, uint32_t dp_rank,
                                std::vector<PlacementEvent>* out);
   void InformationalHashes(const internal::RankState& rank, const wire::EngineEvent& event);

@@ -91,8 +91,8 @@ class Recorder : public EventObserver {
     size_t placements;
   };
   void OnEvent(const wire::EngineEvent& event, const EventOutcome& outcome) override {
-    Seen seen{event.type, outcome.drop, outcome.dropped_blocks, outcome.tier, {},
-              outcome.informational, outcome.placements.size()};
+    Seen seen{event.type, outcome.drop,          outcome.dropped_blocks,   outcome.tier,
+              {},         outcome.informational, outcome.placements.size()};
     for (const BlockOutcome& block : outcome.blocks) seen.canonical.push_back(block.canonical);
     events.push_back(std::move(seen));
   }
@@ -175,9 +175,9 @@ PlacementEvent ClearedEvent(uint32_t rank = 0) {
 TEST(SourceProcessorTest, EveryStoredGoldenVectorNormalizesIdentically) {
   const std::vector<uint64_t> expected = Canonical(GoldenTokens());
   ASSERT_EQ(expected.size(), 2u);
-  for (const char* name : {"A_legacy_array_minimal", "A2_legacy_array_engine_shaped",
-                           "B_map_minimal", "B2_map_engine_shaped",
-                           "C_map16_header_engine_shaped"}) {
+  for (const char* name :
+       {"A_legacy_array_minimal", "A2_legacy_array_engine_shaped", "B_map_minimal",
+        "B2_map_engine_shaped", "C_map16_header_engine_shaped"}) {
     SCOPED_TRACE(name);
     Harness h;
     const std::vector<PlacementEvent> out = h.ApplyBytes(ReadGolden(name));
@@ -228,8 +228,8 @@ TEST(SourceProcessorTest, MapAndArrayFormsAndHashEncodingsNormalizeIdentically) 
   };
   std::vector<std::vector<PlacementEvent>> results;
   for (EventForm form : {EventForm::kMap, EventForm::kArray}) {
-    for (HashEncoding enc : {HashEncoding::kUint, HashEncoding::kSigned, HashEncoding::kBin32,
-                             HashEncoding::kStr32}) {
+    for (HashEncoding enc :
+         {HashEncoding::kUint, HashEncoding::kSigned, HashEncoding::kBin32, HashEncoding::kStr32}) {
       for (bool two : {false, true}) {
         Harness h;
         const EncodeOptions options{.form = form, .hashes = enc, .two_element = two};
@@ -302,8 +302,8 @@ TEST(SourceProcessorTest, EveryDropReasonInCheckOrder) {
       {"placeholder block size 0", with([](WireEvent& e) { e.block_size = 0; }),
        DropReason::kUnresolvedPlaceholder, 2},
       // block_size beats token count
-      {"block size", with([](WireEvent& e) { e.block_size = 32; }),
-       DropReason::kBlockSizeMismatch, 1},
+      {"block size", with([](WireEvent& e) { e.block_size = 32; }), DropReason::kBlockSizeMismatch,
+       1},
       // token count beats parent
       {"token count", with([](WireEvent& e) {
          e.token_ids.pop_back();
@@ -312,8 +312,8 @@ TEST(SourceProcessorTest, EveryDropReasonInCheckOrder) {
        DropReason::kTokenCountMismatch, 1},
       {"token count too many", with([](WireEvent& e) { e.block_hashes = {1}; }),
        DropReason::kTokenCountMismatch, 1},
-      {"parent", with([](WireEvent& e) { e.parent_block_hash = 777; }),
-       DropReason::kParentNotFound, 1},
+      {"parent", with([](WireEvent& e) { e.parent_block_hash = 777; }), DropReason::kParentNotFound,
+       1},
   };
   for (const DropCase& c : cases) {
     for (EventForm form : {EventForm::kMap, EventForm::kArray}) {
@@ -465,8 +465,7 @@ TEST(SourceProcessorTest, PlaceholdersResolveThroughTheMap) {
   EXPECT_THAT(h.Apply({Remove({21, 22, 23, 24})}), ElementsAre(Removed(Tier::kDevice, c)));
   EXPECT_EQ(h.processor.tracked_blocks(), 2u);
   // Disk placeholder resolves through the entry CPU keeps alive.
-  EXPECT_THAT(h.Apply({Placeholder({24}, "DISK")}),
-              ElementsAre(Stored(Tier::kDisk, {c[3]}, c[2])));
+  EXPECT_THAT(h.Apply({Placeholder({24}, "DISK")}), ElementsAre(Stored(Tier::kDisk, {c[3]}, c[2])));
   EXPECT_THAT(h.Apply({Remove({23, 24}, "CPU"), Remove({24}, "DISK")}),
               ElementsAre(Removed(Tier::kHost, {c[2], c[3]}), Removed(Tier::kDisk, {c[3]})));
   EXPECT_EQ(h.processor.tracked_blocks(), 0u);
@@ -534,8 +533,8 @@ TEST(SourceProcessorTest, EagleBigramsHashWindowsOfBPlusOne) {
 
 TEST(SourceProcessorTest, LoraNameAndCacheSaltSeedTheLocalHash) {
   const std::vector<uint32_t> tokens = TokenRange(1, 2 * kB);
-  for (auto [lora, salt] : {std::pair{"my-lora", ""}, std::pair{"", "salt"},
-                            std::pair{"my-lora", "salt"}}) {
+  for (auto [lora, salt] :
+       {std::pair{"my-lora", ""}, std::pair{"", "salt"}, std::pair{"my-lora", "salt"}}) {
     Harness h;
     WireEvent e = Store({1, 2}, tokens);
     if (*lora) e.lora_name = lora;
@@ -553,16 +552,16 @@ TEST(SourceProcessorTest, TwoWorkersWithDifferentEngineHashesAgreeOnCanonicalHas
   b.engine = wire::EngineKind::kSglang;
   Harness vllm(a), sglang(b);
   const std::vector<uint32_t> tokens = TokenRange(9, 3 * kB);
-  std::vector<PlacementEvent> x = vllm.Apply({Store({0xaaaa, 0xbbbb}, {tokens.begin(), tokens.end() - kB})});
+  std::vector<PlacementEvent> x =
+      vllm.Apply({Store({0xaaaa, 0xbbbb}, {tokens.begin(), tokens.end() - kB})});
   for (auto& e : vllm.Apply({Store({0xcccc}, {tokens.end() - kB, tokens.end()}, 0xbbbb)})) {
     x.push_back(e);
   }
   // SGLang: negative signed hashes, one event, map form.
-  const std::vector<PlacementEvent> y =
-      sglang.Apply({Store({static_cast<uint64_t>(-5), static_cast<uint64_t>(-6),
-                           static_cast<uint64_t>(-7)},
-                          tokens)},
-                   {.hashes = HashEncoding::kSigned});
+  const std::vector<PlacementEvent> y = sglang.Apply(
+      {Store({static_cast<uint64_t>(-5), static_cast<uint64_t>(-6), static_cast<uint64_t>(-7)},
+             tokens)},
+      {.hashes = HashEncoding::kSigned});
   std::vector<uint64_t> hx, hy;
   for (const auto& e : x) hx.insert(hx.end(), e.block_hashes.begin(), e.block_hashes.end());
   for (const auto& e : y) hy.insert(hy.end(), e.block_hashes.begin(), e.block_hashes.end());
@@ -648,8 +647,8 @@ TEST(SourceProcessorTest, RandomStreamsMatchANaiveReferenceCount) {
       e = Clear();
       model.clear();
     }
-    for (const PlacementEvent& p : h.Apply({e}, {.form = rng() % 2 ? EventForm::kMap
-                                                                     : EventForm::kArray})) {
+    for (const PlacementEvent& p :
+         h.Apply({e}, {.form = rng() % 2 ? EventForm::kMap : EventForm::kArray})) {
       const int pt = static_cast<int>(p.tier);
       if (p.kind == PlacementKind::kCleared) published.clear();
       for (uint64_t c : p.block_hashes) {

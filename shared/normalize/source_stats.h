@@ -35,13 +35,13 @@ struct SourceStats {
   std::atomic<uint64_t> events_received[4] = {};
   // Engine blocks (len(block_hashes)) in stored / removed events.
   std::atomic<uint64_t> blocks_received[2] = {};
-  std::atomic<uint64_t> batches = 0;        // payloads handed to ProcessPayload
-  std::atomic<uint64_t> empty_batches = 0;  // decoded batches with no events (heartbeats)
-  std::atomic<uint64_t> decode_errors = 0;  // payloads that did not decode
-  std::atomic<uint64_t> unknown_keys = 0;   // unknown map keys in known events (ignored)
-  std::atomic<uint64_t> placements_stored = 0;   // "stored" placement events emitted
-  std::atomic<uint64_t> placements_removed = 0;  // "removed" placement events emitted
-  std::atomic<uint64_t> blocks_published_stored = 0;   // blocks in them (0 -> 1)
+  std::atomic<uint64_t> batches = 0;                  // payloads handed to ProcessPayload
+  std::atomic<uint64_t> empty_batches = 0;            // decoded batches with no events (heartbeats)
+  std::atomic<uint64_t> decode_errors = 0;            // payloads that did not decode
+  std::atomic<uint64_t> unknown_keys = 0;             // unknown map keys in known events (ignored)
+  std::atomic<uint64_t> placements_stored = 0;        // "stored" placement events emitted
+  std::atomic<uint64_t> placements_removed = 0;       // "removed" placement events emitted
+  std::atomic<uint64_t> blocks_published_stored = 0;  // blocks in them (0 -> 1)
   std::atomic<uint64_t> blocks_published_removed = 0;  // blocks in them (1 -> 0)
   std::atomic<uint64_t> placeholder_blocks_resolved = 0;
   std::atomic<uint64_t> clears = 0;  // "cleared" placement events emitted (any cause)

@@ -30,10 +30,8 @@ namespace {
 void AppendOne(std::string* out, std::string_view piece) { out->append(piece); }
 void AppendOne(std::string* out, const char* piece) { out->append(piece); }
 template <typename T>
-  requires std::is_integral_v<T>
-void AppendOne(std::string* out, T value) {
-  out->append(std::to_string(value));
-}
+requires std::is_integral_v<T>
+void AppendOne(std::string* out, T value) { out->append(std::to_string(value)); }
 template <typename... Pieces>
 std::string Concat(const Pieces&... pieces) {
   std::string out;
@@ -138,8 +136,8 @@ std::string_view FieldLabel(Field field) {
 // Positional layout of the legacy array form, after the tag (declaration
 // order of the engine's msgspec structs). Positions beyond these are ignored.
 constexpr Field kStoredPositions[] = {
-    Field::kBlockHashes, Field::kParentBlockHash, Field::kTokenIds, Field::kBlockSize,
-    Field::kLoraId,      Field::kMedium,          Field::kLoraName, Field::kExtraKeys,
+    Field::kBlockHashes, Field::kParentBlockHash, Field::kTokenIds,      Field::kBlockSize,
+    Field::kLoraId,      Field::kMedium,          Field::kLoraName,      Field::kExtraKeys,
     Field::kGroupIdx,    Field::kSpecKind,        Field::kSlidingWindow,
 };
 constexpr Field kRemovedPositions[] = {Field::kBlockHashes, Field::kMedium, Field::kGroupIdx};
@@ -182,8 +180,8 @@ class DecodeRun {
   }
   bool Truncated() { return Fail(r_.offset(), "truncated or malformed msgpack"); }
   bool WrongType(size_t offset, Field field, std::string_view want, const Header& got) {
-    return Fail(offset, Concat(FieldLabel(field), " must be ", want, ", got ",
-                                     MsgTypeName(got.type)));
+    return Fail(offset,
+                Concat(FieldLabel(field), " must be ", want, ", got ", MsgTypeName(got.type)));
   }
 
   bool DecodeEvent(EngineBatch* batch);
@@ -213,8 +211,8 @@ bool DecodeRun::Run(EngineBatch* batch) {
   Header h;
   if (!r_.Next(&h)) return Truncated();
   if (h.type != MsgType::kArray) {
-    return Fail(0, Concat("batch must be an array [ts, events, dp_rank], got ",
-                                MsgTypeName(h.type)));
+    return Fail(0,
+                Concat("batch must be an array [ts, events, dp_rank], got ", MsgTypeName(h.type)));
   }
   const uint32_t envelope_size = h.count;
   if (envelope_size < 2) {
@@ -253,8 +251,8 @@ bool DecodeRun::Run(EngineBatch* batch) {
     } else if (h.AsUint64(&rank) && rank <= UINT32_MAX) {
       batch->dp_rank = static_cast<uint32_t>(rank);
     } else {
-      return Fail(offset, Concat("batch dp_rank must be a uint32 or nil, got ",
-                                       MsgTypeName(h.type)));
+      return Fail(offset,
+                  Concat("batch dp_rank must be a uint32 or nil, got ", MsgTypeName(h.type)));
     }
     // Elements after dp_rank are a future extension of the envelope: skipped.
     if (!SkipValues(envelope_size - 3)) return false;
@@ -403,21 +401,8 @@ bool DecodeRun::DecodeField(Field field, EngineEvent* event, BatchDecoder::Slots
       }
       return true;
     }
-    case Field::kLoraId: {
-      // Deprecated and unused: never fail a payload over it.
-      Header h;
-      const uint8_t* start = r_.position();
-      if (!r_.Next(&h)) return Truncated();
-      int64_t value = 0;
-      if (h.AsInt64(&value)) {
-        event->lora_id = value;
-      } else {
-        event->lora_id.reset();
-        r_.Seek(start);
-        return SkipValues(1);
-      }
-      return true;
-    }
+    case Field::kLoraId:  // deprecated and unused, but typed: int or nil
+      return DecodeOptionalInt(field, &event->lora_id);
     case Field::kMedium:
       return DecodeOptionalStr(field, &event->medium);
     case Field::kLoraName:
@@ -434,8 +419,18 @@ bool DecodeRun::DecodeField(Field field, EngineEvent* event, BatchDecoder::Slots
       if (h.type != MsgType::kArray) return WrongType(offset, field, "an array or nil", h);
       event->has_extra_keys = true;
       event->extra_keys_non_nil = 0;
+      // [tuple or nil]: each entry is an array (opaque contents) or nil.
       for (uint32_t k = 0; k < h.count; ++k) {
-        if (r_.remaining() > 0 && *r_.position() != 0xc0) ++event->extra_keys_non_nil;
+        const size_t entry_offset = r_.offset();
+        const uint8_t* entry_start = r_.position();
+        Header entry;
+        if (!r_.Next(&entry)) return Truncated();
+        if (entry.type == MsgType::kNil) continue;
+        if (entry.type != MsgType::kArray) {
+          return WrongType(entry_offset, field, "a list of arrays or nils", entry);
+        }
+        ++event->extra_keys_non_nil;
+        r_.Seek(entry_start);
         if (!SkipValues(1)) return false;
       }
       return true;

@@ -16,8 +16,8 @@ namespace kvindex::wire {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::GoldenTokens;
+using ::testing::HasSubstr;
 using testing::kGoldenHash0;
 using testing::kGoldenHash1;
 using testing::kGoldenTs;
@@ -26,7 +26,9 @@ using testing::ReadGolden;
 std::vector<uint64_t> Hashes(const EngineEvent& e) {
   return {e.block_hashes.begin(), e.block_hashes.end()};
 }
-std::vector<uint32_t> Tokens(const EngineEvent& e) { return {e.token_ids.begin(), e.token_ids.end()}; }
+std::vector<uint32_t> Tokens(const EngineEvent& e) {
+  return {e.token_ids.begin(), e.token_ids.end()};
+}
 
 WireEvent GoldenStored(bool engine_shaped) {
   WireEvent e;
@@ -105,13 +107,12 @@ TEST_P(GoldenStoredTest, EncoderReproducesTheBytes) {
 
 INSTANTIATE_TEST_SUITE_P(
     Vectors, GoldenStoredTest,
-    ::testing::Values(GoldenStoredCase{"A_legacy_array_minimal", EventForm::kArray, false, false},
-                      GoldenStoredCase{"A2_legacy_array_engine_shaped", EventForm::kArray, true,
-                                       false},
-                      GoldenStoredCase{"B_map_minimal", EventForm::kMap, false, false},
-                      GoldenStoredCase{"B2_map_engine_shaped", EventForm::kMap, true, false},
-                      GoldenStoredCase{"C_map16_header_engine_shaped", EventForm::kMap, true,
-                                       true}),
+    ::testing::Values(
+        GoldenStoredCase{"A_legacy_array_minimal", EventForm::kArray, false, false},
+        GoldenStoredCase{"A2_legacy_array_engine_shaped", EventForm::kArray, true, false},
+        GoldenStoredCase{"B_map_minimal", EventForm::kMap, false, false},
+        GoldenStoredCase{"B2_map_engine_shaped", EventForm::kMap, true, false},
+        GoldenStoredCase{"C_map16_header_engine_shaped", EventForm::kMap, true, true}),
     [](const auto& info) {
       const std::string name = info.param.name;
       return name.substr(0, name.find('_'));
@@ -178,11 +179,17 @@ EngineBatch DecodeOk(BatchDecoder& decoder, std::vector<uint8_t>& bytes,
 }
 
 TEST(BatchDecoderTest, EveryHashEncodingNormalizesToTheSameBits) {
-  const std::vector<uint64_t> hashes = {0, 1, 127, 128, 0xffff, 0x1'0000'0000ull,
-                                        0x8000000000000000ull, 0xffffffffffffffffull,
+  const std::vector<uint64_t> hashes = {0,
+                                        1,
+                                        127,
+                                        128,
+                                        0xffff,
+                                        0x1'0000'0000ull,
+                                        0x8000000000000000ull,
+                                        0xffffffffffffffffull,
                                         kGoldenHash0};
-  for (HashEncoding enc : {HashEncoding::kUint, HashEncoding::kSigned, HashEncoding::kBin32,
-                           HashEncoding::kStr32}) {
+  for (HashEncoding enc :
+       {HashEncoding::kUint, HashEncoding::kSigned, HashEncoding::kBin32, HashEncoding::kStr32}) {
     for (EventForm form : {EventForm::kMap, EventForm::kArray}) {
       WireEvent e = GoldenStored(false);
       e.block_hashes = hashes;
@@ -322,7 +329,7 @@ TEST(BatchDecoderTest, StoredOnlyKeysInARemovedEventAreUnknownKeys) {
   w.ArrayHeader(0);
   w.Str("token_ids");
   w.Str("not even an array");  // ignored: not a BlockRemoved field
-  w.Uint(5);                    // non-string key
+  w.Uint(5);                   // non-string key
   w.Uint(6);
   w.Nil();
   BatchDecoder decoder;
@@ -378,7 +385,8 @@ TEST(BatchDecoderTest, ShortLegacyArraysAndIgnoredTrailingPositions) {
   BatchDecoder decoder;
   std::vector<uint8_t> bytes;
   // Older engines: only block_hashes .. block_size.
-  EngineBatch batch = DecodeOk(decoder, bytes, {&e, 1}, {.form = EventForm::kArray, .array_fields = 4});
+  EngineBatch batch =
+      DecodeOk(decoder, bytes, {&e, 1}, {.form = EventForm::kArray, .array_fields = 4});
   EXPECT_EQ(batch.events[0].block_size, 16u);
   EXPECT_EQ(batch.events[0].medium, std::nullopt);
   EXPECT_EQ(batch.events[0].group_idx, std::nullopt);
@@ -405,6 +413,38 @@ TEST(BatchDecoderTest, ShortLegacyArraysAndIgnoredTrailingPositions) {
   w.Uint(0);
   ASSERT_TRUE(decoder.Decode(bytes, &batch).ok());
   EXPECT_EQ(batch.events[0].locality, std::nullopt);
+}
+
+TEST(BatchDecoderTest, ExtraKeysTuplesAreCountedNotParsed) {
+  std::vector<uint8_t> bytes;
+  MsgpackWriter w(&bytes);
+  w.ArrayHeader(3);
+  w.Float64(1);
+  w.ArrayHeader(1);
+  w.MapHeader(4);
+  w.Str("type");
+  w.Str("BlockStored");
+  w.Str("block_hashes");
+  w.ArrayHeader(0);
+  w.Str("extra_keys");
+  w.ArrayHeader(3);
+  w.ArrayHeader(2);  // ("mm-hash", 0)
+  w.Str("mm-hash");
+  w.Uint(0);
+  w.Nil();
+  w.ArrayHeader(1);
+  w.MapHeader(1);  // nested content stays opaque
+  w.Str("k");
+  w.Float64(2);
+  w.Str("lora_id");
+  w.Int(-3);
+  w.Uint(0);
+  BatchDecoder decoder;
+  EngineBatch batch;
+  ASSERT_TRUE(decoder.Decode(bytes, &batch).ok());
+  EXPECT_TRUE(batch.events[0].has_extra_keys);
+  EXPECT_EQ(batch.events[0].extra_keys_non_nil, 2u);
+  EXPECT_EQ(batch.events[0].lora_id, -3);
 }
 
 TEST(BatchDecoderTest, MissingBlockSizeIsZero) {
@@ -602,6 +642,28 @@ TEST(BatchDecoderTest, WrongTypesFailTheWholePayloadWithAnOffset) {
          w.Int(-16);
        }),
        11 + 1 + 12 + 1 + 1 + 1, "block_size"},
+      {"lora_id str", OneEvent([](MsgpackWriter& w) {
+         w.ArrayHeader(6);
+         w.Str("BlockStored");
+         w.ArrayHeader(0);
+         w.Nil();
+         w.ArrayHeader(0);
+         w.Uint(0);
+         w.Str("1");
+       }),
+       11 + 1 + 12 + 1 + 1 + 1 + 1, "lora_id must be an int or nil"},
+      {"extra_keys entry int", OneEvent([](MsgpackWriter& w) {
+         w.MapHeader(3);
+         w.Str("type");
+         w.Str("BlockStored");
+         w.Str("block_hashes");
+         w.ArrayHeader(0);
+         w.Str("extra_keys");
+         w.ArrayHeader(2);
+         w.Nil();
+         w.Uint(7);
+       }),
+       11 + 1 + 5 + 12 + 13 + 1 + 11 + 1 + 1, "extra_keys must be a list of arrays or nils"},
       {"tag int", OneEvent([](MsgpackWriter& w) {
          w.ArrayHeader(1);
          w.Uint(1);
@@ -638,10 +700,10 @@ TEST(BatchDecoderTest, WrongTypesFailTheWholePayloadWithAnOffset) {
 }
 
 TEST(BatchDecoderTest, EveryTruncationOfEveryGoldenVectorFailsCleanly) {
-  for (const char* name : {"A_legacy_array_minimal", "A2_legacy_array_engine_shaped",
-                           "B_map_minimal", "B2_map_engine_shaped", "C_map16_header_engine_shaped",
-                           "D_map_removed_and_cleared", "D2_legacy_array_removed_and_cleared",
-                           "E_map_empty_heartbeat_batch"}) {
+  for (const char* name :
+       {"A_legacy_array_minimal", "A2_legacy_array_engine_shaped", "B_map_minimal",
+        "B2_map_engine_shaped", "C_map16_header_engine_shaped", "D_map_removed_and_cleared",
+        "D2_legacy_array_removed_and_cleared", "E_map_empty_heartbeat_batch"}) {
     const std::vector<uint8_t> payload = ReadGolden(name);
     ASSERT_FALSE(payload.empty()) << name;
     BatchDecoder decoder;
@@ -657,8 +719,8 @@ TEST(BatchDecoderTest, EveryTruncationOfEveryGoldenVectorFailsCleanly) {
 
 TEST(BatchDecoderTest, HostileCountsFailFast) {
   // array32 claiming 4 billion events in a 20-byte payload.
-  const std::vector<uint8_t> bytes = {0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0,
-                                      0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0};
+  const std::vector<uint8_t> bytes = {0x93, 0xcb, 0,    0,    0,    0,    0,    0,
+                                      0,    0,    0xdd, 0xff, 0xff, 0xff, 0xff, 0xc0};
   BatchDecoder decoder;
   EngineBatch batch;
   EXPECT_FALSE(decoder.Decode(bytes, &batch).ok());

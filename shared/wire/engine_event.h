@@ -57,8 +57,8 @@ struct EngineEvent {
   std::optional<uint64_t> parent_block_hash;  // nullopt = nil (root)
   std::span<const uint32_t> token_ids;        // flattened, see TokenLayout
   TokenLayout token_layout = TokenLayout::kFlat;
-  uint32_t block_size = 0;            // missing or nil -> 0 (placeholder)
-  std::optional<int64_t> lora_id;     // deprecated; decoded, never used
+  uint32_t block_size = 0;                     // missing or nil -> 0 (placeholder)
+  std::optional<int64_t> lora_id;              // deprecated; decoded, never used
   std::optional<std::string_view> lora_name;   // local hash seed
   std::optional<std::string_view> cache_salt;  // SGLang; local hash seed
   // extra_keys: nil/absent -> has_extra_keys false. Per-block entries are

@@ -176,8 +176,7 @@ void StoredArray(const WireEvent& e, const EncodeOptions& o, MsgpackWriter* w) {
 
 void RemovedMap(const WireEvent& e, const EncodeOptions& o, MsgpackWriter* w) {
   const uint32_t entries = 3 + e.group_idx.has_value() + e.locality.has_value() +
-                           e.ownership.has_value() +
-                           static_cast<uint32_t>(e.unknown_keys.size());
+                           e.ownership.has_value() + static_cast<uint32_t>(e.unknown_keys.size());
   Header(entries, o, w);
   w->Str("type");
   w->Str("BlockRemoved");

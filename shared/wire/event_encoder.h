@@ -46,13 +46,13 @@ struct WireEvent {
   bool omit_block_size = false;  // map form: leave the key out
   std::optional<std::string> medium = {};
   std::optional<std::string> lora_name = {};
-  std::optional<std::string> cache_salt = {};  // map form only (SGLang)
+  std::optional<std::string> cache_salt = {};    // map form only (SGLang)
   std::optional<uint32_t> extra_keys_nils = {};  // extra_keys = [nil] * n
   std::optional<int64_t> group_idx = {};
   std::optional<std::string> kv_cache_spec_kind = {};
   std::optional<int64_t> kv_cache_spec_sliding_window = {};
-  std::optional<std::string> locality = {};   // map form only
-  std::optional<std::string> ownership = {};  // map form only
+  std::optional<std::string> locality = {};    // map form only
+  std::optional<std::string> ownership = {};   // map form only
   std::optional<std::string> session_id = {};  // map form only
   std::vector<std::string> unknown_keys = {};  // map form: extra keys with value 1
 };
@@ -60,9 +60,9 @@ struct WireEvent {
 struct EncodeOptions {
   EventForm form = EventForm::kMap;
   HashEncoding hashes = HashEncoding::kUint;
-  bool map16 = false;          // map events with a map16 header
-  bool two_element = false;    // envelope [ts, events] (vLLM <= 0.9)
-  uint32_t array_fields = 0;   // array form: write only this many fields after the tag (0 = all)
+  bool map16 = false;         // map events with a map16 header
+  bool two_element = false;   // envelope [ts, events] (vLLM <= 0.9)
+  uint32_t array_fields = 0;  // array form: write only this many fields after the tag (0 = all)
 };
 
 void EncodeHash(uint64_t hash, HashEncoding encoding, MsgpackWriter* w);

@@ -36,7 +36,9 @@ class MsgpackWriter {
   void ArrayHeader(uint32_t count);
   void MapHeader(uint32_t count);
   void Map16Header(uint16_t count);  // always de + 2 bytes
-  void Raw(std::span<const uint8_t> bytes) { out_->insert(out_->end(), bytes.begin(), bytes.end()); }
+  void Raw(std::span<const uint8_t> bytes) {
+    out_->insert(out_->end(), bytes.begin(), bytes.end());
+  }
 
  private:
   void Be(uint64_t value, int bytes);

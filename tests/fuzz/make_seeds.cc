@@ -43,10 +43,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string vectors = argv[1], out = argv[2];
-  for (const char* name : {"A_legacy_array_minimal", "A2_legacy_array_engine_shaped",
-                           "B_map_minimal", "B2_map_engine_shaped", "C_map16_header_engine_shaped",
-                           "D_map_removed_and_cleared", "D2_legacy_array_removed_and_cleared",
-                           "E_map_empty_heartbeat_batch"}) {
+  for (const char* name :
+       {"A_legacy_array_minimal", "A2_legacy_array_engine_shaped", "B_map_minimal",
+        "B2_map_engine_shaped", "C_map16_header_engine_shaped", "D_map_removed_and_cleared",
+        "D2_legacy_array_removed_and_cleared", "E_map_empty_heartbeat_batch"}) {
     std::ifstream in(vectors + "/" + name + ".msgpack", std::ios::binary);
     const std::vector<uint8_t> payload(std::istreambuf_iterator<char>(in), {});
     if (payload.empty()) {
@@ -59,26 +59,40 @@ int main(int argc, char** argv) {
 
   // A chain stored on GPU, re-announced on CPU as a placeholder and as a
   // chunk, partly removed, then an unknown event and a clear.
-  WireEvent gpu{.type = EventType::kBlockStored, .block_hashes = {1, 2, 3, 4},
-                .token_ids = Tokens(7, 64), .block_size = 16, .medium = "GPU"};
-  WireEvent placeholder{.type = EventType::kBlockStored, .block_hashes = {2, 3, 99},
-                        .medium = "CPU"};
-  WireEvent chunk{.type = EventType::kBlockStored, .block_hashes = {3, 4},
-                  .parent_block_hash = 2, .token_ids = Tokens(7 + 32 * 977, 32),
-                  .block_size = 16, .medium = "CPU_PINNED", .lora_name = "lora",
-                  .cache_salt = "salt", .locality = "LOCAL"};
-  WireEvent removed{.type = EventType::kBlockRemoved, .block_hashes = {4, 3, 3, 42},
-                    .medium = "GPU", .group_idx = 0};
+  WireEvent gpu{.type = EventType::kBlockStored,
+                .block_hashes = {1, 2, 3, 4},
+                .token_ids = Tokens(7, 64),
+                .block_size = 16,
+                .medium = "GPU"};
+  WireEvent placeholder{
+      .type = EventType::kBlockStored, .block_hashes = {2, 3, 99}, .medium = "CPU"};
+  WireEvent chunk{.type = EventType::kBlockStored,
+                  .block_hashes = {3, 4},
+                  .parent_block_hash = 2,
+                  .token_ids = Tokens(7 + 32 * 977, 32),
+                  .block_size = 16,
+                  .medium = "CPU_PINNED",
+                  .lora_name = "lora",
+                  .cache_salt = "salt",
+                  .locality = "LOCAL"};
+  WireEvent removed{.type = EventType::kBlockRemoved,
+                    .block_hashes = {4, 3, 3, 42},
+                    .medium = "GPU",
+                    .group_idx = 0};
   WireEvent unknown{.type = EventType::kUnknown, .tag = "BlockInactive"};
-  WireEvent eagle{.type = EventType::kBlockStored, .block_hashes = {7, 8},
-                  .token_ids = Tokens(1, 33), .bigram = true, .block_size = 16,
-                  .medium = "DISK", .unknown_keys = {"new_key"}};
+  WireEvent eagle{.type = EventType::kBlockStored,
+                  .block_hashes = {7, 8},
+                  .token_ids = Tokens(1, 33),
+                  .bigram = true,
+                  .block_size = 16,
+                  .medium = "DISK",
+                  .unknown_keys = {"new_key"}};
   WireEvent cleared{.type = EventType::kAllBlocksCleared};
   const std::vector<WireEvent> stream = {gpu, placeholder, chunk, removed, unknown, eagle, cleared};
   int n = 0;
   for (EventForm form : {EventForm::kMap, EventForm::kArray}) {
-    for (HashEncoding hashes : {HashEncoding::kUint, HashEncoding::kSigned, HashEncoding::kBin32,
-                                HashEncoding::kStr32}) {
+    for (HashEncoding hashes :
+         {HashEncoding::kUint, HashEncoding::kSigned, HashEncoding::kBin32, HashEncoding::kStr32}) {
       std::vector<uint8_t> payload;
       EncodeBatch(1757500000.25, stream, 1u,
                   {.form = form, .hashes = hashes, .map16 = n % 3 == 0, .two_element = n % 4 == 3},

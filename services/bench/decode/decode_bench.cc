@@ -1,8 +1,8 @@
 #include "services/bench/decode/decode_bench.h"
 
+#include <time.h>
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <time.h>
 
 #include <chrono>
 #include <cstdio>
@@ -35,8 +35,9 @@ struct Args {
   uint32_t block_size = 16;
 };
 
-normalize::SourceOptions Options(uint32_t block_size) {
+normalize::SourceOptions Options(uint32_t block_size, uint32_t expected_blocks) {
   normalize::SourceOptions options;
+  options.expected_blocks = expected_blocks;
   options.worker = "bench-worker";
   options.model = "bench-model";
   options.block_size = block_size;
@@ -68,7 +69,7 @@ uint64_t TotalDropped(const normalize::SourceStats& stats) {
 Pass Pipeline(const Workload& w, uint32_t block_size) {
   return [&w, block_size] {
     normalize::SourceStats stats;
-    normalize::SourceProcessor processor(Options(block_size), &stats);
+    normalize::SourceProcessor processor(Options(block_size, w.expected_blocks), &stats);
     std::vector<PlacementEvent> out;
     for (const std::vector<uint8_t>& payload : w.payloads) {
       out.clear();
@@ -107,7 +108,7 @@ Pass BaselinePipeline(const Workload& w, uint32_t block_size) {
     TreeBaselineDecoder decoder;
     wire::EngineBatch batch;
     normalize::SourceStats stats;
-    normalize::SourceProcessor processor(Options(block_size), &stats);
+    normalize::SourceProcessor processor(Options(block_size, w.expected_blocks), &stats);
     std::vector<PlacementEvent> out;
     for (const std::vector<uint8_t>& payload : w.payloads) {
       out.clear();
@@ -121,9 +122,10 @@ Pass BaselinePipeline(const Workload& w, uint32_t block_size) {
 
 int RunDecodeBench(int argc, char** argv) {
   Args args;
-  CLI::App app{"Engine msgpack decode + normalize throughput, next to a msgpack object-tree "
-               "baseline measured in the same run.",
-               "kvindex-bench decode"};
+  CLI::App app{
+      "Engine msgpack decode + normalize throughput, next to a msgpack object-tree "
+      "baseline measured in the same run.",
+      "kvindex-bench decode"};
   app.add_flag("--json", args.json, "Print one JSON object instead of text");
   app.add_option("--batches", args.batches, "Payloads in the generated stream")
       ->check(CLI::PositiveNumber)
@@ -194,7 +196,8 @@ int RunDecodeBench(int argc, char** argv) {
       {"baseline_blocks_per_s", baseline_blocks_per_s},
       {"speedup_vs_baseline", baseline_blocks_per_s > 0 ? blocks_per_s / baseline_blocks_per_s : 0},
       {"decode_only_blocks_per_s", decode_blocks_per_s},
-      {"decode_only_speedup", baseline_blocks_per_s > 0 ? decode_blocks_per_s / baseline_blocks_per_s : 0},
+      {"decode_only_speedup",
+       baseline_blocks_per_s > 0 ? decode_blocks_per_s / baseline_blocks_per_s : 0},
       {"baseline_pipeline_blocks_per_s", baseline_pipeline_blocks_per_s},
       {"pipeline_speedup",
        baseline_pipeline_blocks_per_s > 0 ? blocks_per_s / baseline_pipeline_blocks_per_s : 0},
@@ -209,11 +212,12 @@ int RunDecodeBench(int argc, char** argv) {
     std::printf("%s\n", j.dump().c_str());
     return 0;
   }
-  std::printf("kvindex-bench decode: %zu batches, %llu events, %llu blocks (%.1f MB), block size %u, "
-              "median of %u rounds, one thread, thread CPU time\n\n",
-              mix.payloads.size(), static_cast<unsigned long long>(mix.events),
-              static_cast<unsigned long long>(mix.blocks), static_cast<double>(mix.bytes) / 1e6,
-              args.block_size, args.rounds);
+  std::printf(
+      "kvindex-bench decode: %zu batches, %llu events, %llu blocks (%.1f MB), block size %u, "
+      "median of %u rounds, one thread, thread CPU time\n\n",
+      mix.payloads.size(), static_cast<unsigned long long>(mix.events),
+      static_cast<unsigned long long>(mix.blocks), static_cast<double>(mix.bytes) / 1e6,
+      args.block_size, args.rounds);
   std::printf("%-52s %14s %14s\n", "realistic mix (GPU stores, removals, CPU chunks)", "blocks/s",
               "events/s");
   std::printf("%-52s %14.0f %14.0f\n", "  kvindex decode + normalize", blocks_per_s, events_per_s);
@@ -225,11 +229,13 @@ int RunDecodeBench(int argc, char** argv) {
               blocks_per_s / baseline_blocks_per_s);
   std::printf("%-52s %14.2fx\n", "  speedup (decode only vs tree+walk)",
               decode_blocks_per_s / baseline_blocks_per_s);
-  std::printf("%-52s %14.2fx\n", "  speedup (full pipelines)", blocks_per_s / baseline_pipeline_blocks_per_s);
+  std::printf("%-52s %14.2fx\n", "  speedup (full pipelines)",
+              blocks_per_s / baseline_pipeline_blocks_per_s);
   std::printf("\n%-52s %14s\n", "GPU stores (1-32 blocks x 16 tokens, evict at 127626)",
               "stored/s");
   std::printf("%-52s %14.0f\n", "  kvindex decode + normalize", gpu_blocks_per_s);
-  std::printf("%-52s %14.0f\n", "  baseline: msgpack tree + walk", gpu_baseline_decode_blocks_per_s);
+  std::printf("%-52s %14.0f\n", "  baseline: msgpack tree + walk",
+              gpu_baseline_decode_blocks_per_s);
   std::printf("%-52s %14.0f\n", "  baseline: msgpack tree + walk + same normalize",
               gpu_baseline_blocks_per_s);
   std::printf("\ndropped events/blocks (must be 0): %llu\n",

@@ -14,8 +14,8 @@ uint64_t HashOf(const msgpack::object& o) {
       return static_cast<uint64_t>(o.via.i64);
     case msgpack::type::BIN:
     case msgpack::type::STR: {
-      const auto* p = reinterpret_cast<const uint8_t*>(o.type == msgpack::type::BIN ? o.via.bin.ptr
-                                                                                  : o.via.str.ptr);
+      const auto* p = reinterpret_cast<const uint8_t*>(
+          o.type == msgpack::type::BIN ? o.via.bin.ptr : o.via.str.ptr);
       const uint32_t n = o.type == msgpack::type::BIN ? o.via.bin.size : o.via.str.size;
       uint64_t v = 0;
       for (uint32_t k = n > 8 ? n - 8 : 0; k < n; ++k) v = (v << 8) | p[k];
@@ -41,7 +41,8 @@ void SetField(std::string_view key, const msgpack::object& v, OwnedEvent* e) {
     e->type = v.as<std::string>();
   } else if (key == "block_hashes") {
     e->hashes.clear();
-    for (const msgpack::object& h : v.as<std::vector<msgpack::object>>()) e->hashes.push_back(HashOf(h));
+    for (const msgpack::object& h : v.as<std::vector<msgpack::object>>())
+      e->hashes.push_back(HashOf(h));
   } else if (key == "parent_block_hash") {
     e->parent = v.is_nil() ? std::nullopt : std::optional<uint64_t>(HashOf(v));
   } else if (key == "token_ids") {
@@ -93,8 +94,10 @@ Status TreeBaselineDecoder::Decode(std::span<const uint8_t> payload, wire::Engin
         }
       } else if (ev.type == msgpack::type::ARRAY && ev.via.array.size > 0) {
         static constexpr std::string_view kStored[] = {
-            "type", "block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id",
-            "medium", "lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind"};
+            "type",      "block_hashes",      "parent_block_hash",
+            "token_ids", "block_size",        "lora_id",
+            "medium",    "lora_name",         "extra_keys",
+            "group_idx", "kv_cache_spec_kind"};
         static constexpr std::string_view kRemoved[] = {"type", "block_hashes", "medium",
                                                         "group_idx"};
         e.type = ev.via.array.ptr[0].as<std::string>();

@@ -41,9 +41,10 @@ class Generator {
         if (e.type == EventType::kBlockStored) w.stored_blocks += e.block_hashes.size();
       }
       std::vector<uint8_t> payload;
-      wire::EncodeBatch(1757500000.25 + static_cast<double>(w.payloads.size()) * 0.001, pending,
-                        0u, {}, &payload);
+      wire::EncodeBatch(1757500000.25 + static_cast<double>(w.payloads.size()) * 0.001, pending, 0u,
+                        {}, &payload);
       w.bytes += payload.size();
+      w.expected_blocks = std::max<uint32_t>(w.expected_blocks, static_cast<uint32_t>(held_));
       w.payloads.push_back(std::move(payload));
     }
     return w;
@@ -86,6 +87,7 @@ class Generator {
       }
     }
     gpu_blocks_ += blocks;
+    held_ = std::max(held_, gpu_blocks_);
     live_.push_back(std::move(r));
     while (o_.removals && gpu_blocks_ > o_.gpu_capacity_blocks && live_.size() > 1) Evict();
   }
@@ -132,6 +134,8 @@ class Generator {
   std::deque<Request> live_;
   std::deque<WireEvent> queue_;
   uint64_t gpu_blocks_ = 0;
+  // Distinct engine blocks held (CPU copies share the GPU blocks' hashes).
+  uint64_t held_ = 0;
 };
 
 }  // namespace

@@ -21,10 +21,10 @@ namespace kvindex::bench {
 struct WorkloadOptions {
   uint32_t block_size = 16;
   uint64_t seed = 1;
-  uint32_t batches = 20000;       // payloads to generate
+  uint32_t batches = 20000;  // payloads to generate
   uint32_t max_events_per_batch = 4;
-  bool removals = true;           // evict when the GPU is full
-  bool cpu_offload = true;        // CPU chunk events
+  bool removals = true;     // evict when the GPU is full
+  bool cpu_offload = true;  // CPU chunk events
   uint32_t gpu_capacity_blocks = 60000;
 };
 
@@ -34,6 +34,8 @@ struct Workload {
   uint64_t blocks = 0;         // block hashes in stored + removed events
   uint64_t stored_blocks = 0;  // ... in stored events
   uint64_t bytes = 0;
+  // Peak distinct engine blocks held: the processors' capacity hint.
+  uint32_t expected_blocks = 0;
 };
 
 Workload GenerateWorkload(const WorkloadOptions& options);

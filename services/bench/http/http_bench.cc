@@ -38,7 +38,7 @@ struct Options {
   uint32_t replicas = 8;  // workers holding (part of) each prompt
   uint32_t queries = 256;
   std::string duration = "10s";
-  uint32_t connections = 32;
+  uint32_t connections = 16;
   uint32_t wrk_threads = 1;
   uint32_t http_threads = 0;  // 0 = connections + 4
   uint64_t seed = 42;
@@ -120,7 +120,8 @@ std::vector<std::vector<uint32_t>> BuildIndex(const Options& o, index::KvIndex* 
       shared = size_t{1 + rng() % 16} * o.block_size;
       std::copy(base.begin(), base.begin() + static_cast<long>(shared), tokens.begin());
     }
-    for (size_t i = shared; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(rng() % 128000);
+    for (size_t i = shared; i < tokens.size(); ++i)
+      tokens[i] = static_cast<uint32_t>(rng() % 128000);
     hashing::ComputeLocalHashes(tokens, o.block_size, hashing::LocalHashSeed("", ""), &local);
     hashing::ComputeSequenceHashes(local, std::nullopt, &seq);
 
@@ -304,30 +305,32 @@ int RunHttpBench(int argc, char** argv) {
     check.path = "/v1/match";
     check.body = bodies[0];
     auto reply = http::Fetch(check);
-    if (!reply.ok() || reply->status != 200 || reply->body.find("\"longest\"") == std::string::npos) {
+    if (!reply.ok() || reply->status != 200 ||
+        reply->body.find("\"longest\"") == std::string::npos) {
       std::fprintf(stderr, "kvindex-bench http: sanity request failed: %s\n",
                    reply.ok() ? reply->body.c_str() : reply.status().ToString().c_str());
       return 1;
     }
   }
   const std::string script = WriteLuaScript(bodies);
-  const std::string command = o.wrk + " -t" + std::to_string(o.wrk_threads) + " -c" +
-                              std::to_string(o.connections) + " -d" +
-                              std::to_string(std::max<int64_t>(1, duration->count() / 1000)) +
-                              "s --latency -s " + script + " http://127.0.0.1:" +
-                              std::to_string(server.port()) + "/v1/match 2>&1";
+  const std::string command =
+      o.wrk + " -t" + std::to_string(o.wrk_threads) + " -c" + std::to_string(o.connections) +
+      " -d" + std::to_string(std::max<int64_t>(1, duration->count() / 1000)) + "s --latency -s " +
+      script + " http://127.0.0.1:" + std::to_string(server.port()) + "/v1/match 2>&1";
   int exit_code = 0;
   const std::string output = RunCommand(command, &exit_code);
   std::filesystem::remove(script);
   server.Stop();
   auto report = ParseWrkOutput(output);
   if (exit_code != 0 || !report.has_value()) {
-    std::fprintf(stderr, "kvindex-bench http: wrk failed (exit %d; is the Debian package 'wrk' "
-                         "installed?):\n%s\n", exit_code, output.c_str());
+    std::fprintf(stderr,
+                 "kvindex-bench http: wrk failed (exit %d; is the Debian package 'wrk' "
+                 "installed?):\n%s\n",
+                 exit_code, output.c_str());
     return 1;
   }
-  const bool met = report->requests_per_second >= 50000 && report->p99_seconds <= 2e-3 &&
-                   report->errors == 0;
+  const bool met =
+      report->requests_per_second >= 50000 && report->p99_seconds <= 2e-3 && report->errors == 0;
 
   if (o.json) {
     nlohmann::json j = {
@@ -338,10 +341,15 @@ int RunHttpBench(int argc, char** argv) {
         {"index_bytes", stats.bytes_allocated},
         {"build_seconds", build_s},
         {"in_process_lookup",
-         {{"ops_per_second", lookup.ops_per_second}, {"p50_us", lookup.p50_us}, {"p99_us", lookup.p99_us}}},
+         {{"ops_per_second", lookup.ops_per_second},
+          {"p50_us", lookup.p50_us},
+          {"p99_us", lookup.p99_us}}},
         {"in_process_handler",
-         {{"ops_per_second", handler.ops_per_second}, {"p50_us", handler.p50_us}, {"p99_us", handler.p99_us},
-          {"non_200", bad}, {"response_bytes_avg", responses ? response_bytes / responses : 0}}},
+         {{"ops_per_second", handler.ops_per_second},
+          {"p50_us", handler.p50_us},
+          {"p99_us", handler.p99_us},
+          {"non_200", bad},
+          {"response_bytes_avg", responses ? response_bytes / responses : 0}}},
         {"workers_matched_avg", static_cast<double>(matched) / std::max<double>(1.0, lookup_calls)},
         {"http",
          {{"requests_per_second", report->requests_per_second},
@@ -357,19 +365,21 @@ int RunHttpBench(int argc, char** argv) {
     };
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("queries: %u distinct bodies of %u blocks (%u tokens, ~%zu bytes each); "
-                "%.1f workers matched and %zu response bytes on average\n",
-                o.queries, o.query_blocks, o.query_blocks * o.block_size, bodies[0].size(),
-                static_cast<double>(matched) / std::max<double>(1.0, lookup_calls),
-                responses ? response_bytes / responses : 0);
+    std::printf(
+        "queries: %u distinct bodies of %u blocks (%u tokens, ~%zu bytes each); "
+        "%.1f workers matched and %zu response bytes on average\n",
+        o.queries, o.query_blocks, o.query_blocks * o.block_size, bodies[0].size(),
+        static_cast<double>(matched) / std::max<double>(1.0, lookup_calls),
+        responses ? response_bytes / responses : 0);
     std::printf("%-34s %12s %10s %10s\n", "measure", "ops/s", "p50", "p99");
-    std::printf("%-34s %12.0f %8.2fus %8.2fus\n", "in-process lookup (1 thread)", lookup.ops_per_second,
-                lookup.p50_us, lookup.p99_us);
-    std::printf("%-34s %12.0f %8.2fus %8.2fus\n", "in-process /v1/match handler", handler.ops_per_second,
-                handler.p50_us, handler.p99_us);
+    std::printf("%-34s %12.0f %8.2fus %8.2fus\n", "in-process lookup (1 thread)",
+                lookup.ops_per_second, lookup.p50_us, lookup.p99_us);
+    std::printf("%-34s %12.0f %8.2fus %8.2fus\n", "in-process /v1/match handler",
+                handler.ops_per_second, handler.p50_us, handler.p99_us);
     std::printf("%-34s %12.0f %8.2fus %8.2fus\n",
                 ("HTTP /v1/match (wrk -t" + std::to_string(o.wrk_threads) + " -c" +
-                 std::to_string(o.connections) + ")").c_str(),
+                 std::to_string(o.connections) + ")")
+                    .c_str(),
                 report->requests_per_second, report->p50_seconds * 1e6, report->p99_seconds * 1e6);
     std::printf("wrk errors: %llu; target >= 50000 req/s with p99 <= 2 ms: %s\n",
                 static_cast<unsigned long long>(report->errors), met ? "met" : "NOT met");

@@ -2,7 +2,7 @@
 // the cost of the transport is visible (docs/benchmarks.md, "HTTP").
 //
 //   kvindex-bench http [--entries 10000000] [--workers 64] [--duration 10s]
-//                      [--connections 32] [--wrk-threads 1] [--json]
+//                      [--connections 16] [--wrk-threads 1] [--json]
 //
 // Builds a synthetic index in-process (prompts of --query-blocks blocks of
 // --block-size random tokens, each held in full or in part by several of

@@ -99,7 +99,8 @@ void PrintText(const nlohmann::json& o) {
               static_cast<unsigned long long>(o["entries"].get<uint64_t>()),
               static_cast<unsigned long long>(b["entries"].get<uint64_t>()));
   for (const auto& [key, value] : o.items()) {
-    if (key == "baseline" || key == "ratios" || key == "targets_met" || key == "checksums") continue;
+    if (key == "baseline" || key == "ratios" || key == "targets_met" || key == "checksums")
+      continue;
     if (key.rfind("lookup_", 0) == 0 || key.rfind("apply_", 0) == 0 || key == "entries" ||
         key == "bytes_per_entry" || key == "workload" || key == "bytes_allocated" ||
         key == "lookups") {
@@ -169,10 +170,11 @@ int RunPeerWorkload(const Options& opt, const std::vector<TraceRequest>& trace,
     for (const PeerCheck& c : PeerChecks(stream, ours_run)) list.push_back(c);
   }
   // Whatever the configuration, the baseline must agree with kvindex.
-  list.push_back({"baseline_depth_interleaved", base_run.depth_interleaved,
-                  ours_run.depth_interleaved});
+  list.push_back(
+      {"baseline_depth_interleaved", base_run.depth_interleaved, ours_run.depth_interleaved});
   list.push_back({"baseline_depth_final", base_run.depth_final, ours_run.depth_final});
-  list.push_back({"index_entries_vs_simulated", TotalEntries(ours_run.stats), stream.final_entries});
+  list.push_back(
+      {"index_entries_vs_simulated", TotalEntries(ours_run.stats), stream.final_entries});
   for (const PeerCheck& c : list) {
     checks[c.name] = {{"got", c.got}, {"want", c.want}, {"ok", c.ok()}};
     ok = ok && c.ok();
@@ -198,22 +200,18 @@ int RunTraceWorkload(const Options& opt, const std::vector<TraceRequest>& trace,
                static_cast<unsigned long long>(stream.entries_after_churn));
 
   auto run_one = [&](auto make_index) {
-    double apply = 0;
-    {
-      auto idx = make_index();
-      apply = MeasureTraceApply(*idx, stream).ops_per_s();
-    }
     auto idx = make_index();
-    TraceLatency lat = MeasureTraceLatency(*idx, stream, apply * opt.write_load);
-    Percentiles loaded = ComputePercentiles(&lat.loaded_ns);
-    Percentiles idle = ComputePercentiles(&lat.idle_ns);
-    nlohmann::json f = Figures(apply, loaded, lat.stats);
+    TraceRun run = RunTrace(*idx, stream, opt.write_load);
+    Percentiles loaded = ComputePercentiles(&run.loaded_ns);
+    Percentiles idle = ComputePercentiles(&run.idle_ns);
+    nlohmann::json f = Figures(run.apply_ops_per_s, loaded, run.stats);
     f["idle_lookup_p50_ns"] = idle.p50;
     f["idle_lookup_p99_ns"] = idle.p99;
-    f["write_rate_target"] = lat.write_rate_target;
-    f["write_rate_achieved"] = lat.write_rate_achieved;
-    f["entries_per_tier"] = {lat.stats.entries[0], lat.stats.entries[1], lat.stats.entries[2],
-                             lat.stats.entries[3]};
+    f["write_rate_target"] = run.write_rate_target;
+    f["write_rate_achieved"] = run.write_rate_achieved;
+    f["fill_block_ops"] = run.fill_block_ops;
+    f["entries_per_tier"] = {run.stats.entries[0], run.stats.entries[1], run.stats.entries[2],
+                             run.stats.entries[3]};
     return f;
   };
   nlohmann::json ours = run_one([] { return std::make_unique<index::KvIndex>(); });
@@ -227,8 +225,9 @@ int RunTraceWorkload(const Options& opt, const std::vector<TraceRequest>& trace,
   (*out)["copies"] = stream.copies + 1;
   (*out)["write_load"] = opt.write_load;
   (*out)["block_ops"] = stream.fill_block_ops + stream.churn_block_ops;
-  const bool entries_ok = ours["entries"].get<uint64_t>() == stream.entries_after_churn &&
-                          (*out)["baseline"]["entries"].get<uint64_t>() == stream.entries_after_churn;
+  const bool entries_ok =
+      ours["entries"].get<uint64_t>() == stream.entries_after_churn &&
+      (*out)["baseline"]["entries"].get<uint64_t>() == stream.entries_after_churn;
   (*out)["entries_match_simulation"] = entries_ok;
   return entries_ok ? 0 : 1;
 }
@@ -237,9 +236,10 @@ int RunTraceWorkload(const Options& opt, const std::vector<TraceRequest>& trace,
 
 int RunIndexBench(int argc, char** argv) {
   Options opt;
-  CLI::App app{"kvindex-bench index: apply throughput, lookup latency and bytes per entry of the "
-               "tiered index next to an in-run hash-map baseline",
-               "kvindex-bench index"};
+  CLI::App app{
+      "kvindex-bench index: apply throughput, lookup latency and bytes per entry of the "
+      "tiered index next to an in-run hash-map baseline",
+      "kvindex-bench index"};
   app.add_option("--workload", opt.workload, "trace or peer (../shared/reference/peer-workload.md)")
       ->check(CLI::IsMember({"trace", "peer"}));
   app.add_option("--trace", opt.trace, "Mooncake trace (JSON lines with hash_ids)");
@@ -256,7 +256,8 @@ int RunIndexBench(int argc, char** argv) {
 
   StatusOr<std::vector<TraceRequest>> trace = ReadTrace(opt.trace, opt.requests);
   if (!trace.ok()) {
-    std::fprintf(stderr, "kvindex-bench index: %s\n", std::string(trace.status().message()).c_str());
+    std::fprintf(stderr, "kvindex-bench index: %s\n",
+                 std::string(trace.status().message()).c_str());
     return 1;
   }
   nlohmann::json out;

@@ -38,30 +38,20 @@ uint64_t Depth(const StatusOr<index::MatchResult>& r) {
 
 }  // namespace
 
-TraceApply MeasureTraceApply(index::IndexInterface& index, const TraceStream& stream) {
-  TraceApply out;
+TraceRun RunTrace(index::IndexInterface& index, const TraceStream& stream, double write_load) {
+  TraceRun out;
   uint64_t position = 0;
   const uint64_t t0 = NowNs();
-  for (const auto* part : {&stream.fill, &stream.churn}) {
-    for (const SimRequest& r : *part) {
-      for (const PlacementEvent& e : r.events) {
-        index.Apply(e, ++position);
-        out.block_ops += e.block_hashes.size();
-      }
+  for (const SimRequest& r : stream.fill) {
+    for (const PlacementEvent& e : r.events) {
+      index.Apply(e, ++position);
+      out.fill_block_ops += e.block_hashes.size();
     }
   }
-  out.seconds = static_cast<double>(NowNs() - t0) * 1e-9;
-  return out;
-}
-
-TraceLatency MeasureTraceLatency(index::IndexInterface& index, const TraceStream& stream,
-                                 double write_rate) {
-  TraceLatency out;
+  out.fill_seconds = static_cast<double>(NowNs() - t0) * 1e-9;
+  out.apply_ops_per_s = static_cast<double>(out.fill_block_ops) / out.fill_seconds;
+  const double write_rate = out.apply_ops_per_s * write_load;
   out.write_rate_target = write_rate;
-  uint64_t position = 0;
-  for (const SimRequest& r : stream.fill) {
-    for (const PlacementEvent& e : r.events) index.Apply(e, ++position);
-  }
   std::mt19937_64 rng(1);
   const size_t fill = stream.fill.size();
   // A router asks about requests like the ones being placed: draw queries
@@ -76,9 +66,9 @@ TraceLatency MeasureTraceLatency(index::IndexInterface& index, const TraceStream
   PinToCpu(0);
   for (int i = 0; i < 50000; ++i) {
     const std::vector<uint64_t>& q = recent_query(0);
-    const uint64_t t0 = NowNs();
+    const uint64_t q0 = NowNs();
     auto r = index.MatchSequenceHashes(kTraceModel, q);
-    out.idle_ns.push_back(static_cast<uint32_t>(NowNs() - t0));
+    out.idle_ns.push_back(static_cast<uint32_t>(NowNs() - q0));
     (void)Depth(r);
   }
 
@@ -107,11 +97,11 @@ TraceLatency MeasureTraceLatency(index::IndexInterface& index, const TraceStream
   out.loaded_ns.reserve(8 << 20);
   while (!done.load(std::memory_order_acquire)) {
     const std::vector<uint64_t>& q = recent_query(progress.load(std::memory_order_acquire));
-    const uint64_t t0 = NowNs();
+    const uint64_t q0 = NowNs();
     auto r = index.MatchSequenceHashes(kTraceModel, q);
-    const uint64_t t1 = NowNs();
+    const uint64_t q1 = NowNs();
     if (out.loaded_ns.size() < out.loaded_ns.capacity()) {
-      out.loaded_ns.push_back(static_cast<uint32_t>(t1 - t0));
+      out.loaded_ns.push_back(static_cast<uint32_t>(q1 - q0));
     }
     out.matched_blocks += Depth(r);
   }

@@ -11,27 +11,22 @@
 
 namespace kvindex::bench {
 
-struct TraceApply {
-  uint64_t block_ops = 0;
-  double seconds = 0;  // wall time from the first event to the last applied
-  double ops_per_s() const { return seconds > 0 ? static_cast<double>(block_ops) / seconds : 0; }
-};
-
-// Applies fill + churn on one thread, timed end to end.
-TraceApply MeasureTraceApply(index::IndexInterface& index, const TraceStream& stream);
-
-struct TraceLatency {
+struct TraceRun {
+  uint64_t fill_block_ops = 0;
+  double fill_seconds = 0;          // wall time from the first event to the last applied
+  double apply_ops_per_s = 0;       // fill_block_ops / fill_seconds
   std::vector<uint32_t> idle_ns;    // no writer running
-  std::vector<uint32_t> loaded_ns;  // writer applying churn at write_rate
+  std::vector<uint32_t> loaded_ns;  // writer applying churn at write_load x capacity
   double write_rate_target = 0;     // block-ops/s
   double write_rate_achieved = 0;
   uint64_t matched_blocks = 0;  // sum of per-worker longest of the loaded queries
   index::IndexStats stats;      // after churn
 };
 
-// Applies fill untimed, then churn from a writer thread at `write_rate`
-// block-ops/s while the calling thread queries recent requests' prefixes.
-TraceLatency MeasureTraceLatency(index::IndexInterface& index, const TraceStream& stream,
-                                 double write_rate);
+// Applies the fill stream on this thread, timed end to end (the backlog is
+// drained when the last Apply returns): that is the apply capacity. Then the
+// churn stream from a writer thread paced at write_load x capacity while this
+// thread measures lookups of recent requests' prefixes.
+TraceRun RunTrace(index::IndexInterface& index, const TraceStream& stream, double write_load);
 
 }  // namespace kvindex::bench

@@ -75,7 +75,8 @@ std::string ResolveToken(const std::string& token_file, const std::string& token
     std::stringstream text;
     text << in.rdbuf();
     std::string value = text.str();
-    while (!value.empty() && (value.back() == '\n' || value.back() == '\r' || value.back() == ' ')) {
+    while (!value.empty() &&
+           (value.back() == '\n' || value.back() == '\r' || value.back() == ' ')) {
       value.pop_back();
     }
     return value;
@@ -91,7 +92,8 @@ std::string FormatMatchTable(const std::string& json_body) {
   std::string out = "model " + Text(j.value("model", json())) + "  blocks " +
                     Text(j.value("blocks", json())) + "  applied_seq " +
                     Text(j.value("applied_seq", json())) + "\n";
-  Table table({"WORKER", "DP_RANK", "LONGEST", "DEVICE", "HOST", "DISK", "EXTERNAL", "DEVICE_PREFIX"});
+  Table table(
+      {"WORKER", "DP_RANK", "LONGEST", "DEVICE", "HOST", "DISK", "EXTERNAL", "DEVICE_PREFIX"});
   for (const json& w : j.value("workers", json::array())) {
     table.Add({Text(w.value("worker", json())), Text(w.value("dp_rank", json())),
                Text(w.value("longest", json())), Text(w.value("device", json())),
@@ -115,7 +117,8 @@ std::string FormatStateTable(const std::string& json_body) {
   table.Add({"sources", Text(j.value("sources", json()))});
   table.Add({"ready", Text(j.value("ready", json()))});
   std::string models;
-  for (const json& m : j.value("models", json::array())) models += (models.empty() ? "" : ",") + Text(m);
+  for (const json& m : j.value("models", json::array()))
+    models += (models.empty() ? "" : ",") + Text(m);
   table.Add({"models", models.empty() ? "-" : models});
   return table.Render();
 }

@@ -21,15 +21,15 @@
 namespace kvindex::ctl {
 
 struct DecodeArgs {
-  std::string engine = "vllm";         // vllm, sglang, trtllm
-  uint32_t block_size = 16;            // the model's tokens per block
-  bool frames = false;                 // FILEs are ZMQ frame captures
-  std::string model = "model";         // stamped on placement events
-  std::string worker = "worker";       // source worker id
-  uint32_t dp_rank = 0;                // configured rank (the envelope's wins)
-  int64_t group_idx = 0;               // indexed KV-cache group
+  std::string engine = "vllm";    // vllm, sglang, trtllm
+  uint32_t block_size = 16;       // the model's tokens per block
+  bool frames = false;            // FILEs are ZMQ frame captures
+  std::string model = "model";    // stamped on placement events
+  std::string worker = "worker";  // source worker id
+  uint32_t dp_rank = 0;           // configured rank (the envelope's wins)
+  int64_t group_idx = 0;          // indexed KV-cache group
   std::string spec_kind = "full_attention";
-  bool stats = false;                  // print the source counters to stderr at the end
+  bool stats = false;  // print the source counters to stderr at the end
   std::vector<std::string> files;
 };
 

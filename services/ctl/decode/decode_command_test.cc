@@ -18,9 +18,9 @@
 namespace kvindex::ctl {
 namespace {
 
+using nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
-using nlohmann::json;
 
 std::string Vector(const std::string& name) {
   return wire::testing::GoldenDir() + "/" + name + ".msgpack";
@@ -56,16 +56,17 @@ std::string TempPath(const std::string& name) {
 
 void WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
   std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 TEST(DecodeCommandTest, EveryGoldenVectorInOneRun) {
   DecodeArgs args;
   args.engine = "vllm";
-  for (const char* name : {"A_legacy_array_minimal", "A2_legacy_array_engine_shaped",
-                           "B_map_minimal", "B2_map_engine_shaped",
-                           "C_map16_header_engine_shaped", "D_map_removed_and_cleared",
-                           "D2_legacy_array_removed_and_cleared", "E_map_empty_heartbeat_batch"}) {
+  for (const char* name :
+       {"A_legacy_array_minimal", "A2_legacy_array_engine_shaped", "B_map_minimal",
+        "B2_map_engine_shaped", "C_map16_header_engine_shaped", "D_map_removed_and_cleared",
+        "D2_legacy_array_removed_and_cleared", "E_map_empty_heartbeat_batch"}) {
     args.files.push_back(Vector(name));
   }
   const Result r = RunCapture(args);
@@ -186,7 +187,8 @@ TEST(DecodeCommandTest, SplitFramesRejectsBadSeqFrames) {
 }
 
 TEST(DecodeCommandTest, CommandLineErrorsExitTwo) {
-  std::string decode = "decode", engine = "--engine", bad = "nope", file = Vector("E_map_empty_heartbeat_batch");
+  std::string decode = "decode", engine = "--engine", bad = "nope",
+              file = Vector("E_map_empty_heartbeat_batch");
   char* argv[] = {decode.data(), engine.data(), bad.data(), file.data()};
   EXPECT_EQ(RunDecodeCommand(4, argv), 2);
   char* no_files[] = {decode.data(), engine.data()};

@@ -28,7 +28,8 @@ json Placement(const PlacementEvent& placement) {
     p["block_hashes"] = placement.block_hashes;
   }
   if (placement.kind == PlacementKind::kStored) {
-    p["parent_hash"] = placement.parent_hash.has_value() ? json(*placement.parent_hash) : json(nullptr);
+    p["parent_hash"] =
+        placement.parent_hash.has_value() ? json(*placement.parent_hash) : json(nullptr);
     p["block_size"] = placement.block_size;
   }
   return p;
@@ -36,8 +37,8 @@ json Placement(const PlacementEvent& placement) {
 
 }  // namespace
 
-void EventJsonWriter::SetBatchContext(std::string file, uint64_t batch_index,
-                                      size_t payload_offset, std::optional<uint64_t> seq,
+void EventJsonWriter::SetBatchContext(std::string file, uint64_t batch_index, size_t payload_offset,
+                                      std::optional<uint64_t> seq,
                                       std::optional<std::string_view> topic) {
   file_ = std::move(file);
   batch_index_ = batch_index;
@@ -63,15 +64,19 @@ void EventJsonWriter::OnEvent(const wire::EngineEvent& event,
   if (topic_.has_value()) j["topic"] = *topic_;
   j["ts"] = ts_;
   j["dp_rank"] = outcome.dp_rank;
-  j["type"] = event.type == wire::EventType::kUnknown ? std::string(event.tag)
-                                                      : std::string(wire::EventTypeName(event.type));
+  // Unknown events show their tag as sent ("unknown" for a map without one).
+  j["type"] = event.type != wire::EventType::kUnknown ? std::string(wire::EventTypeName(event.type))
+              : event.tag.empty()                     ? std::string("unknown")
+                                                      : std::string(event.tag);
   j["form"] = event.form == wire::EventForm::kMap ? "map" : "array";
 
   const bool stored = event.type == wire::EventType::kBlockStored;
   if (stored || event.type == wire::EventType::kBlockRemoved) {
-    j["engine_hashes"] = std::vector<uint64_t>(event.block_hashes.begin(), event.block_hashes.end());
+    j["engine_hashes"] =
+        std::vector<uint64_t>(event.block_hashes.begin(), event.block_hashes.end());
     j["medium"] = OptionalStr(event.medium);
-    j["tier"] = outcome.tier.has_value() ? json(std::string(TierName(*outcome.tier))) : json(nullptr);
+    j["tier"] =
+        outcome.tier.has_value() ? json(std::string(TierName(*outcome.tier))) : json(nullptr);
     j["group_idx"] = OptionalInt(event.group_idx);
     if (event.locality.has_value()) j["locality"] = std::string(*event.locality);
     if (event.ownership.has_value()) j["ownership"] = std::string(*event.ownership);
@@ -103,7 +108,8 @@ void EventJsonWriter::OnEvent(const wire::EngineEvent& event,
                      : json(std::string(DropReasonLabel(outcome.drop)));
   if (DropReasonCountsBlocks(outcome.drop)) j["dropped_blocks"] = outcome.dropped_blocks;
   json placements = json::array();
-  for (const PlacementEvent& placement : outcome.placements) placements.push_back(Placement(placement));
+  for (const PlacementEvent& placement : outcome.placements)
+    placements.push_back(Placement(placement));
   j["placements"] = std::move(placements);
   *out_ << j.dump() << '\n';
   ++events_written_;

@@ -59,8 +59,14 @@ class JsonWriter {
     out_->append(buffer, result.ptr);
   }
   // Shorthands for "key": value.
-  void Field(std::string_view key, uint64_t value) { Key(key); UInt(value); }
-  void Field(std::string_view key, std::string_view value) { Key(key); String(value); }
+  void Field(std::string_view key, uint64_t value) {
+    Key(key);
+    UInt(value);
+  }
+  void Field(std::string_view key, std::string_view value) {
+    Key(key);
+    String(value);
+  }
 
  private:
   void Separate() {

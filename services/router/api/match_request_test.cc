@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
 #include <string>
 
 namespace kvindex::router::api {
@@ -15,7 +16,9 @@ Status Parse(std::string body, MatchRequest* out, RequestDialect dialect = Reque
 TEST(MatchRequestTest, Tokens) {
   MatchRequest r;
   ASSERT_TRUE(Parse(R"({"model": "m", "tokens": [1, 2, 4294967295], "lora_name": null,
-                        "cache_salt": "s", "extra": {"x": [1]}})", &r).ok());
+                        "cache_salt": "s", "extra": {"x": [1]}})",
+                    &r)
+                  .ok());
   EXPECT_EQ(r.model, "m");
   EXPECT_TRUE(r.has_tokens);
   EXPECT_EQ(r.tokens, (std::vector<uint32_t>{1, 2, 4294967295u}));
@@ -25,9 +28,11 @@ TEST(MatchRequestTest, Tokens) {
 
 TEST(MatchRequestTest, LocalHashesAreExactU64) {
   MatchRequest r;
-  ASSERT_TRUE(Parse(R"({"model":"m","local_hashes":[18446744073709551615, 14643705804678351452]})",
-                    &r).ok());
-  EXPECT_EQ(r.local_hashes, (std::vector<uint64_t>{18446744073709551615ull, 14643705804678351452ull}));
+  ASSERT_TRUE(
+      Parse(R"({"model":"m","local_hashes":[18446744073709551615, 14643705804678351452]})", &r)
+          .ok());
+  EXPECT_EQ(r.local_hashes,
+            (std::vector<uint64_t>{18446744073709551615ull, 14643705804678351452ull}));
 }
 
 TEST(MatchRequestTest, ErrorsNameTheProblem) {
@@ -70,6 +75,125 @@ TEST(MatchRequestTest, QueryDialect) {
   EXPECT_NE(std::string(Parse(R"({"token_ids":[1]})", &r, RequestDialect::kQuery).message())
                 .find("'model_name'"),
             std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvindex::router::api
+
+namespace kvindex::router::api {
+namespace {
+
+// The SWAR fast path and the simdjson path must agree on every input.
+TEST(MatchRequestTest, FastTokenPathAgreesWithSimdjson) {
+  MatchRequest r;
+  const std::vector<std::pair<std::string, std::vector<uint32_t>>> good = {
+      {"[]", {}},
+      {"[0]", {0}},
+      {"[ 1 , 22 ,\n333\t]", {1, 22, 333}},
+      {"[12345678,123456789,4294967295,7]", {12345678, 123456789, 4294967295u, 7}},
+      {"[99999999]", {99999999}},
+      {"[10000000, 1]", {10000000, 1}},
+  };
+  for (const auto& [array, want] : good) {
+    ASSERT_TRUE(Parse(R"({"model":"m","tokens":)" + array + "}", &r).ok()) << array;
+    EXPECT_EQ(r.tokens, want) << array;
+  }
+  for (const std::string array : {"[01]", "[1e3]", "[1.0]", "[-1]", "[4294967296]", "[1,]", "[1 2]",
+                                  "[\"1\"]", "[1", "[,1]", "[12345678901]"}) {
+    Status s = Parse(R"({"model":"m","tokens":)" + array + "}", &r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << array;
+  }
+  std::mt19937 rng(7);
+  for (int round = 0; round < 200; ++round) {
+    std::vector<uint32_t> want(rng() % 50);
+    std::string array = "[";
+    for (size_t i = 0; i < want.size(); ++i) {
+      const int digits = 1 + static_cast<int>(rng() % 10);
+      uint64_t v = rng() % 10;
+      for (int d = 1; d < digits; ++d) v = v * 10 + rng() % 10;
+      want[i] = static_cast<uint32_t>(v % (uint64_t{1} << 32));
+      array += (i ? "," : "") + std::string(rng() % 3, ' ') + std::to_string(want[i]);
+    }
+    array += "]";
+    ASSERT_TRUE(Parse(R"({"model":"m","tokens":)" + array + "}", &r).ok()) << array;
+    EXPECT_EQ(r.tokens, want) << array;
+  }
+}
+
+}  // namespace
+}  // namespace kvindex::router::api
+
+namespace kvindex::router::api {
+namespace {
+
+TEST(MatchRequestTest, FastScannerShapes) {
+  MatchRequest r;
+  ASSERT_TRUE(Parse(R"( { "model" : "m" , "tokens" : [ 1 ] , "lora_name" : null ,
+                         "cache_salt":"s" }  )",
+                    &r)
+                  .ok());
+  EXPECT_EQ(r.model, "m");
+  EXPECT_EQ(r.tokens, (std::vector<uint32_t>{1}));
+  EXPECT_EQ(r.lora_name, "");
+  EXPECT_EQ(r.cache_salt, "s");
+  ASSERT_TRUE(Parse(R"({"model":"m\u0041","tokens":[2],"lora_name":"l"})", &r).ok());
+  EXPECT_EQ(r.model, "mA");  // escapes go through simdjson
+  EXPECT_EQ(r.lora_name, "l");
+  ASSERT_TRUE(
+      Parse(R"({"model":"m","token_ids":[3],"model_name":"n"})", &r, RequestDialect::kQuery).ok());
+  EXPECT_EQ(r.model, "n");
+  EXPECT_EQ(r.tokens, (std::vector<uint32_t>{3}));
+  EXPECT_NE(std::string(Parse("{}", &r).message()).find("missing field 'model'"),
+            std::string::npos);
+  for (const char* bad :
+       {R"({"model":"m","tokens":[1],})", R"({"model":"m","tokens":[1]} x)",
+        R"({"model":"m","tokens":[1]}})", R"({"model":"m" "tokens":[1]})",
+        R"({"model":"m","tokens":[1])", R"({"model":"m","tokens":[1],"lora_name":nul})"}) {
+    Status s = Parse(bad, &r);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(std::string(s.message()).find("JSON"), std::string::npos) << bad << ": " << s;
+  }
+  EXPECT_NE(std::string(Parse(R"({"model":m,"tokens":[1]})", &r).message()).find("'model'"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvindex::router::api
+
+namespace kvindex::router::api {
+namespace {
+
+// Bad input never crashes: random mutations of valid bodies either parse or
+// yield InvalidArgument.
+TEST(MatchRequestTest, MutatedBodiesNeverCrash) {
+  const std::vector<std::string> seeds = {
+      R"({"model":"m","tokens":[1,22,333,4444,55555,666666,7777777,88888888,999999999]})",
+      R"({"model":"m","local_hashes":[18446744073709551615,1],"lora_name":"x","cache_salt":null})",
+      R"({"model_name":"m","token_ids":[1,2,3],"lora_name":null})",
+  };
+  std::mt19937 rng(11);
+  MatchRequest r;
+  for (int round = 0; round < 20000; ++round) {
+    std::string body = seeds[rng() % seeds.size()];
+    const int edits = 1 + static_cast<int>(rng() % 4);
+    for (int e = 0; e < edits && !body.empty(); ++e) {
+      const size_t at = rng() % body.size();
+      switch (rng() % 3) {
+        case 0:
+          body[at] = static_cast<char>(rng() % 256);
+          break;
+        case 1:
+          body.erase(at, 1 + rng() % 3);
+          break;
+        default:
+          body.insert(at, 1, "[]{},:\"0123456789-.e \\u"[rng() % 23]);
+          break;
+      }
+    }
+    const RequestDialect dialect = (rng() & 1) ? RequestDialect::kMatch : RequestDialect::kQuery;
+    Status s = Parse(body, &r, dialect);
+    EXPECT_TRUE(s.ok() || s.code() == absl::StatusCode::kInvalidArgument) << body;
+  }
 }
 
 }  // namespace

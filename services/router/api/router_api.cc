@@ -23,12 +23,18 @@ std::string_view Message(const Status& status) {
 
 int StatusToHttp(const Status& status) {
   switch (status.code()) {
-    case absl::StatusCode::kNotFound: return 404;
-    case absl::StatusCode::kInvalidArgument: return 400;
-    case absl::StatusCode::kFailedPrecondition: return 409;
-    case absl::StatusCode::kResourceExhausted: return 413;
-    case absl::StatusCode::kUnavailable: return 503;
-    default: return 500;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kInvalidArgument:
+      return 400;
+    case absl::StatusCode::kFailedPrecondition:
+      return 409;
+    case absl::StatusCode::kResourceExhausted:
+      return 413;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
   }
 }
 
@@ -50,8 +56,7 @@ StatusOr<index::MatchResult> Lookup(const index::IndexInterface& index, const Ma
                               req.cache_salt, options)
           : index.MatchLocalHashes(req.model, std::span<const uint64_t>(req.local_hashes), options);
   if (probe != nullptr) {
-    probe->RecordLookup(endpoint,
-                        std::chrono::duration<double>(Clock::now() - start).count());
+    probe->RecordLookup(endpoint, std::chrono::duration<double>(Clock::now() - start).count());
   }
   return result;
 }
@@ -74,12 +79,12 @@ void RouterApi::Register(http::Server& server) {
       "GET", "/healthz",
       [](const http::Request&, http::Response& rs) { rs.body = "{\"status\": \"ok\"}\n"; },
       {.open = true});
-  server.Handle(
-      "GET", "/readyz", [this](const http::Request& rq, http::Response& rs) { Readyz(rq, rs); },
-      {.open = true});
-  server.Handle(
-      "GET", "/metrics", [this](const http::Request& rq, http::Response& rs) { Metrics(rq, rs); },
-      {.open = !options_.metrics_auth});
+  server.Handle("GET", "/readyz",
+                [this](const http::Request& rq, http::Response& rs) { Readyz(rq, rs); },
+                {.open = true});
+  server.Handle("GET", "/metrics",
+                [this](const http::Request& rq, http::Response& rs) { Metrics(rq, rs); },
+                {.open = !options_.metrics_auth});
 }
 
 bool RouterApi::Ready(std::string* reason) const {

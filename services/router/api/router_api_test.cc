@@ -56,7 +56,8 @@ class RouterApiTest : public ::testing::Test {
     ASSERT_TRUE(server_->Start().ok());
   }
 
-  PlacementEvent Stored(std::string worker, uint32_t rank, Tier tier, std::vector<uint64_t> hashes) {
+  PlacementEvent Stored(std::string worker, uint32_t rank, Tier tier,
+                        std::vector<uint64_t> hashes) {
     PlacementEvent e;
     e.kind = PlacementKind::kStored;
     e.model = "m";
@@ -157,7 +158,8 @@ TEST_F(RouterApiTest, StateWorkersQueryMetrics) {
   EXPECT_EQ(w["workers"][1]["entries"]["host"], 2);
   EXPECT_EQ(w["workers"][1]["last_event_unix_ms"], 1'700'000'000'000ull);
 
-  auto query = Call("POST", "/query", R"({"token_ids":[1,2,3,4,5,6,7,8,9,10,11,12],"model_name":"m"})");
+  auto query =
+      Call("POST", "/query", R"({"token_ids":[1,2,3,4,5,6,7,8,9,10,11,12],"model_name":"m"})");
   ASSERT_EQ(query.status, 200) << query.body;
   json q = json::parse(query.body);
   EXPECT_EQ(q["block_size"], 4);
@@ -171,9 +173,10 @@ TEST_F(RouterApiTest, StateWorkersQueryMetrics) {
 
   auto metrics = Call("GET", "/metrics");
   ASSERT_EQ(metrics.status, 200);
-  EXPECT_NE(metrics.body.find(
-                R"(kvindex_router_events_applied_total{event_type="stored",status="applied",tier="host"} 1)"),
-            std::string::npos)
+  EXPECT_NE(
+      metrics.body.find(
+          R"(kvindex_router_events_applied_total{event_type="stored",status="applied",tier="host"} 1)"),
+      std::string::npos)
       << metrics.body;
   EXPECT_NE(metrics.body.find(R"(kvindex_router_index_entries{model="m",tier="device"} 4)"),
             std::string::npos);

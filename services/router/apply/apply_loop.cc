@@ -82,8 +82,10 @@ void ApplyLoop::Run() {
     }
     {
       std::lock_guard<std::mutex> lock(mu_);
+      SourceActivity* last = nullptr;  // stable: no insertion until it is reset
       for (const PlacementEvent& event : batch) {
         if (event.kind == PlacementKind::kHeartbeat) {
+          last = nullptr;
           for (const SourceKey& source : event.sources) {
             auto& entry = activity_[source];
             entry.source = source;
@@ -92,8 +94,13 @@ void ApplyLoop::Run() {
           continue;
         }
         if (event.kind == PlacementKind::kWorkerExpired) continue;
-        auto& entry = activity_[event.source];
-        entry.source = event.source;
+        // Consecutive events usually come from the same source (one engine
+        // batch): skip the hash lookup then.
+        if (last == nullptr || !(last->source == event.source)) {
+          last = &activity_[event.source];
+          last->source = event.source;
+        }
+        SourceActivity& entry = *last;
         if (!event.model.empty()) entry.model = event.model;
         if (!event.agent.empty()) entry.agent = event.agent;
         entry.last_event_ns = std::max(entry.last_event_ns, event.timestamp_ns);
@@ -104,7 +111,8 @@ void ApplyLoop::Run() {
     if (probe_ != nullptr) {
       const uint64_t last_ts = batch.back().timestamp_ns;
       const uint64_t now = NowNs();
-      const double lag = last_ts != 0 && now > last_ts ? static_cast<double>(now - last_ts) / 1e9 : 0.0;
+      const double lag =
+          last_ts != 0 && now > last_ts ? static_cast<double>(now - last_ts) / 1e9 : 0.0;
       probe_->RecordApply(tally, next_position_ - 1, lag);
     }
   }

@@ -32,11 +32,11 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "services/router/router_probe.h"
 #include "shared/base/status.h"
 #include "shared/index/index_interface.h"
 #include "shared/model/source_key.h"
 #include "shared/publish/in_process_sink.h"
-#include "services/router/router_probe.h"
 
 namespace kvindex::router {
 
@@ -51,8 +51,8 @@ class ApplyLoop {
  public:
   struct SourceActivity {
     SourceKey source;
-    std::string model;          // last non-empty model seen for the source
-    std::string agent;          // node id of the agent that published it
+    std::string model;           // last non-empty model seen for the source
+    std::string agent;           // node id of the agent that published it
     uint64_t last_event_ns = 0;  // agent timestamp of its last event (ns since epoch)
     uint64_t events = 0;         // events applied for it
   };

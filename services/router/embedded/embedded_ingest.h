@@ -25,8 +25,7 @@ namespace kvindex::router {
 class EmbeddedIngest {
  public:
   // `sink` must outlive this object; `registry` is nullable (no agent metrics).
-  EmbeddedIngest(ingest::AgentOptions options, InProcessSink* sink,
-                 prometheus::Registry* registry);
+  EmbeddedIngest(ingest::AgentOptions options, InProcessSink* sink, prometheus::Registry* registry);
   ~EmbeddedIngest();
 
   Status Start();

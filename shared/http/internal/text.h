@@ -16,7 +16,7 @@ inline void AppendOne(std::string* out, const char* text) { out->append(text); }
 inline void AppendOne(std::string* out, const std::string& text) { out->append(text); }
 inline void AppendOne(std::string* out, char c) { out->push_back(c); }
 template <typename T>
-  requires std::is_integral_v<T>
+requires std::is_integral_v<T>
 inline void AppendOne(std::string* out, T value) {
   char buffer[24];
   auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);

@@ -21,8 +21,8 @@ BlockTable::BlockTable(size_t capacity, MemoryCounter* memory)
   // Large tables are rounded to whole huge pages: the TLB reach is what makes
   // random probes cheap, and the rounding is reported as allocated.
   mapped_bytes_ = RoundUp(bytes, bytes >= kHugePage ? kHugePage : kPage);
-  void* p = mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                 0);
+  void* p =
+      mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   if (mapped_bytes_ >= kHugePage) madvise(p, mapped_bytes_, MADV_HUGEPAGE);
   // Anonymous pages are zero: every slot starts empty (word == 0).

@@ -28,8 +28,8 @@
 
 namespace kvindex::index::internal {
 
-inline constexpr int kGroupBits = 56;                       // source ids per group
-inline constexpr int kMaxGroups = 64;                       // 6 tag bits
+inline constexpr int kGroupBits = 56;                             // source ids per group
+inline constexpr int kMaxGroups = 64;                             // 6 tag bits
 inline constexpr uint32_t kMaxSources = kGroupBits * kMaxGroups;  // ids per model
 inline constexpr uint64_t kHolderMask = (uint64_t{1} << kGroupBits) - 1;
 
@@ -49,7 +49,7 @@ class BlockTable {
  public:
   // Grow when more than this fraction of slots is used: linear probing runs
   // stay short (a query reads each run to its end).
-  static constexpr double kMaxLoad = 0.75;
+  static constexpr double kMaxLoad = 0.7;
   static constexpr size_t kSlotsPerLine = 4;
 
   BlockTable(size_t capacity, MemoryCounter* memory);
@@ -72,7 +72,37 @@ class BlockTable {
   }
   size_t Next(size_t i) const { return i + 1 == capacity_ ? 0 : i + 1; }
   const Slot& slot(size_t i) const { return slots_[i]; }
-  void Prefetch(uint64_t hash) const { __builtin_prefetch(&slots_[Home(hash)], 0, 1); }
+  size_t lines() const { return lines_; }
+  // Reader: the home line and the next one (a run of a block held in several
+  // tiers or groups, or at high load, often spills into it).
+  void Prefetch(uint64_t hash) const {
+    const size_t home = Home(hash);
+    __builtin_prefetch(&slots_[home], 0, 1);
+    __builtin_prefetch(&slots_[home + kSlotsPerLine == capacity_ ? 0 : home + kSlotsPerLine], 0, 1);
+  }
+
+  // Reader: ORs the holder bits of every slot of `hash` into acc[tag >> 56]
+  // (tag = group << 2 | tier; acc has 4 * groups entries; slots of groups >=
+  // `groups` are skipped). Scans whole lines without data-dependent branches
+  // except "is the line full": occupied slots of a line always form a prefix
+  // of it (homes are line starts and runs have no holes), so a line with an
+  // empty last slot ends the run.
+  void CollectHolders(uint64_t hash, uint32_t groups, uint64_t* acc) const {
+    size_t i = Home(hash);
+    for (size_t line = 0; line < lines_; ++line) {
+      const Slot* s = &slots_[i];
+      for (size_t x = 0; x < kSlotsPerLine; ++x) {
+        const uint64_t word = s[x].word.load(std::memory_order_acquire);
+        const uint64_t key = s[x].key.load(std::memory_order_relaxed);
+        const uint32_t tag = static_cast<uint32_t>(word >> kGroupBits);
+        const uint64_t hit = 0 - static_cast<uint64_t>(key == hash && (tag >> 2) < groups);
+        acc[tag & hit] |= word & kHolderMask & hit;
+      }
+      if (s[kSlotsPerLine - 1].word.load(std::memory_order_relaxed) == 0) return;
+      i += kSlotsPerLine;
+      if (i == capacity_) i = 0;
+    }
+  }
   void PrefetchForWrite(uint64_t hash) const { __builtin_prefetch(&slots_[Home(hash)], 1, 1); }
 
   // Writer: adds `bit` (holder bits of one group) to the slot (hash, tag);

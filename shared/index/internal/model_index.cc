@@ -300,10 +300,8 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
   const uint32_t groups = std::max<uint32_t>(1, (id_limit + kGroupBits - 1) / kGroupBits);
   const size_t n = seq.size();
   const int num_planes = std::bit_width(n);
-  if (groups == 1) {
-    MatchOneGroup(table, seq, num_planes, out);
-    return;
-  }
+  if (groups == 1) return MatchFewGroups<1>(table, seq, num_planes, out);
+  if (groups == 2) return MatchFewGroups<2>(table, seq, num_planes, out);
 
   MatchScratch& sc = Scratch();
   sc.acc.assign(groups * kNumTiers, 0);
@@ -323,15 +321,7 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
     const uint64_t hash = seq[k];
     std::fill(sc.acc.begin(), sc.acc.end(), 0);
     // One probe run holds every (tier, group) slot of this block.
-    size_t i = table->Home(hash);
-    for (size_t steps = 0; steps < table->capacity(); ++steps, i = table->Next(i)) {
-      const Slot& s = table->slot(i);
-      const uint64_t word = s.word.load(std::memory_order_acquire);
-      if (word == 0) break;
-      if (s.key.load(std::memory_order_relaxed) != hash) continue;
-      const uint32_t group = TagGroup(word);
-      if (group < groups) sc.acc[group * kNumTiers + TagTier(word)] |= word & kHolderMask;
-    }
+    table->CollectHolders(hash, groups, sc.acc.data());
     uint64_t live = 0;
     for (uint32_t g = 0; g < groups; ++g) {
       const uint64_t* a = &sc.acc[g * kNumTiers];
@@ -386,71 +376,84 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
   }
 }
 
-// The common case (<= 56 sources): every per-source state fits in registers
-// and small stack arrays; one probe run per block, prefetched ahead.
-void ModelIndex::MatchOneGroup(const BlockTable* table, std::span<const uint64_t> seq,
-                               int num_planes, std::vector<WorkerMatch>* out) const {
+// The common case (<= 112 sources, one or two holder groups): every
+// per-source state lives in registers and small stack arrays; one probe run
+// per block, prefetched ahead.
+template <uint32_t G>
+void ModelIndex::MatchFewGroups(const BlockTable* table, std::span<const uint64_t> seq,
+                                int num_planes, std::vector<WorkerMatch>* out) const {
   const size_t n = seq.size();
-  uint64_t planes[kNumTiers][64];
-  for (int t = 0; t < kNumTiers; ++t) std::fill_n(planes[t], num_planes, 0);
-  uint32_t longest[kGroupBits];
-  uint32_t device_prefix[kGroupBits];
-  uint64_t alive = 0, dev = 0, ever = 0;
+  uint64_t planes[G][kNumTiers][64];
+  for (uint32_t g = 0; g < G; ++g) {
+    for (int t = 0; t < kNumTiers; ++t) std::fill_n(planes[g][t], num_planes, 0);
+  }
+  uint32_t longest[G * kGroupBits];
+  uint32_t device_prefix[G * kGroupBits];
+  uint64_t alive[G] = {}, dev[G] = {}, ever[G] = {};
   for (size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) table->Prefetch(seq[i]);
   size_t k = 0;
   for (; k < n; ++k) {
     if (k + kPrefetchDistance < n) table->Prefetch(seq[k + kPrefetchDistance]);
-    const uint64_t hash = seq[k];
-    uint64_t acc[kNumTiers] = {0, 0, 0, 0};
-    size_t i = table->Home(hash);
-    for (size_t steps = 0; steps < table->capacity(); ++steps, i = table->Next(i)) {
-      const Slot& s = table->slot(i);
-      const uint64_t word = s.word.load(std::memory_order_acquire);
-      if (word == 0) break;
-      // Group 0 only: a slot of a group created after this query began is ignored.
-      if (s.key.load(std::memory_order_relaxed) != hash || TagGroup(word) != 0) continue;
-      acc[TagTier(word)] |= word & kHolderMask;
-    }
-    const uint64_t d = acc[0], h = acc[1], sd = acc[2], e = acc[3];
-    const uint64_t any = d | h | sd | e;
-    if (k == 0) {
-      ever = alive = any;
-      dev = d;
-      for (uint64_t b = any & ~d; b != 0; b &= b - 1) device_prefix[std::countr_zero(b)] = 0;
-    } else {
-      for (uint64_t b = alive & ~any; b != 0; b &= b - 1) {
-        longest[std::countr_zero(b)] = static_cast<uint32_t>(k);
+    // Slots of a group created after this query began are ignored.
+    uint64_t acc[G * kNumTiers] = {};
+    table->CollectHolders(seq[k], G, acc);
+    uint64_t live = 0;
+    for (uint32_t g = 0; g < G; ++g) {
+      const uint64_t d = acc[g * kNumTiers], h = acc[g * kNumTiers + 1];
+      const uint64_t sd = acc[g * kNumTiers + 2], e = acc[g * kNumTiers + 3];
+      const uint64_t any = d | h | sd | e;
+      uint32_t* lg = &longest[g * kGroupBits];
+      uint32_t* dp = &device_prefix[g * kGroupBits];
+      if (k == 0) {
+        ever[g] = alive[g] = any;
+        dev[g] = d;
+        for (uint64_t b = any & ~d; b != 0; b &= b - 1) dp[std::countr_zero(b)] = 0;
+      } else {
+        for (uint64_t b = alive[g] & ~any; b != 0; b &= b - 1) {
+          lg[std::countr_zero(b)] = static_cast<uint32_t>(k);
+        }
+        for (uint64_t b = dev[g] & ~d; b != 0; b &= b - 1) {
+          dp[std::countr_zero(b)] = static_cast<uint32_t>(k);
+        }
+        alive[g] &= any;
+        dev[g] &= d;
       }
-      for (uint64_t b = dev & ~d; b != 0; b &= b - 1) {
-        device_prefix[std::countr_zero(b)] = static_cast<uint32_t>(k);
-      }
-      alive &= any;
-      dev &= d;
+      const uint64_t a = alive[g];
+      if (a == 0) continue;
+      // Fastest tier wins: each alive source's block counts in exactly one tier.
+      SlicedAdd(planes[g][0], num_planes, a & d);
+      SlicedAdd(planes[g][1], num_planes, a & h & ~d);
+      SlicedAdd(planes[g][2], num_planes, a & sd & ~d & ~h);
+      SlicedAdd(planes[g][3], num_planes, a & e & ~d & ~h & ~sd);
+      live |= a;
     }
-    if (alive == 0) break;
-    SlicedAdd(planes[0], num_planes, alive & d);
-    SlicedAdd(planes[1], num_planes, alive & h & ~d);
-    SlicedAdd(planes[2], num_planes, alive & sd & ~d & ~h);
-    SlicedAdd(planes[3], num_planes, alive & e & ~d & ~h & ~sd);
+    if (live == 0) break;
   }
-  for (uint64_t b = ever; b != 0; b &= b - 1) {
-    const int bit = std::countr_zero(b);
-    const SourceRecord* rec = records_[bit].load(std::memory_order_acquire);
-    if (rec == nullptr) continue;  // cleared meanwhile; validation fails and retries
-    WorkerMatch row;
-    row.source = rec->key;
-    row.longest = (alive >> bit & 1) ? static_cast<uint32_t>(k) : longest[bit];
-    row.device_prefix = (dev >> bit & 1) ? static_cast<uint32_t>(k) : device_prefix[bit];
-    row.device = SlicedGet(planes[0], num_planes, bit);
-    row.host = SlicedGet(planes[1], num_planes, bit);
-    row.disk = SlicedGet(planes[2], num_planes, bit);
-    row.external = SlicedGet(planes[3], num_planes, bit);
-    out->push_back(std::move(row));
+  size_t rows = 0;
+  for (uint32_t g = 0; g < G; ++g) rows += std::popcount(ever[g]);
+  out->reserve(rows);
+  for (uint32_t g = 0; g < G; ++g) {
+    for (uint64_t b = ever[g]; b != 0; b &= b - 1) {
+      const int bit = std::countr_zero(b);
+      const uint32_t id = g * kGroupBits + bit;
+      const SourceRecord* rec = records_[id].load(std::memory_order_acquire);
+      if (rec == nullptr) continue;  // cleared meanwhile; validation fails and retries
+      WorkerMatch row;
+      row.source = rec->key;
+      row.longest = (alive[g] >> bit & 1) ? static_cast<uint32_t>(k) : longest[id];
+      row.device_prefix = (dev[g] >> bit & 1) ? static_cast<uint32_t>(k) : device_prefix[id];
+      row.device = SlicedGet(planes[g][0], num_planes, bit);
+      row.host = SlicedGet(planes[g][1], num_planes, bit);
+      row.disk = SlicedGet(planes[g][2], num_planes, bit);
+      row.external = SlicedGet(planes[g][3], num_planes, bit);
+      out->push_back(std::move(row));
+    }
   }
 }
 
 void ModelIndex::AddStats(IndexStats* stats) const {
-  for (int t = 0; t < kNumTiers; ++t) stats->entries[t] += entries_[t].load(std::memory_order_relaxed);
+  for (int t = 0; t < kNumTiers; ++t)
+    stats->entries[t] += entries_[t].load(std::memory_order_relaxed);
   stats->digest += digest_.load(std::memory_order_relaxed);
   stats->sources += sources_with_entries_.load(std::memory_order_relaxed);
 }

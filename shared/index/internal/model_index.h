@@ -74,8 +74,9 @@ class ModelIndex {
   SourceRecord* FindSource(const SourceKey& source) const;
   SourceRecord* FindOrAddSource(const SourceKey& source);
   void MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out) const;
-  void MatchOneGroup(const BlockTable* table, std::span<const uint64_t> seq, int num_planes,
-                     std::vector<WorkerMatch>* out) const;
+  template <uint32_t G>
+  void MatchFewGroups(const BlockTable* table, std::span<const uint64_t> seq, int num_planes,
+                      std::vector<WorkerMatch>* out) const;
   void CountDelta(SourceRecord* rec, Tier tier, int64_t delta);
   // Replaces the table by a copy of `capacity` slots without the holders in
   // `drop` (one mask per group, may be null); frees `retire_ids` inside the
@@ -92,9 +93,9 @@ class ModelIndex {
   GracePeriod grace_;
 
   // Source ids: writer-side lookup plus a reader-visible id -> record array.
-  using IdMap = absl::flat_hash_map<SourceKey, uint32_t, absl::Hash<SourceKey>,
-                                    std::equal_to<SourceKey>,
-                                    CountingAllocator<std::pair<const SourceKey, uint32_t>>>;
+  using IdMap =
+      absl::flat_hash_map<SourceKey, uint32_t, absl::Hash<SourceKey>, std::equal_to<SourceKey>,
+                          CountingAllocator<std::pair<const SourceKey, uint32_t>>>;
   IdMap ids_;
   std::vector<uint32_t, CountingAllocator<uint32_t>> free_ids_;
   std::unique_ptr<std::atomic<SourceRecord*>[]> records_;

@@ -1,4 +1,5 @@
 #include "shared/ingest/internal/zmq_util.h"
+
 #include "shared/ingest/internal/strings.h"
 
 namespace kvindex::ingest::internal {
