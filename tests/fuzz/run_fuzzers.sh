@@ -52,6 +52,9 @@ for binary in "${build}"/fuzz/*; do
   args+=(${KVINDEX_FUZZ_ARGS:-})
   dirs=("${corpus}")
   [[ -d "${root}/tests/fuzz/seeds/${name}" ]] && dirs+=("${root}/tests/fuzz/seeds/${name}")
+  # The golden engine payloads seed every target (read-only: libFuzzer adds
+  # new inputs to the first directory only).
+  [[ -d "${root}/../shared/data/wire-vectors" ]] && dirs+=("${root}/../shared/data/wire-vectors")
   log="${build}/fuzz-${name}.log"
   echo "== ${name}: ${seconds}s (log ${log})"
   if "${binary}" "${args[@]}" "${dirs[@]}" >"${log}" 2>&1; then
@@ -63,7 +66,7 @@ for binary in "${build}"/fuzz/*; do
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "${log}" | tail -1)"
   rate="$(sed -n 's/^stat::average_exec_per_sec: *//p' "${log}" | tail -1)"
   cov="$(grep -o 'cov: [0-9]*' "${log}" | tail -1 | cut -d' ' -f2)"
-  units="$(ls "${corpus}" | wc -l)"
+  units="$(find "${corpus}" -type f | wc -l)"
   line="${name}: ${result}, ${seconds}s, ${execs:-?} execs (${rate:-?}/s), cov ${cov:-?}, corpus ${units} files"
   echo "${line}" | tee -a "${summary}"
   [[ "${result}" == "ok" ]] || tail -40 "${log}" >&2

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <thread>
@@ -38,7 +39,10 @@ uint64_t Depth(const StatusOr<index::MatchResult>& r) {
 
 }  // namespace
 
-TraceRun RunTrace(index::IndexInterface& index, const TraceStream& stream, double write_load) {
+TraceRun RunTrace(index::IndexInterface& index, const TraceStream& stream, double write_load,
+                  size_t churn_requests) {
+  const size_t churn =
+      churn_requests == 0 ? stream.churn.size() : std::min(churn_requests, stream.churn.size());
   TraceRun out;
   uint64_t position = 0;
   const uint64_t t0 = NowNs();
@@ -80,7 +84,7 @@ TraceRun RunTrace(index::IndexInterface& index, const TraceStream& stream, doubl
     const uint64_t start = NowNs();
     const double ns_per_op = 1e9 / write_rate;
     uint64_t ops = 0;
-    for (size_t i = 0; i < stream.churn.size(); ++i) {
+    for (size_t i = 0; i < churn; ++i) {
       for (const PlacementEvent& e : stream.churn[i].events) {
         index.Apply(e, ++position);
         ops += e.block_hashes.size();

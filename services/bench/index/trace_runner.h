@@ -27,6 +27,8 @@ struct TraceRun {
 // drained when the last Apply returns): that is the apply capacity. Then the
 // churn stream from a writer thread paced at write_load x capacity while this
 // thread measures lookups of recent requests' prefixes.
-TraceRun RunTrace(index::IndexInterface& index, const TraceStream& stream, double write_load);
+// churn_requests caps the churn requests applied (0 = the whole copy).
+TraceRun RunTrace(index::IndexInterface& index, const TraceStream& stream, double write_load,
+                  size_t churn_requests);
 
 }  // namespace kvindex::bench

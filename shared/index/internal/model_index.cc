@@ -15,6 +15,8 @@ constexpr size_t kInitialCapacity = 1024;
 constexpr size_t kRemovalChunk = 32;
 // Validated attempts before a reader falls back to the seqlock's mutex.
 constexpr int kReadAttempts = 4;
+// Pause iterations (~40-140 cycles each) a reader spins before blocking.
+constexpr int kMaxSpins = 4096;
 // Probes are prefetched this many blocks ahead of use.
 constexpr size_t kPrefetchDistance = 16;
 
@@ -277,18 +279,28 @@ void ModelIndex::Match(std::span<const uint64_t> seq, std::vector<WorkerMatch>* 
   const uint32_t phase = grace_.Enter();
   bool done = false;
   for (int attempt = 0; attempt < kReadAttempts && !done; ++attempt) {
-    const uint64_t begin = seqlock_.ReadBegin();
-    if (begin & 1) {
+    // A bracket is short (one chunk of removals): wait it out by spinning
+    // rather than spending an attempt or sleeping on the mutex.
+    uint64_t begin = seqlock_.ReadBegin();
+    for (int spin = 0; (begin & 1) != 0 && spin < kMaxSpins; ++spin) {
       __builtin_ia32_pause();
-      continue;
+      begin = seqlock_.ReadBegin();
     }
+    if (begin & 1) continue;
     MatchOnce(seq, out);
     done = seqlock_.ReadValidate(begin);
   }
   if (!done) {
     // Bounded wait: the writer holds the mutex for one removal chunk at most.
-    std::lock_guard<std::mutex> lock(seqlock_.fallback_mu);
+    // Spin first: a futex sleep costs a scheduler wake-up on a busy machine.
+    bool locked = false;
+    for (int spin = 0; spin < kMaxSpins && !locked; ++spin) {
+      locked = seqlock_.fallback_mu.try_lock();
+      if (!locked) __builtin_ia32_pause();
+    }
+    if (!locked) seqlock_.fallback_mu.lock();
     MatchOnce(seq, out);
+    seqlock_.fallback_mu.unlock();
   }
   grace_.Exit(phase);
 }
