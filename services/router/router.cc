@@ -77,6 +77,11 @@ Status Router::Start() {
   EmbeddedIngest* ingest = ingest_.get();
   context.ingest_ready = [ingest] { return ingest->Ready(); };
   context.ingest_sources = [ingest] { return ingest->Sources(); };
+  for (const ingest::SourceSpec& spec : options_.agent.sources) {
+    bool seen = false;
+    for (const auto& [model, unused] : context.configured_models) seen |= model == spec.model;
+    if (!seen) context.configured_models.emplace_back(spec.model, spec.block_size);
+  }
   api::ApiOptions api_options;
   api_options.metrics_auth = options_.metrics_auth;
   api_ = std::make_unique<api::RouterApi>(api_options, std::move(context));

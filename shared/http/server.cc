@@ -268,7 +268,7 @@ int Server::Impl::Serve(mg_connection* conn) {
   // geometrically and is never zero-filled (only the padding is).
   thread_local BodyBuffer body;
   const long long declared = info->content_length;
-  const bool chunked = [&] {
+  const bool chunked = declared < 0 && [&] {
     std::string_view te = request.Header("Transfer-Encoding");
     return te.size() >= 7 && strncasecmp(te.data(), "chunked", 7) == 0;
   }();

@@ -2,6 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <string>
 
 #include "shared/http/client.h"
@@ -84,6 +90,54 @@ TEST(ServerTest, RoutesMethodsAndLimits) {
   EXPECT_EQ(exact.body.size(), 1024u);
   server.Stop();
   server.Stop();
+}
+
+// Sends a raw request and returns everything the server answers until it
+// closes or `wait_ms` passes.
+std::string RawExchange(uint16_t port, const std::string& request, int wait_ms = 2000) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return "";
+  }
+  ::send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+  std::string out;
+  char buffer[4096];
+  pollfd p{fd, POLLIN, 0};
+  while (::poll(&p, 1, wait_ms) == 1) {
+    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    if (n <= 0) break;
+    out.append(buffer, static_cast<size_t>(n));
+    if (out.find("\r\n\r\n") != std::string::npos &&
+        out.find("Content-Length: ") != std::string::npos) {
+      const size_t head = out.find("\r\n\r\n") + 4;
+      const size_t length = std::stoul(out.substr(out.find("Content-Length: ") + 16));
+      if (out.size() >= head + length) break;
+    }
+  }
+  ::close(fd);
+  return out;
+}
+
+TEST(ServerTest, ChunkedBodies) {
+  Server server(TestOptions());
+  AddRoutes(server);
+  ASSERT_TRUE(server.Start().ok());
+  const std::string ok =
+      RawExchange(server.port(),
+                  "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
+                  "5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+  EXPECT_NE(ok.find("HTTP/1.1 200"), std::string::npos) << ok;
+  EXPECT_NE(ok.find("hello world"), std::string::npos) << ok;
+  std::string big = "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (int i = 0; i < 3; ++i) big += "200\r\n" + std::string(512, 'z') + "\r\n";
+  big += "0\r\n\r\n";
+  const std::string refused = RawExchange(server.port(), big);
+  EXPECT_NE(refused.find("HTTP/1.1 413"), std::string::npos) << refused;
 }
 
 TEST(ServerTest, BearerToken) {

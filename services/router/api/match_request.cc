@@ -1,7 +1,7 @@
 // Two paths: a strict scanner for the common request shape (see FastParse),
 // and simdjson's on-demand API for everything else, which also words every
-// error. On-demand measured ~35% faster than simdjson's DOM API here (4.6 us
-// vs 7.0 us for a 1024-token body); the scanner roughly halves that again.
+// error. For a 1024-token body (6.3 KB) in one run: scanner 5.7-7.4 us,
+// simdjson on-demand 9.1-9.8 us, simdjson DOM 10.8-11.1 us.
 #include "services/router/api/match_request.h"
 
 #include <simdjson.h>

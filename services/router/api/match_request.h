@@ -1,8 +1,11 @@
-// Parsing of POST /v1/match and POST /query bodies (simdjson on-demand,
-// in place: the HTTP server leaves kBodyPadding zero bytes after the body).
+// Parsing of POST /v1/match and POST /query bodies, in place (the HTTP server
+// leaves kBodyPadding zero bytes after the body): a strict scanner for the
+// usual shape (a flat object with a model and a token array), simdjson
+// on-demand for anything else and for every error message.
 //
 //   MatchRequest request;
-//   if (Status s = ParseMatchRequest(body, &request); !s.ok()) -> 400 s.message()
+//   if (Status s = ParseMatchRequest(body, RequestDialect::kMatch, &request); !s.ok())
+//     -> 400 with s.message()
 //
 // Every error message names the field and the problem ("field 'tokens'
 // element 3: expected an unsigned 32-bit integer"), so a client can fix its

@@ -45,9 +45,12 @@ void WriteEntries(JsonWriter& w, const uint64_t (&entries)[kNumTiers]) {
   w.EndObject();
 }
 
-// Runs the lookup of a parsed request; records latency on the probe.
-StatusOr<index::MatchResult> Lookup(const index::IndexInterface& index, const MatchRequest& req,
-                                    RouterProbe* probe, Endpoint endpoint) {
+// Runs the lookup of a parsed request; records latency on the probe. A model
+// that is configured but has no events yet matches nothing (200, no workers).
+StatusOr<index::MatchResult> Lookup(const ApiContext& context, const MatchRequest& req,
+                                    Endpoint endpoint) {
+  const index::IndexInterface& index = *context.index;
+  RouterProbe* probe = context.probe;
   index::MatchOptions options;
   options.max_blocks = req.max_blocks;
   const auto start = Clock::now();
@@ -58,6 +61,16 @@ StatusOr<index::MatchResult> Lookup(const index::IndexInterface& index, const Ma
           : index.MatchLocalHashes(req.model, std::span<const uint64_t>(req.local_hashes), options);
   if (probe != nullptr) {
     probe->RecordLookup(endpoint, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  if (result.status().code() == absl::StatusCode::kNotFound) {
+    for (const auto& [model, block_size] : context.configured_models) {
+      if (model != req.model || block_size == 0) continue;
+      index::MatchResult empty;
+      empty.blocks = static_cast<uint32_t>(req.has_tokens ? req.tokens.size() / block_size
+                                                          : req.local_hashes.size());
+      empty.applied_seq = index.Stats().applied_seq;
+      return empty;
+    }
   }
   return result;
 }
@@ -149,8 +162,7 @@ void RouterApi::Match(const http::Request& request, http::Response& response) co
   if (Status status = ParseMatchRequest(request.body, RequestDialect::kMatch, &parsed);
       !status.ok()) {
     http::SetError(response, 400, Message(status));
-  } else if (StatusOr<index::MatchResult> result =
-                 Lookup(*context_.index, parsed, context_.probe, Endpoint::kMatch);
+  } else if (StatusOr<index::MatchResult> result = Lookup(context_, parsed, Endpoint::kMatch);
              !result.ok()) {
     http::SetError(response, StatusToHttp(result.status()), Message(result.status()));
   } else {
@@ -164,12 +176,14 @@ void RouterApi::Query(const http::Request& request, http::Response& response) co
   Status status = ParseMatchRequest(request.body, RequestDialect::kQuery, &parsed);
   if (!status.ok()) {
     http::SetError(response, 400, Message(status));
-  } else if (StatusOr<index::MatchResult> result =
-                 Lookup(*context_.index, parsed, context_.probe, Endpoint::kQuery);
+  } else if (StatusOr<index::MatchResult> result = Lookup(context_, parsed, Endpoint::kQuery);
              !result.ok()) {
     http::SetError(response, StatusToHttp(result.status()), Message(result.status()));
   } else {
-    const uint64_t block_size = context_.index->BlockSize(parsed.model).value_or(0);
+    uint64_t block_size = context_.index->BlockSize(parsed.model).value_or(0);
+    for (const auto& [model, configured] : context_.configured_models) {
+      if (block_size == 0 && model == parsed.model) block_size = configured;
+    }
     // Per instance (worker): the best rank's figures, plus every rank under "dp".
     // Tier figures are cumulative token counts: gpu = device, cpu = device +
     // host, disk = device + host + disk; longest_matched also counts external.

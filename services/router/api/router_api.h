@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "services/router/apply/apply_loop.h"
@@ -53,6 +54,10 @@ struct ApiContext {
   std::function<bool()> ingest_ready;
   // Ingest per-source status; null = none.
   std::function<std::vector<IngestSourceStatus>()> ingest_sources;
+  // Models configured on the ingest side (--source), with their block size.
+  // A match on one of them before any of its events arrived answers 200 with
+  // no workers instead of 404 (the model exists, nothing is cached yet).
+  std::vector<std::pair<std::string, uint32_t>> configured_models;
 };
 
 class RouterApi {

@@ -45,6 +45,7 @@ class RouterApiTest : public ::testing::Test {
     context.apply = &loop_;
     context.probe = &probe_;
     context.registry = registry_.get();
+    context.configured_models = {{"m", 4}, {"warming", 4}};
     api_ = std::make_unique<RouterApi>(ApiOptions{}, context);
     http::ServerOptions options;
     options.listen = "127.0.0.1:0";
@@ -118,6 +119,18 @@ TEST_F(RouterApiTest, MatchLocalHashes) {
   json j = json::parse(r.body);
   EXPECT_EQ(j["blocks"], 2);
   EXPECT_EQ(j["workers"][0]["longest"], 2);
+}
+
+TEST_F(RouterApiTest, ConfiguredModelWithoutEventsMatchesNothing) {
+  auto r = Call("POST", "/v1/match", R"({"model":"warming","tokens":[1,2,3,4,5,6,7,8,9]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["blocks"], 2);
+  EXPECT_EQ(j["applied_seq"], 3);
+  EXPECT_TRUE(j["workers"].empty());
+  auto q = Call("POST", "/query", R"({"model_name":"warming","token_ids":[1,2,3,4]})");
+  ASSERT_EQ(q.status, 200) << q.body;
+  EXPECT_EQ(json::parse(q.body)["block_size"], 4);
 }
 
 TEST_F(RouterApiTest, ErrorPaths) {

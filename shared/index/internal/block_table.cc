@@ -66,6 +66,7 @@ bool BlockTable::ClearHolder(uint64_t hash, uint64_t tag, uint64_t bit) {
     if ((word & ~kHolderMask) == tag && s.key.load(std::memory_order_relaxed) == hash) {
       if (!(word & bit)) return false;
       const uint64_t left = word & ~bit;
+      MarkLine(i);
       if (left & kHolderMask) {
         s.word.store(left, std::memory_order_relaxed);
       } else {
@@ -98,11 +99,13 @@ void BlockTable::DeleteAt(size_t hole) {
     const size_t dist_home = (j + capacity_ - home) % capacity_;
     const size_t dist_hole = (j + capacity_ - hole) % capacity_;
     if (dist_home >= dist_hole) {
+      MarkLine(hole);
       slots_[hole].key.store(key, std::memory_order_relaxed);
       slots_[hole].word.store(word, std::memory_order_relaxed);
       hole = j;
     }
   }
+  MarkLine(hole);
   slots_[hole].word.store(0, std::memory_order_relaxed);
   slots_[hole].key.store(0, std::memory_order_relaxed);
   --used_;

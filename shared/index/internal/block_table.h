@@ -15,8 +15,9 @@
 // Thread safety: one writer (Set/Clear/Insert); readers may Scan concurrently.
 // Insertions never move slots and publish a slot by storing its word last
 // (release), so a concurrent reader sees a slot either absent or complete.
-// ClearHolder may move slots (backward-shift deletion); callers bracket it with
-// the model's removal seqlock so readers that overlap it retry.
+// ClearHolder may move slots (backward-shift deletion); it marks every line it
+// writes in the model's LineVersions first, and the caller releases the marks
+// at the end of its removal bracket, so readers that read those lines retry.
 // Complexity: expected O(1) probes per operation at load <= kMaxLoad.
 #pragma once
 
@@ -25,6 +26,7 @@
 #include <cstdint>
 
 #include "shared/index/internal/memory.h"
+#include "shared/index/internal/read_sync.h"
 
 namespace kvindex::index::internal {
 
@@ -87,9 +89,17 @@ class BlockTable {
   // except "is the line full": occupied slots of a line always form a prefix
   // of it (homes are line starts and runs have no holes), so a line with an
   // empty last slot ends the run.
-  void CollectHolders(uint64_t hash, uint32_t groups, uint64_t* acc) const {
+  // With `log`, records each line's version (from `versions`) before reading
+  // it, for validation at the end of the query.
+  void CollectHolders(uint64_t hash, uint32_t groups, uint64_t* acc, const LineVersions* versions,
+                      ReadLog* log) const {
     size_t i = Home(hash);
     for (size_t line = 0; line < lines_; ++line) {
+      if (log != nullptr) {
+        const uint32_t version = versions->Read(i / kSlotsPerLine);
+        log->conflict |= (version & 1) != 0;
+        log->entries.push_back(uint64_t{i / kSlotsPerLine} << 32 | version);
+      }
       const Slot* s = &slots_[i];
       for (size_t x = 0; x < kSlotsPerLine; ++x) {
         const uint64_t word = s[x].word.load(std::memory_order_acquire);
@@ -103,6 +113,11 @@ class BlockTable {
       if (i == capacity_) i = 0;
     }
   }
+
+  // Lines written by ClearHolder are marked here first (null: table not yet
+  // visible to readers).
+  void set_versions(LineVersions* versions) { versions_ = versions; }
+
   void PrefetchForWrite(uint64_t hash) const { __builtin_prefetch(&slots_[Home(hash)], 1, 1); }
 
   // Writer: adds `bit` (holder bits of one group) to the slot (hash, tag);
@@ -117,6 +132,9 @@ class BlockTable {
 
  private:
   void DeleteAt(size_t i);
+  void MarkLine(size_t slot) {
+    if (versions_ != nullptr) versions_->Mark(slot / kSlotsPerLine);
+  }
 
   Slot* slots_ = nullptr;
   size_t capacity_ = 0;  // a multiple of kSlotsPerLine
@@ -125,6 +143,7 @@ class BlockTable {
   size_t max_used_ = 0;
   size_t mapped_bytes_ = 0;
   MemoryCounter* memory_;
+  LineVersions* versions_ = nullptr;
 };
 
 }  // namespace kvindex::index::internal

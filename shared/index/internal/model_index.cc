@@ -68,7 +68,9 @@ ModelIndex::ModelIndex(std::string model, MemoryCounter* memory)
       free_ids_(CountingAllocator<uint32_t>(memory)),
       records_(new std::atomic<SourceRecord*>[kMaxSources]) {
   for (uint32_t i = 0; i < kMaxSources; ++i) records_[i].store(nullptr, std::memory_order_relaxed);
-  memory_->Add(sizeof(std::atomic<SourceRecord*>) * kMaxSources + sizeof(ModelIndex));
+  table_.load(std::memory_order_relaxed)->set_versions(&versions_);
+  memory_->Add(sizeof(std::atomic<SourceRecord*>) * kMaxSources + sizeof(ModelIndex) +
+               LineVersions::kBytes);
 }
 
 ModelIndex::~ModelIndex() {
@@ -80,7 +82,8 @@ ModelIndex::~ModelIndex() {
       delete rec;
     }
   }
-  memory_->Sub(sizeof(std::atomic<SourceRecord*>) * kMaxSources + sizeof(ModelIndex));
+  memory_->Sub(sizeof(std::atomic<SourceRecord*>) * kMaxSources + sizeof(ModelIndex) +
+               LineVersions::kBytes);
 }
 
 void ModelIndex::SetBlockSize(uint32_t block_size) {
@@ -165,7 +168,7 @@ void ModelIndex::Remove(const SourceKey& source, Tier tier, std::span<const uint
   for (size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) table->PrefetchForWrite(hashes[i]);
   for (size_t start = 0; start < n; start += kRemovalChunk) {
     const size_t end = std::min(n, start + kRemovalChunk);
-    seqlock_.Begin();
+    seqlock_.LockRemovals();
     for (size_t i = start; i < end; ++i) {
       if (i + kPrefetchDistance < n) table->PrefetchForWrite(hashes[i + kPrefetchDistance]);
       if (table->ClearHolder(hashes[i], tag, bit)) {
@@ -173,7 +176,8 @@ void ModelIndex::Remove(const SourceKey& source, Tier tier, std::span<const uint
         digest += EntryDigest(rec->digest_prefix, tier, hashes[i]);
       }
     }
-    seqlock_.End();
+    versions_.Release();
+    seqlock_.UnlockRemovals();
   }
   digest_.fetch_sub(digest, std::memory_order_relaxed);
   CountDelta(rec, tier, -removed);
@@ -237,6 +241,7 @@ void ModelIndex::Rebuild(size_t capacity, const uint64_t* drop,
     }
   }
   std::vector<SourceRecord*> retired;
+  if (fresh) fresh->set_versions(&versions_);
   seqlock_.Begin();
   if (fresh) table_.store(fresh.release(), std::memory_order_release);
   for (uint32_t id : retire_ids) {
@@ -276,19 +281,26 @@ void ModelIndex::ForEachEntry(
 void ModelIndex::Match(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out) const {
   out->clear();
   if (seq.empty()) return;
+  thread_local ReadLog log;
   const uint32_t phase = grace_.Enter();
   bool done = false;
   for (int attempt = 0; attempt < kReadAttempts && !done; ++attempt) {
-    // A bracket is short (one chunk of removals): wait it out by spinning
-    // rather than spending an attempt or sleeping on the mutex.
+    // A swap bracket is short: wait it out by spinning rather than spending
+    // an attempt or sleeping on the mutex.
     uint64_t begin = seqlock_.ReadBegin();
     for (int spin = 0; (begin & 1) != 0 && spin < kMaxSpins; ++spin) {
       __builtin_ia32_pause();
       begin = seqlock_.ReadBegin();
     }
     if (begin & 1) continue;
-    MatchOnce(seq, out);
-    done = seqlock_.ReadValidate(begin);
+    log.Clear();
+    MatchOnce(seq, out, &log);
+    // ReadValidate's acquire fence orders every line read before the rechecks.
+    done = !log.conflict && seqlock_.ReadValidate(begin);
+    for (size_t i = 0; done && i < log.entries.size(); ++i) {
+      const uint64_t e = log.entries[i];
+      done = versions_.Unchanged(e >> 32, static_cast<uint32_t>(e));
+    }
   }
   if (!done) {
     // Bounded wait: the writer holds the mutex for one removal chunk at most.
@@ -299,21 +311,22 @@ void ModelIndex::Match(std::span<const uint64_t> seq, std::vector<WorkerMatch>* 
       if (!locked) __builtin_ia32_pause();
     }
     if (!locked) seqlock_.fallback_mu.lock();
-    MatchOnce(seq, out);
+    MatchOnce(seq, out, nullptr);
     seqlock_.fallback_mu.unlock();
   }
   grace_.Exit(phase);
 }
 
-void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out) const {
+void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out,
+                           ReadLog* log) const {
   out->clear();
   const BlockTable* table = table_.load(std::memory_order_acquire);
   const uint32_t id_limit = id_limit_.load(std::memory_order_acquire);
   const uint32_t groups = std::max<uint32_t>(1, (id_limit + kGroupBits - 1) / kGroupBits);
   const size_t n = seq.size();
   const int num_planes = std::bit_width(n);
-  if (groups == 1) return MatchFewGroups<1>(table, seq, num_planes, out);
-  if (groups == 2) return MatchFewGroups<2>(table, seq, num_planes, out);
+  if (groups == 1) return MatchFewGroups<1>(table, seq, num_planes, out, log);
+  if (groups == 2) return MatchFewGroups<2>(table, seq, num_planes, out, log);
 
   MatchScratch& sc = Scratch();
   sc.acc.assign(groups * kNumTiers, 0);
@@ -333,7 +346,7 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
     const uint64_t hash = seq[k];
     std::fill(sc.acc.begin(), sc.acc.end(), 0);
     // One probe run holds every (tier, group) slot of this block.
-    table->CollectHolders(hash, groups, sc.acc.data());
+    table->CollectHolders(hash, groups, sc.acc.data(), &versions_, log);
     uint64_t live = 0;
     for (uint32_t g = 0; g < groups; ++g) {
       const uint64_t* a = &sc.acc[g * kNumTiers];
@@ -393,7 +406,7 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
 // per block, prefetched ahead.
 template <uint32_t G>
 void ModelIndex::MatchFewGroups(const BlockTable* table, std::span<const uint64_t> seq,
-                                int num_planes, std::vector<WorkerMatch>* out) const {
+                                int num_planes, std::vector<WorkerMatch>* out, ReadLog* log) const {
   const size_t n = seq.size();
   uint64_t planes[G][kNumTiers][64];
   for (uint32_t g = 0; g < G; ++g) {
@@ -408,7 +421,7 @@ void ModelIndex::MatchFewGroups(const BlockTable* table, std::span<const uint64_
     if (k + kPrefetchDistance < n) table->Prefetch(seq[k + kPrefetchDistance]);
     // Slots of a group created after this query began are ignored.
     uint64_t acc[G * kNumTiers] = {};
-    table->CollectHolders(seq[k], G, acc);
+    table->CollectHolders(seq[k], G, acc, &versions_, log);
     uint64_t live = 0;
     for (uint32_t g = 0; g < G; ++g) {
       const uint64_t d = acc[g * kNumTiers], h = acc[g * kNumTiers + 1];

@@ -10,9 +10,10 @@
 //
 // Invariants:
 // - A slot's holder bitmap is never 0 while the slot is occupied.
-// - Every operation that can make a reader overcount (clearing a holder bit,
-//   moving a slot, swapping the table, freeing a source id) runs inside the
-//   removal seqlock; insertions do not.
+// - Every operation that can make a reader overcount runs inside a bracket:
+//   clearing a holder bit or moving a slot marks its line in versions_ first;
+//   swapping the table or freeing a source id bumps the global seqlock_.
+//   Insertions are not bracketed.
 // - A table or source record unreachable from the index is freed only after a
 //   grace period (no reader can still hold it).
 // - entries_, per-source counts and digest_ equal the values computed from the
@@ -73,10 +74,11 @@ class ModelIndex {
  private:
   SourceRecord* FindSource(const SourceKey& source) const;
   SourceRecord* FindOrAddSource(const SourceKey& source);
-  void MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out) const;
+  // `log` null = removals are excluded (fallback mutex held).
+  void MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out, ReadLog* log) const;
   template <uint32_t G>
   void MatchFewGroups(const BlockTable* table, std::span<const uint64_t> seq, int num_planes,
-                      std::vector<WorkerMatch>* out) const;
+                      std::vector<WorkerMatch>* out, ReadLog* log) const;
   void CountDelta(SourceRecord* rec, Tier tier, int64_t delta);
   // Replaces the table by a copy of `capacity` slots without the holders in
   // `drop` (one mask per group, may be null); frees `retire_ids` inside the
@@ -90,6 +92,7 @@ class ModelIndex {
 
   std::atomic<BlockTable*> table_;
   RemovalSeqlock seqlock_;
+  LineVersions versions_;
   GracePeriod grace_;
 
   // Source ids: writer-side lookup plus a reader-visible id -> record array.

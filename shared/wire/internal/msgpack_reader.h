@@ -112,7 +112,34 @@ class Reader {
   // Decodes the next header and advances past it (and past str/bin/ext
   // payloads, which are returned as views). False when truncated or when the
   // byte 0xc1 (never used) appears; the position is then unspecified.
-  bool Next(Header* h) {
+  //
+  // The forms of nearly every header outside token and hash arrays (positive
+  // fixint, fixstr keys and values, nil) are decoded inline here; the rest
+  // goes to NextSlow, which handles every form (same result, same position).
+  __attribute__((always_inline)) bool Next(Header* h) {
+    if (p_ < end_) {
+      const uint8_t b = *p_;
+      if (b <= 0x7f) {
+        ++p_;
+        h->type = MsgType::kUint;
+        h->u = b;
+        return true;
+      }
+      if ((b & 0xe0) == 0xa0) {
+        ++p_;
+        return Payload(h, MsgType::kStr, b & 0x1f);
+      }
+      if (b == 0xc0) {
+        ++p_;
+        h->type = MsgType::kNil;
+        return true;
+      }
+    }
+    return NextSlow(h);
+  }
+
+  // Next() for every form.
+  __attribute__((noinline)) bool NextSlow(Header* h) {
     if (p_ >= end_) return false;
     const uint8_t b = *p_++;
     if (b <= 0x7f) {
