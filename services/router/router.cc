@@ -52,15 +52,15 @@ Status Router::Start() {
   probe_.reset();
   registry_.reset();
   registry_ = std::make_shared<prometheus::Registry>();
-  probe_ = std::make_unique<RouterProbe>();
+  probe_ = std::make_unique<consume::RouterProbe>();
   index_ = std::make_unique<index::KvIndex>();
   sink_ = std::make_unique<InProcessSink>(options_.log_capacity);
   InProcessSink* sink = sink_.get();
   probe_->Bind(index_.get(), [this] { return apply_ ? apply_->Pending() : 0; });
 
-  ApplyOptions apply_options;
+  consume::ApplyOptions apply_options;
   apply_options.models = options_.models;
-  apply_ = std::make_unique<ApplyLoop>(sink, index_.get(), probe_.get(), apply_options);
+  apply_ = std::make_unique<consume::ApplyLoop>(sink, index_.get(), probe_.get(), apply_options);
   KVINDEX_RETURN_IF_ERROR(apply_->Start());
 
   ingest_ = std::make_unique<EmbeddedIngest>(options_.agent, sink, registry_.get());
@@ -69,7 +69,7 @@ Status Router::Start() {
     return status;
   }
 
-  api::ApiContext context;
+  query::ApiContext context;
   context.index = index_.get();
   context.apply = apply_.get();
   context.probe = probe_.get();
@@ -82,9 +82,9 @@ Status Router::Start() {
     for (const auto& [model, unused] : context.configured_models) seen |= model == spec.model;
     if (!seen) context.configured_models.emplace_back(spec.model, spec.block_size);
   }
-  api::ApiOptions api_options;
+  query::ApiOptions api_options;
   api_options.metrics_auth = options_.metrics_auth;
-  api_ = std::make_unique<api::RouterApi>(api_options, std::move(context));
+  api_ = std::make_unique<query::RouterApi>(api_options, std::move(context));
 
   http::ServerOptions server_options;
   server_options.listen = options_.http;

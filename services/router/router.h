@@ -29,10 +29,10 @@
 #include <string>
 #include <vector>
 
-#include "services/router/api/router_api.h"
-#include "services/router/apply/apply_loop.h"
+#include "shared/query/router_api.h"
+#include "shared/consume/apply_loop.h"
 #include "services/router/embedded/embedded_ingest.h"
-#include "services/router/router_probe.h"
+#include "shared/consume/router_probe.h"
 #include "shared/base/status.h"
 #include "shared/http/server.h"
 #include "shared/index/kv_index.h"
@@ -84,12 +84,12 @@ class Router {
  private:
   RouterOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;
-  std::unique_ptr<RouterProbe> probe_;
+  std::unique_ptr<consume::RouterProbe> probe_;
   std::unique_ptr<index::KvIndex> index_;
   std::unique_ptr<InProcessSink> sink_;
-  std::unique_ptr<ApplyLoop> apply_;
+  std::unique_ptr<consume::ApplyLoop> apply_;
   std::unique_ptr<EmbeddedIngest> ingest_;
-  std::unique_ptr<api::RouterApi> api_;
+  std::unique_ptr<query::RouterApi> api_;
   std::unique_ptr<http::Server> server_;
   bool running_ = false;
 };

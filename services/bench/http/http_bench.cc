@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "services/bench/http/wrk_output.h"
-#include "services/router/api/router_api.h"
-#include "services/router/apply/apply_loop.h"
+#include "shared/query/router_api.h"
+#include "shared/consume/apply_loop.h"
 #include "shared/config/cli.h"
 #include "shared/hashing/canonical_hash.h"
 #include "shared/http/client.h"
@@ -265,11 +265,11 @@ int RunHttpBench(int argc, char** argv) {
 
   // 3. In-process: the /v1/match handler (parse + lookup + JSON write).
   InProcessSink sink;
-  router::ApplyLoop loop(&sink, index.get(), nullptr, {});  // not started: nothing to apply
-  router::api::ApiContext context;
+  consume::ApplyLoop loop(&sink, index.get(), nullptr, {});  // not started: nothing to apply
+  query::ApiContext context;
   context.index = index.get();
   context.apply = &loop;
-  router::api::RouterApi api({}, context);
+  query::RouterApi api({}, context);
   std::vector<std::string> padded;
   for (const auto& body : bodies) padded.push_back(body + std::string(http::kBodyPadding, '\0'));
   size_t bad = 0;

@@ -31,11 +31,11 @@ void EmbeddedIngest::Stop() {
 
 bool EmbeddedIngest::Ready() const { return running_ && pipeline_->Ready(); }
 
-std::vector<api::IngestSourceStatus> EmbeddedIngest::Sources() const {
-  std::vector<api::IngestSourceStatus> out;
+std::vector<query::IngestSourceStatus> EmbeddedIngest::Sources() const {
+  std::vector<query::IngestSourceStatus> out;
   if (pipeline_ == nullptr) return out;
   for (const auto& s : pipeline_->Sources()) {
-    api::IngestSourceStatus status;
+    query::IngestSourceStatus status;
     status.worker = s.worker;
     status.dp_rank = s.dp_rank;
     status.model = s.model;

@@ -15,7 +15,7 @@
 #include <memory>
 #include <vector>
 
-#include "services/router/api/router_api.h"
+#include "shared/query/router_api.h"
 #include "shared/base/status.h"
 #include "shared/ingest/agent_pipeline.h"
 #include "shared/publish/in_process_sink.h"
@@ -31,7 +31,7 @@ class EmbeddedIngest {
   Status Start();
   void Stop();
   bool Ready() const;
-  std::vector<api::IngestSourceStatus> Sources() const;
+  std::vector<query::IngestSourceStatus> Sources() const;
 
  private:
   ingest::AgentOptions options_;

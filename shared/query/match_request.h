@@ -22,7 +22,7 @@
 
 #include "shared/base/status.h"
 
-namespace kvindex::router::api {
+namespace kvindex::query {
 
 // Largest token list accepted (interfaces.md): beyond -> 400.
 inline constexpr size_t kMaxTokens = 1'000'000;
@@ -52,4 +52,4 @@ enum class RequestDialect : uint8_t {
 // InvalidArgument with a message naming the problem.
 Status ParseMatchRequest(std::string_view body, RequestDialect dialect, MatchRequest* out);
 
-}  // namespace kvindex::router::api
+}  // namespace kvindex::query

@@ -1,4 +1,4 @@
-#include "services/router/api/router_api.h"
+#include "shared/query/router_api.h"
 
 #include <algorithm>
 #include <charconv>
@@ -9,11 +9,11 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "services/router/api/json_writer.h"
-#include "services/router/api/match_request.h"
+#include "shared/query/json_writer.h"
+#include "shared/query/match_request.h"
 #include "shared/metrics/metrics.h"
 
-namespace kvindex::router::api {
+namespace kvindex::query {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -48,9 +48,9 @@ void WriteEntries(JsonWriter& w, const uint64_t (&entries)[kNumTiers]) {
 // Runs the lookup of a parsed request; records latency on the probe. A model
 // that is configured but has no events yet matches nothing (200, no workers).
 StatusOr<index::MatchResult> Lookup(const ApiContext& context, const MatchRequest& req,
-                                    Endpoint endpoint) {
+                                    consume::Endpoint endpoint) {
   const index::IndexInterface& index = *context.index;
-  RouterProbe* probe = context.probe;
+  consume::RouterProbe* probe = context.probe;
   index::MatchOptions options;
   options.max_blocks = req.max_blocks;
   const auto start = Clock::now();
@@ -162,13 +162,13 @@ void RouterApi::Match(const http::Request& request, http::Response& response) co
   if (Status status = ParseMatchRequest(request.body, RequestDialect::kMatch, &parsed);
       !status.ok()) {
     http::SetError(response, 400, Message(status));
-  } else if (StatusOr<index::MatchResult> result = Lookup(context_, parsed, Endpoint::kMatch);
+  } else if (StatusOr<index::MatchResult> result = Lookup(context_, parsed, consume::Endpoint::kMatch);
              !result.ok()) {
     http::SetError(response, StatusToHttp(result.status()), Message(result.status()));
   } else {
     WriteMatchResponse(parsed.model, *result, &response.body);
   }
-  if (context_.probe != nullptr) context_.probe->RecordRequest(Endpoint::kMatch, response.status);
+  if (context_.probe != nullptr) context_.probe->RecordRequest(consume::Endpoint::kMatch, response.status);
 }
 
 void RouterApi::Query(const http::Request& request, http::Response& response) const {
@@ -176,7 +176,7 @@ void RouterApi::Query(const http::Request& request, http::Response& response) co
   Status status = ParseMatchRequest(request.body, RequestDialect::kQuery, &parsed);
   if (!status.ok()) {
     http::SetError(response, 400, Message(status));
-  } else if (StatusOr<index::MatchResult> result = Lookup(context_, parsed, Endpoint::kQuery);
+  } else if (StatusOr<index::MatchResult> result = Lookup(context_, parsed, consume::Endpoint::kQuery);
              !result.ok()) {
     http::SetError(response, StatusToHttp(result.status()), Message(result.status()));
   } else {
@@ -244,7 +244,7 @@ void RouterApi::Query(const http::Request& request, http::Response& response) co
     w.EndObject();
     w.EndObject();
   }
-  if (context_.probe != nullptr) context_.probe->RecordRequest(Endpoint::kQuery, response.status);
+  if (context_.probe != nullptr) context_.probe->RecordRequest(consume::Endpoint::kQuery, response.status);
 }
 
 void RouterApi::State(const http::Request&, http::Response& response) const {
@@ -265,7 +265,7 @@ void RouterApi::State(const http::Request&, http::Response& response) const {
   for (const std::string& model : context_.index->Models()) w.String(model);
   w.EndArray();
   w.EndObject();
-  if (context_.probe != nullptr) context_.probe->RecordRequest(Endpoint::kState, response.status);
+  if (context_.probe != nullptr) context_.probe->RecordRequest(consume::Endpoint::kState, response.status);
 }
 
 void RouterApi::Workers(const http::Request&, http::Response& response) const {
@@ -273,11 +273,11 @@ void RouterApi::Workers(const http::Request&, http::Response& response) const {
     std::string model;
     SourceKey source;
     uint64_t entries[kNumTiers] = {};
-    const ApplyLoop::SourceActivity* activity = nullptr;
+    const consume::ApplyLoop::SourceActivity* activity = nullptr;
     const IngestSourceStatus* ingest = nullptr;
   };
   const std::vector<index::SourceInfo> infos = context_.index->Sources();
-  const std::vector<ApplyLoop::SourceActivity> activity = context_.apply->Activity();
+  const std::vector<consume::ApplyLoop::SourceActivity> activity = context_.apply->Activity();
   std::vector<IngestSourceStatus> ingest;
   if (context_.ingest_sources) ingest = context_.ingest_sources();
 
@@ -295,7 +295,7 @@ void RouterApi::Workers(const http::Request&, http::Response& response) const {
     }
     return found;
   };
-  for (const ApplyLoop::SourceActivity& a : activity) {
+  for (const consume::ApplyLoop::SourceActivity& a : activity) {
     auto found = find_model_rows(a.source);
     if (found.empty() && !a.model.empty()) {
       Row& row = rows[{a.model, a.source}];
@@ -360,7 +360,7 @@ void RouterApi::Workers(const http::Request&, http::Response& response) const {
   }
   w.EndArray();
   w.EndObject();
-  if (context_.probe != nullptr) context_.probe->RecordRequest(Endpoint::kWorkers, response.status);
+  if (context_.probe != nullptr) context_.probe->RecordRequest(consume::Endpoint::kWorkers, response.status);
 }
 
 void RouterApi::Readyz(const http::Request&, http::Response& response) const {
@@ -393,4 +393,4 @@ void RouterApi::Metrics(const http::Request&, http::Response& response) const {
   }
 }
 
-}  // namespace kvindex::router::api
+}  // namespace kvindex::query

@@ -1,9 +1,9 @@
-#include "services/router/router_probe.h"
+#include "shared/consume/router_probe.h"
 
 #include <map>
 #include <utility>
 
-namespace kvindex::router {
+namespace kvindex::consume {
 namespace {
 
 constexpr std::string_view kStatusLabels[2] = {"applied", "ignored"};
@@ -182,4 +182,4 @@ std::vector<prometheus::MetricFamily> RouterProbe::Collect() const {
   return out;
 }
 
-}  // namespace kvindex::router
+}  // namespace kvindex::consume

@@ -32,13 +32,13 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "services/router/router_probe.h"
+#include "shared/consume/router_probe.h"
 #include "shared/base/status.h"
 #include "shared/index/index_interface.h"
 #include "shared/model/source_key.h"
 #include "shared/publish/in_process_sink.h"
 
-namespace kvindex::router {
+namespace kvindex::consume {
 
 struct ApplyOptions {
   // Models to index; empty = every model. Default: empty. Not reloadable.
@@ -93,4 +93,4 @@ class ApplyLoop {
   absl::flat_hash_map<SourceKey, SourceActivity> activity_;  // guarded by mu_
 };
 
-}  // namespace kvindex::router
+}  // namespace kvindex::consume

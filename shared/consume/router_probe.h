@@ -30,7 +30,7 @@
 #include "shared/model/placement_event.h"
 #include "shared/model/tier.h"
 
-namespace kvindex::router {
+namespace kvindex::consume {
 
 // Lock-free histogram with fixed bucket bounds, exported as a Prometheus
 // histogram at scrape time.
@@ -94,4 +94,4 @@ class RouterProbe {
   std::atomic<uint64_t> requests_[kNumEndpoints][3] = {};  // 2xx, 4xx, 5xx
 };
 
-}  // namespace kvindex::router
+}  // namespace kvindex::consume

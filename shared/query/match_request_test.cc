@@ -1,11 +1,11 @@
-#include "services/router/api/match_request.h"
+#include "shared/query/match_request.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 #include <string>
 
-namespace kvindex::router::api {
+namespace kvindex::query {
 namespace {
 
 Status Parse(std::string body, MatchRequest* out, RequestDialect dialect = RequestDialect::kMatch) {
@@ -78,9 +78,9 @@ TEST(MatchRequestTest, QueryDialect) {
 }
 
 }  // namespace
-}  // namespace kvindex::router::api
+}  // namespace kvindex::query
 
-namespace kvindex::router::api {
+namespace kvindex::query {
 namespace {
 
 // The SWAR fast path and the simdjson path must agree on every input.
@@ -121,9 +121,9 @@ TEST(MatchRequestTest, FastTokenPathAgreesWithSimdjson) {
 }
 
 }  // namespace
-}  // namespace kvindex::router::api
+}  // namespace kvindex::query
 
-namespace kvindex::router::api {
+namespace kvindex::query {
 namespace {
 
 TEST(MatchRequestTest, FastScannerShapes) {
@@ -158,9 +158,9 @@ TEST(MatchRequestTest, FastScannerShapes) {
 }
 
 }  // namespace
-}  // namespace kvindex::router::api
+}  // namespace kvindex::query
 
-namespace kvindex::router::api {
+namespace kvindex::query {
 namespace {
 
 // Bad input never crashes: random mutations of valid bodies either parse or
@@ -197,4 +197,4 @@ TEST(MatchRequestTest, MutatedBodiesNeverCrash) {
 }
 
 }  // namespace
-}  // namespace kvindex::router::api
+}  // namespace kvindex::query

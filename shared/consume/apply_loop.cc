@@ -1,9 +1,9 @@
-#include "services/router/apply/apply_loop.h"
+#include "shared/consume/apply_loop.h"
 
 #include <algorithm>
 #include <chrono>
 
-namespace kvindex::router {
+namespace kvindex::consume {
 namespace {
 
 uint64_t NowNs() {
@@ -118,4 +118,4 @@ void ApplyLoop::Run() {
   }
 }
 
-}  // namespace kvindex::router
+}  // namespace kvindex::consume

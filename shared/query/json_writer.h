@@ -15,7 +15,7 @@
 
 #include "shared/http/server.h"
 
-namespace kvindex::router::api {
+namespace kvindex::query {
 
 class JsonWriter {
  public:
@@ -92,4 +92,4 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
-}  // namespace kvindex::router::api
+}  // namespace kvindex::query

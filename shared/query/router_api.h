@@ -22,12 +22,12 @@
 #include <utility>
 #include <vector>
 
-#include "services/router/apply/apply_loop.h"
-#include "services/router/router_probe.h"
+#include "shared/consume/apply_loop.h"
+#include "shared/consume/router_probe.h"
 #include "shared/http/server.h"
 #include "shared/index/index_interface.h"
 
-namespace kvindex::router::api {
+namespace kvindex::query {
 
 // What the ingest side reports per source (embedded mode); decoupled from
 // shared/ingest so the API does not depend on the agent pipeline.
@@ -47,8 +47,8 @@ struct ApiOptions {
 
 struct ApiContext {
   const index::IndexInterface* index = nullptr;  // required
-  const ApplyLoop* apply = nullptr;              // required
-  RouterProbe* probe = nullptr;                  // nullable
+  const consume::ApplyLoop* apply = nullptr;              // required
+  consume::RouterProbe* probe = nullptr;                  // nullable
   prometheus::Registry* registry = nullptr;      // nullable: /metrics empty
   // Ingest readiness (embedded pipeline Ready()); null = always ready.
   std::function<bool()> ingest_ready;
@@ -82,4 +82,4 @@ class RouterApi {
   const ApiContext context_;
 };
 
-}  // namespace kvindex::router::api
+}  // namespace kvindex::query

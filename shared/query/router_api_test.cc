@@ -1,4 +1,4 @@
-#include "services/router/api/router_api.h"
+#include "shared/query/router_api.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -10,7 +10,7 @@
 #include "shared/http/client.h"
 #include "shared/index/kv_index.h"
 
-namespace kvindex::router::api {
+namespace kvindex::query {
 namespace {
 
 using nlohmann::json;
@@ -88,8 +88,8 @@ class RouterApiTest : public ::testing::Test {
   std::string token_ = "t0ken";
   InProcessSink sink_;
   index::KvIndex index_;
-  RouterProbe probe_;
-  ApplyLoop loop_{&sink_, &index_, &probe_, {}};
+  consume::RouterProbe probe_;
+  consume::ApplyLoop loop_{&sink_, &index_, &probe_, {}};
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<RouterApi> api_;
   std::unique_ptr<http::Server> server_;
@@ -197,4 +197,4 @@ TEST_F(RouterApiTest, StateWorkersQueryMetrics) {
 }
 
 }  // namespace
-}  // namespace kvindex::router::api
+}  // namespace kvindex::query

@@ -1,4 +1,4 @@
-#include "services/router/apply/apply_loop.h"
+#include "shared/consume/apply_loop.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 
 #include "shared/index/kv_index.h"
 
-namespace kvindex::router {
+namespace kvindex::consume {
 namespace {
 
 PlacementEvent Stored(std::string worker, std::vector<uint64_t> hashes, Tier tier = Tier::kDevice) {
@@ -76,4 +76,4 @@ TEST(ApplyLoopTest, ModelFilterKeepsPositionsMoving) {
 }
 
 }  // namespace
-}  // namespace kvindex::router
+}  // namespace kvindex::consume

@@ -2,7 +2,7 @@
 // and simdjson's on-demand API for everything else, which also words every
 // error. For a 1024-token body (6.3 KB) in one run: scanner 5.7-7.4 us,
 // simdjson on-demand 9.1-9.8 us, simdjson DOM 10.8-11.1 us.
-#include "services/router/api/match_request.h"
+#include "shared/query/match_request.h"
 
 #include <simdjson.h>
 
@@ -12,7 +12,7 @@
 #endif
 #include <string>
 
-namespace kvindex::router::api {
+namespace kvindex::query {
 namespace {
 
 namespace od = simdjson::ondemand;
@@ -347,4 +347,4 @@ Status ParseMatchRequest(std::string_view body, RequestDialect dialect, MatchReq
   return ParseWithSimdjson(body, dialect, out);
 }
 
-}  // namespace kvindex::router::api
+}  // namespace kvindex::query
