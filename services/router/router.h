@@ -29,15 +29,15 @@
 #include <string>
 #include <vector>
 
-#include "shared/query/router_api.h"
-#include "shared/consume/apply_loop.h"
 #include "services/router/embedded/embedded_ingest.h"
-#include "shared/consume/router_probe.h"
 #include "shared/base/status.h"
+#include "shared/consume/apply_loop.h"
+#include "shared/consume/router_probe.h"
 #include "shared/http/server.h"
 #include "shared/index/kv_index.h"
 #include "shared/ingest/agent_pipeline.h"
 #include "shared/publish/in_process_sink.h"
+#include "shared/query/router_api.h"
 
 namespace kvindex::router {
 

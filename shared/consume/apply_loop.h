@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "shared/consume/router_probe.h"
 #include "shared/base/status.h"
+#include "shared/consume/router_probe.h"
 #include "shared/index/index_interface.h"
 #include "shared/model/source_key.h"
 #include "shared/publish/in_process_sink.h"

@@ -9,9 +9,9 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "shared/metrics/metrics.h"
 #include "shared/query/json_writer.h"
 #include "shared/query/match_request.h"
-#include "shared/metrics/metrics.h"
 
 namespace kvindex::query {
 namespace {
@@ -162,13 +162,15 @@ void RouterApi::Match(const http::Request& request, http::Response& response) co
   if (Status status = ParseMatchRequest(request.body, RequestDialect::kMatch, &parsed);
       !status.ok()) {
     http::SetError(response, 400, Message(status));
-  } else if (StatusOr<index::MatchResult> result = Lookup(context_, parsed, consume::Endpoint::kMatch);
+  } else if (StatusOr<index::MatchResult> result =
+                 Lookup(context_, parsed, consume::Endpoint::kMatch);
              !result.ok()) {
     http::SetError(response, StatusToHttp(result.status()), Message(result.status()));
   } else {
     WriteMatchResponse(parsed.model, *result, &response.body);
   }
-  if (context_.probe != nullptr) context_.probe->RecordRequest(consume::Endpoint::kMatch, response.status);
+  if (context_.probe != nullptr)
+    context_.probe->RecordRequest(consume::Endpoint::kMatch, response.status);
 }
 
 void RouterApi::Query(const http::Request& request, http::Response& response) const {
@@ -176,7 +178,8 @@ void RouterApi::Query(const http::Request& request, http::Response& response) co
   Status status = ParseMatchRequest(request.body, RequestDialect::kQuery, &parsed);
   if (!status.ok()) {
     http::SetError(response, 400, Message(status));
-  } else if (StatusOr<index::MatchResult> result = Lookup(context_, parsed, consume::Endpoint::kQuery);
+  } else if (StatusOr<index::MatchResult> result =
+                 Lookup(context_, parsed, consume::Endpoint::kQuery);
              !result.ok()) {
     http::SetError(response, StatusToHttp(result.status()), Message(result.status()));
   } else {
@@ -244,7 +247,8 @@ void RouterApi::Query(const http::Request& request, http::Response& response) co
     w.EndObject();
     w.EndObject();
   }
-  if (context_.probe != nullptr) context_.probe->RecordRequest(consume::Endpoint::kQuery, response.status);
+  if (context_.probe != nullptr)
+    context_.probe->RecordRequest(consume::Endpoint::kQuery, response.status);
 }
 
 void RouterApi::State(const http::Request&, http::Response& response) const {
@@ -265,7 +269,8 @@ void RouterApi::State(const http::Request&, http::Response& response) const {
   for (const std::string& model : context_.index->Models()) w.String(model);
   w.EndArray();
   w.EndObject();
-  if (context_.probe != nullptr) context_.probe->RecordRequest(consume::Endpoint::kState, response.status);
+  if (context_.probe != nullptr)
+    context_.probe->RecordRequest(consume::Endpoint::kState, response.status);
 }
 
 void RouterApi::Workers(const http::Request&, http::Response& response) const {
@@ -360,7 +365,8 @@ void RouterApi::Workers(const http::Request&, http::Response& response) const {
   }
   w.EndArray();
   w.EndObject();
-  if (context_.probe != nullptr) context_.probe->RecordRequest(consume::Endpoint::kWorkers, response.status);
+  if (context_.probe != nullptr)
+    context_.probe->RecordRequest(consume::Endpoint::kWorkers, response.status);
 }
 
 void RouterApi::Readyz(const http::Request&, http::Response& response) const {

@@ -47,8 +47,8 @@ struct ApiOptions {
 
 struct ApiContext {
   const index::IndexInterface* index = nullptr;  // required
-  const consume::ApplyLoop* apply = nullptr;              // required
-  consume::RouterProbe* probe = nullptr;                  // nullable
+  const consume::ApplyLoop* apply = nullptr;     // required
+  consume::RouterProbe* probe = nullptr;         // nullable
   prometheus::Registry* registry = nullptr;      // nullable: /metrics empty
   // Ingest readiness (embedded pipeline Ready()); null = always ready.
   std::function<bool()> ingest_ready;

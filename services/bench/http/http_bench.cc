@@ -15,14 +15,14 @@
 #include <vector>
 
 #include "services/bench/http/wrk_output.h"
-#include "shared/query/router_api.h"
-#include "shared/consume/apply_loop.h"
 #include "shared/config/cli.h"
+#include "shared/consume/apply_loop.h"
 #include "shared/hashing/canonical_hash.h"
 #include "shared/http/client.h"
 #include "shared/http/server.h"
 #include "shared/index/kv_index.h"
 #include "shared/publish/in_process_sink.h"
+#include "shared/query/router_api.h"
 
 namespace kvindex::bench {
 namespace {

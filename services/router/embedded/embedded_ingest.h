@@ -15,10 +15,10 @@
 #include <memory>
 #include <vector>
 
-#include "shared/query/router_api.h"
 #include "shared/base/status.h"
 #include "shared/ingest/agent_pipeline.h"
 #include "shared/publish/in_process_sink.h"
+#include "shared/query/router_api.h"
 
 namespace kvindex::router {
 
