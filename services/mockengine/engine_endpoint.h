@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <optional>
+#include <span>
 #include <string>
 #include <zmq.hpp>
 
@@ -35,7 +36,7 @@ class EngineEndpoint {
 
   Status Bind();
   // Sends one batch with the next sequence number and keeps it for replay.
-  Status Publish(const std::string& payload);
+  Status Publish(std::span<const uint8_t> payload);
   // Answers every pending replay request without blocking.
   void ServeReplay();
   // For zmq_poll; nullptr without a replay socket.

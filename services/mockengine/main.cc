@@ -13,7 +13,6 @@
 #include "services/mockengine/prompt_tokens.h"
 #include "services/mockengine/simulated_engine.h"
 #include "services/mockengine/trace_reader.h"
-#include "services/mockengine/wire_encoder.h"
 #include "shared/config/cli.h"
 #include "shared/log/log.h"
 
@@ -114,8 +113,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto logger = kvindex::log::Get("mockengine");
-  WireForm form;
-  ParseWireForm(o.wire, &form);
+  // --wire picks the producer's encoding (wire-formats.md).
+  kvindex::wire::EncodeOptions encoding;
+  if (o.wire == "vllm-array") encoding.form = kvindex::wire::EventForm::kArray;
+  if (o.wire == "sglang") encoding.hashes = kvindex::wire::HashEncoding::kSigned;
+  const bool sglang = o.wire == "sglang";
   auto delay = kvindex::config::ParseDuration(o.start_delay);
   if (!delay.ok()) {
     std::fprintf(stderr, "kvindex-mockengine: error: --start-delay: %s\n",
@@ -158,8 +160,7 @@ int main(int argc, char** argv) {
           "tcp://" + o.host + ":" + std::to_string(o.replay_base_port + i);
     }
     endpoint_options.topic = o.topic;
-    endpoint_options.layout =
-        form == WireForm::kSglangMap ? ReplayLayout::kWithoutTopic : ReplayLayout::kWithTopic;
+    endpoint_options.layout = sglang ? ReplayLayout::kWithoutTopic : ReplayLayout::kWithTopic;
     endpoints.push_back(std::make_unique<EngineEndpoint>(context, endpoint_options));
     if (auto status = endpoints.back()->Bind(); !status.ok()) {
       std::fprintf(stderr, "kvindex-mockengine: error: %s\n", status.ToString().c_str());
@@ -168,6 +169,7 @@ int main(int argc, char** argv) {
     engines.emplace_back(EngineOptions{.block_size = o.block_size,
                                        .device_capacity_blocks = o.device_capacity,
                                        .host_capacity_blocks = o.host_capacity,
+                                       .host_medium = sglang ? "CPU_PINNED" : "CPU",
                                        .hash_seed = 0xC0FFEEull * (i + 1)});
   }
   logger->info("{} engines ({}) publishing from {}:{}; {} requests from {}", o.workers, o.wire,
@@ -178,7 +180,8 @@ int main(int argc, char** argv) {
   const auto interval = o.rate > 0 ? std::chrono::duration_cast<std::chrono::nanoseconds>(
                                          std::chrono::duration<double>(1.0 / o.rate))
                                    : std::chrono::nanoseconds(0);
-  std::vector<MockEvent> events;
+  std::vector<kvindex::wire::WireEvent> events;
+  std::vector<uint8_t> payload;
   size_t published = 0;
   for (size_t r = 0; r < trace->size() && !g_stop.load(); ++r) {
     const size_t w = r % engines.size();
@@ -188,7 +191,9 @@ int main(int argc, char** argv) {
       const double now_s =
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
               .count();
-      if (auto status = endpoints[w]->Publish(EncodeBatch(form, now_s, events, 0)); !status.ok()) {
+      payload.clear();
+      kvindex::wire::EncodeBatch(now_s, events, 0u, encoding, &payload);
+      if (auto status = endpoints[w]->Publish(payload); !status.ok()) {
         logger->error("engine {}: {}", w, status.ToString());
         return 1;
       }

@@ -6,10 +6,10 @@
 namespace kvindex::mockengine {
 namespace {
 
-MockEvent MakeEvent(MockEvent::Type type, std::string medium) {
-  MockEvent event;
+wire::WireEvent MakeEvent(wire::EventType type, std::string medium) {
+  wire::WireEvent event;
   event.type = type;
-  event.medium = std::move(medium);
+  if (!medium.empty()) event.medium = std::move(medium);
   return event;
 }
 
@@ -44,7 +44,8 @@ uint64_t SimulatedEngine::EngineHash(std::optional<uint64_t> parent,
                               options_.hash_seed ^ (parent_value * 0xD1B54A32D192ED03ull));
 }
 
-void SimulatedEngine::ServePrompt(std::span<const uint32_t> tokens, std::vector<MockEvent>* out) {
+void SimulatedEngine::ServePrompt(std::span<const uint32_t> tokens,
+                                  std::vector<wire::WireEvent>* out) {
   const uint32_t bs = options_.block_size;
   const size_t blocks = tokens.size() / bs;
   std::vector<uint64_t> hashes(blocks);
@@ -61,9 +62,9 @@ void SimulatedEngine::ServePrompt(std::span<const uint32_t> tokens, std::vector<
   const size_t to_store = wanted - cached;
   if (to_store == 0) return;
 
-  MockEvent offloaded = MakeEvent(MockEvent::Type::kStored, options_.host_medium);
-  MockEvent host_removed = MakeEvent(MockEvent::Type::kRemoved, options_.host_medium);
-  MockEvent device_removed = MakeEvent(MockEvent::Type::kRemoved, "GPU");
+  wire::WireEvent offloaded = MakeEvent(wire::EventType::kBlockStored, options_.host_medium);
+  wire::WireEvent host_removed = MakeEvent(wire::EventType::kBlockRemoved, options_.host_medium);
+  wire::WireEvent device_removed = MakeEvent(wire::EventType::kBlockRemoved, "GPU");
   // Protect the reused prefix: it was just touched, so LRU order evicts other
   // blocks first unless the prefix alone fills the cache.
   while (device_.size() + to_store > options_.device_capacity_blocks) {
@@ -88,9 +89,9 @@ void SimulatedEngine::ServePrompt(std::span<const uint32_t> tokens, std::vector<
   if (!host_removed.block_hashes.empty()) out->push_back(std::move(host_removed));
   if (!device_removed.block_hashes.empty()) out->push_back(std::move(device_removed));
 
-  MockEvent stored = MakeEvent(MockEvent::Type::kStored, "GPU");
+  wire::WireEvent stored = MakeEvent(wire::EventType::kBlockStored, "GPU");
   stored.block_size = bs;
-  if (cached > 0) stored.parent_hash = hashes[cached - 1];
+  if (cached > 0) stored.parent_block_hash = hashes[cached - 1];
   for (size_t i = cached; i < wanted; ++i) {
     device_.Insert(hashes[i]);
     stored.block_hashes.push_back(hashes[i]);
@@ -100,10 +101,10 @@ void SimulatedEngine::ServePrompt(std::span<const uint32_t> tokens, std::vector<
   out->push_back(std::move(stored));
 }
 
-void SimulatedEngine::Clear(std::vector<MockEvent>* out) {
+void SimulatedEngine::Clear(std::vector<wire::WireEvent>* out) {
   device_ = Lru();
   host_ = Lru();
-  out->push_back(MakeEvent(MockEvent::Type::kCleared, ""));
+  out->push_back(MakeEvent(wire::EventType::kAllBlocksCleared, ""));
 }
 
 }  // namespace kvindex::mockengine

@@ -17,25 +17,16 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "shared/wire/event_encoder.h"
 
 namespace kvindex::mockengine {
-
-struct MockEvent {
-  enum class Type { kStored, kRemoved, kCleared };
-  Type type = Type::kStored;
-  std::vector<uint64_t> block_hashes;   // engine hashes
-  std::optional<uint64_t> parent_hash;  // kStored
-  std::vector<uint32_t> token_ids;      // kStored on device; empty for placeholders
-  uint32_t block_size = 0;              // 0 for placeholders
-  std::string medium;                   // "GPU", "CPU", ...
-};
 
 struct EngineOptions {
   uint32_t block_size = 16;
   size_t device_capacity_blocks = 4096;
   size_t host_capacity_blocks = 0;  // 0 = no offload tier
-  std::string host_medium = "CPU";
-  uint64_t hash_seed = 0;  // per worker: engine hashes differ across workers
+  std::string host_medium = "CPU";  // "CPU_PINNED" for SGLang
+  uint64_t hash_seed = 0;           // per worker: engine hashes differ across workers
 };
 
 class SimulatedEngine {
@@ -44,10 +35,10 @@ class SimulatedEngine {
 
   // Serves one prompt: reuses the cached prefix, offloads/evicts to make room
   // and stores the new full blocks. Appends the resulting events to *out.
-  void ServePrompt(std::span<const uint32_t> tokens, std::vector<MockEvent>* out);
+  void ServePrompt(std::span<const uint32_t> tokens, std::vector<wire::WireEvent>* out);
 
   // Drops everything (engine restart) and appends an AllBlocksCleared.
-  void Clear(std::vector<MockEvent>* out);
+  void Clear(std::vector<wire::WireEvent>* out);
 
   size_t device_blocks() const { return device_.size(); }
   size_t host_blocks() const { return host_.size(); }
