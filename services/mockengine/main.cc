@@ -12,9 +12,9 @@
 #include "services/mockengine/engine_endpoint.h"
 #include "services/mockengine/prompt_tokens.h"
 #include "services/mockengine/simulated_engine.h"
-#include "services/mockengine/trace_reader.h"
 #include "shared/config/cli.h"
 #include "shared/log/log.h"
+#include "shared/trace/mooncake_trace.h"
 
 namespace {
 
@@ -126,18 +126,18 @@ int main(int argc, char** argv) {
   }
 
   const size_t wanted = o.print_prompt >= 0 ? static_cast<size_t>(o.print_prompt) + 1 : o.limit;
-  auto trace = ReadTrace(o.trace, wanted);
-  if (!trace.ok()) {
-    std::fprintf(stderr, "kvindex-mockengine: error: %s\n", trace.status().ToString().c_str());
+  auto requests = kvindex::trace::ReadTrace(o.trace, wanted);
+  if (!requests.ok()) {
+    std::fprintf(stderr, "kvindex-mockengine: error: %s\n", requests.status().ToString().c_str());
     return 1;
   }
   if (o.print_prompt >= 0) {
-    if (trace->size() <= static_cast<size_t>(o.print_prompt)) {
+    if (requests->size() <= static_cast<size_t>(o.print_prompt)) {
       std::fprintf(stderr, "kvindex-mockengine: error: the trace has only %zu requests\n",
-                   trace->size());
+                   requests->size());
       return 1;
     }
-    const std::vector<uint32_t> tokens = PromptTokens((*trace)[o.print_prompt]);
+    const std::vector<uint32_t> tokens = PromptTokens((*requests)[o.print_prompt]);
     std::string out = "[";
     for (size_t i = 0; i < tokens.size(); ++i) {
       if (i) out += ",";
@@ -173,7 +173,7 @@ int main(int argc, char** argv) {
                                        .hash_seed = 0xC0FFEEull * (i + 1)});
   }
   logger->info("{} engines ({}) publishing from {}:{}; {} requests from {}", o.workers, o.wire,
-               o.host, o.pub_base_port, trace->size(), o.trace);
+               o.host, o.pub_base_port, requests->size(), o.trace);
 
   auto next = std::chrono::steady_clock::now() + *delay;
   ServeUntil(endpoints, next);
@@ -183,10 +183,10 @@ int main(int argc, char** argv) {
   std::vector<kvindex::wire::WireEvent> events;
   std::vector<uint8_t> payload;
   size_t published = 0;
-  for (size_t r = 0; r < trace->size() && !g_stop.load(); ++r) {
+  for (size_t r = 0; r < requests->size() && !g_stop.load(); ++r) {
     const size_t w = r % engines.size();
     events.clear();
-    engines[w].ServePrompt(PromptTokens((*trace)[r]), &events);
+    engines[w].ServePrompt(PromptTokens((*requests)[r]), &events);
     if (!events.empty()) {
       const double now_s =
           std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())

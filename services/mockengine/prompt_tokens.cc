@@ -11,7 +11,7 @@ uint64_t Mix64(uint64_t z) {
 
 }  // namespace
 
-std::vector<uint32_t> PromptTokens(const TraceRequest& request) {
+std::vector<uint32_t> PromptTokens(const trace::TraceRequest& request) {
   std::vector<uint32_t> tokens;
   tokens.reserve(request.hash_ids.size() * kTokensPerHashId);
   for (uint64_t id : request.hash_ids) {

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "services/mockengine/trace_reader.h"
+#include "shared/trace/mooncake_trace.h"
 
 namespace kvindex::mockengine {
 
@@ -13,6 +13,6 @@ inline constexpr uint32_t kTokensPerHashId = 512;
 
 // The prompt of `request`: 512 tokens per hash id, cut to input_length when
 // that is shorter.
-std::vector<uint32_t> PromptTokens(const TraceRequest& request);
+std::vector<uint32_t> PromptTokens(const trace::TraceRequest& request);
 
 }  // namespace kvindex::mockengine

@@ -122,8 +122,8 @@ TEST(SimulatedEngineTest, NormalizedEventsTrackTheCacheExactly) {
 }
 
 TEST(PromptTokensTest, EqualIdsGiveEqualTokensAndInputLengthCuts) {
-  TraceRequest a{.input_length = 0, .hash_ids = {0, 1}};
-  TraceRequest b{.input_length = 700, .hash_ids = {0, 2}};
+  trace::TraceRequest a{.input_length = 0, .hash_ids = {0, 1}};
+  trace::TraceRequest b{.input_length = 700, .hash_ids = {0, 2}};
   const auto ta = PromptTokens(a);
   const auto tb = PromptTokens(b);
   ASSERT_EQ(ta.size(), 1024u);

@@ -10,11 +10,11 @@
 #include "services/bench/index/baseline_index.h"
 #include "services/bench/index/latency.h"
 #include "services/bench/index/peer_workload.h"
-#include "services/bench/index/trace_file.h"
 #include "services/bench/index/trace_runner.h"
 #include "services/bench/index/trace_workload.h"
 #include "shared/config/cli.h"
 #include "shared/index/kv_index.h"
+#include "shared/trace/mooncake_trace.h"
 
 namespace kvindex::bench {
 namespace {
@@ -125,7 +125,7 @@ void PrintText(const nlohmann::json& o) {
   std::printf("\n");
 }
 
-int RunPeerWorkload(const Options& opt, const std::vector<TraceRequest>& trace,
+int RunPeerWorkload(const Options& opt, const std::vector<trace::TraceRequest>& trace,
                     nlohmann::json* out) {
   PeerConfig config;
   config.copies = opt.copies;
@@ -190,7 +190,7 @@ int RunPeerWorkload(const Options& opt, const std::vector<TraceRequest>& trace,
   return ok ? 0 : 1;
 }
 
-int RunTraceWorkload(const Options& opt, const std::vector<TraceRequest>& trace,
+int RunTraceWorkload(const Options& opt, const std::vector<trace::TraceRequest>& trace,
                      nlohmann::json* out) {
   TraceConfig config;
   config.workers = opt.workers;
@@ -261,7 +261,7 @@ int RunIndexBench(int argc, char** argv) {
                  "trace: writer rate during lookups, as a fraction of measured apply capacity");
   if (std::optional<int> code = config::Parse(app, argc, argv)) return *code;
 
-  StatusOr<std::vector<TraceRequest>> trace = ReadTrace(opt.trace, opt.requests);
+  StatusOr<std::vector<trace::TraceRequest>> trace = trace::ReadTrace(opt.trace, opt.requests);
   if (!trace.ok()) {
     std::fprintf(stderr, "kvindex-bench index: %s\n",
                  std::string(trace.status().message()).c_str());

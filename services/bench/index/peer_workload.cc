@@ -40,7 +40,8 @@ uint64_t PeerChain(uint64_t parent, uint64_t local) {
   return PeerMix64(std::rotl(parent, 23) ^ local);
 }
 
-PeerStream GeneratePeerStream(const std::vector<TraceRequest>& trace, const PeerConfig& config) {
+PeerStream GeneratePeerStream(const std::vector<trace::TraceRequest>& trace,
+                              const PeerConfig& config) {
   constexpr uint64_t kBlocksPerId = 32;
   constexpr size_t kQueryBlocks = 128;
   PeerStream stream;

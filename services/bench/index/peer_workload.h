@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
-#include "services/bench/index/trace_file.h"
 #include "shared/base/status.h"
 #include "shared/index/index_interface.h"
 #include "shared/model/placement_event.h"
+#include "shared/trace/mooncake_trace.h"
 
 namespace kvindex::bench {
 
@@ -50,7 +50,8 @@ struct PeerStream {
   uint64_t query_blocks = 0;
 };
 
-PeerStream GeneratePeerStream(const std::vector<TraceRequest>& trace, const PeerConfig& config);
+PeerStream GeneratePeerStream(const std::vector<trace::TraceRequest>& trace,
+                              const PeerConfig& config);
 
 struct PeerRun {
   uint64_t block_ops = 0;

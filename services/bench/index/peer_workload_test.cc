@@ -16,10 +16,10 @@ TEST(PeerWorkloadTest, HashVectorsMatchTheSpec) {
   }
 }
 
-std::vector<TraceRequest> SmallTrace() {
-  std::vector<TraceRequest> trace;
+std::vector<trace::TraceRequest> SmallTrace() {
+  std::vector<trace::TraceRequest> trace;
   for (uint64_t j = 0; j < 200; ++j) {
-    TraceRequest r;
+    trace::TraceRequest r;
     r.hash_ids.push_back(0);
     for (uint64_t k = 0; k < 1 + j % 5; ++k) r.hash_ids.push_back(1 + (j % 7) * 10 + k);
     trace.push_back(r);

@@ -49,7 +49,8 @@ class Simulator {
  public:
   Simulator(const TraceConfig& config) : config_(config), workers_(config.workers) {}
 
-  SimRequest Process(const TraceRequest& request, uint64_t copy, uint64_t g, uint64_t* block_ops) {
+  SimRequest Process(const trace::TraceRequest& request, uint64_t copy, uint64_t g,
+                     uint64_t* block_ops) {
     Worker& w = workers_[g % config_.workers];
     const SourceKey source{"worker-" + std::to_string(g % config_.workers), 0};
     seq_.clear();
@@ -152,7 +153,8 @@ class Simulator {
 
 }  // namespace
 
-TraceStream GenerateTraceStream(const std::vector<TraceRequest>& trace, const TraceConfig& config) {
+TraceStream GenerateTraceStream(const std::vector<trace::TraceRequest>& trace,
+                                const TraceConfig& config) {
   TraceStream stream;
   Simulator sim(config);
   uint64_t g = 0;
@@ -160,7 +162,7 @@ TraceStream GenerateTraceStream(const std::vector<TraceRequest>& trace, const Tr
     const bool churn = stream.copies > 0 && stream.entries_after_fill >= config.min_entries;
     std::vector<SimRequest>& out = churn ? stream.churn : stream.fill;
     uint64_t* ops = churn ? &stream.churn_block_ops : &stream.fill_block_ops;
-    for (const TraceRequest& r : trace) out.push_back(sim.Process(r, copy, g++, ops));
+    for (const trace::TraceRequest& r : trace) out.push_back(sim.Process(r, copy, g++, ops));
     uint64_t per_tier[4] = {};
     const uint64_t entries = sim.Entries(per_tier);
     if (churn) {

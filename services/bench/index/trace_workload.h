@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "services/bench/index/trace_file.h"
 #include "shared/model/placement_event.h"
+#include "shared/trace/mooncake_trace.h"
 
 namespace kvindex::bench {
 
@@ -47,6 +47,7 @@ struct TraceStream {
   uint64_t entries_per_tier[4] = {};  // after churn
 };
 
-TraceStream GenerateTraceStream(const std::vector<TraceRequest>& trace, const TraceConfig& config);
+TraceStream GenerateTraceStream(const std::vector<trace::TraceRequest>& trace,
+                                const TraceConfig& config);
 
 }  // namespace kvindex::bench

@@ -1,5 +1,7 @@
-// Reads Mooncake-format request traces (one JSON object per line with
-// "timestamp" (ms), "input_length", "output_length" and "hash_ids").
+// Reads Mooncake-format request traces (../shared/data/mooncake/): one JSON
+// object per line with "timestamp" (ms), "input_length", "output_length" and
+// "hash_ids" (each id stands for one 512-token block of prefix). Used by the
+// mock engines and the benchmarks.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +10,7 @@
 
 #include "shared/base/status.h"
 
-namespace kvindex::mockengine {
+namespace kvindex::trace {
 
 struct TraceRequest {
   uint64_t timestamp_ms = 0;
@@ -19,4 +21,4 @@ struct TraceRequest {
 // Reads at most `limit` requests (0 = all). InvalidArgument names the line.
 StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path, size_t limit);
 
-}  // namespace kvindex::mockengine
+}  // namespace kvindex::trace

@@ -1,9 +1,9 @@
-#include "services/mockengine/trace_reader.h"
+#include "shared/trace/mooncake_trace.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 
-namespace kvindex::mockengine {
+namespace kvindex::trace {
 
 StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path, size_t limit) {
   std::ifstream in(path);
@@ -36,4 +36,4 @@ StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path, size_t li
   return requests;
 }
 
-}  // namespace kvindex::mockengine
+}  // namespace kvindex::trace
