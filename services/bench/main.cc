@@ -1,10 +1,7 @@
 // kvindex-bench: benchmarks that print figures next to a baseline measured in
 // the same run. `kvindex-bench SUBCOMMAND --help` describes each one.
-#include <cstdio>
-#include <cstring>
-#include <string_view>
 
-#include "kvindex/version.h"
+#include "shared/config/subcommands.h"
 
 #if KVINDEX_BENCH_HAVE_INDEX
 #include "services/bench/index/index_bench.h"
@@ -18,13 +15,7 @@
 
 namespace {
 
-struct Subcommand {
-  const char* name;
-  const char* summary;
-  int (*run)(int argc, char** argv);
-};
-
-constexpr Subcommand kSubcommands[] = {
+constexpr kvindex::config::Subcommand kSubcommands[] = {
 #if KVINDEX_BENCH_HAVE_INDEX
     {"index", "tiered index: apply throughput, lookup latency, bytes per entry",
      kvindex::bench::RunIndexBench},
@@ -37,35 +28,9 @@ constexpr Subcommand kSubcommands[] = {
 #endif
 };
 
-void PrintUsage(FILE* out) {
-  std::fprintf(out,
-               "kvindex-bench %s: benchmarks with an in-run baseline\n\n"
-               "Usage: kvindex-bench SUBCOMMAND [options]   (SUBCOMMAND --help for options)\n\n"
-               "Subcommands:\n",
-               kvindex::kVersion);
-  for (const Subcommand& sub : kSubcommands)
-    std::fprintf(out, "  %-8s %s\n", sub.name, sub.summary);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    PrintUsage(stderr);
-    return 2;
-  }
-  const std::string_view first = argv[1];
-  if (first == "--help" || first == "-h") {
-    PrintUsage(stdout);
-    return 0;
-  }
-  if (first == "--version") {
-    std::printf("kvindex-bench %s\n", kvindex::kVersion);
-    return 0;
-  }
-  for (const Subcommand& sub : kSubcommands) {
-    if (first == sub.name) return sub.run(argc - 1, argv + 1);
-  }
-  std::fprintf(stderr, "kvindex-bench: unknown subcommand '%s' (see --help)\n", argv[1]);
-  return 2;
+  return kvindex::config::DispatchSubcommand("kvindex-bench", "benchmarks with an in-run baseline",
+                                             kSubcommands, argc, argv);
 }

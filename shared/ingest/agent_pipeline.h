@@ -39,6 +39,7 @@
 
 #include "shared/base/status.h"
 #include "shared/ingest/source_spec.h"
+#include "shared/model/ingest_status.h"
 #include "shared/publish/publisher.h"
 
 namespace prometheus {
@@ -98,14 +99,7 @@ class AgentPipeline {
   // attempt (successful or not).
   bool Ready() const;
 
-  struct SourceStatus {
-    std::string worker;
-    uint32_t dp_rank = 0;
-    std::string model;
-    uint64_t last_seq = 0;
-    bool has_seq = false;
-    uint64_t gaps = 0, replays_ok = 0, replays_failed = 0, restarts = 0;
-  };
+  using SourceStatus = IngestSourceStatus;
   // One entry per configured source, in configuration order.
   std::vector<SourceStatus> Sources() const;
 

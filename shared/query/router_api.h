@@ -26,19 +26,9 @@
 #include "shared/consume/router_probe.h"
 #include "shared/http/server.h"
 #include "shared/index/index_interface.h"
+#include "shared/model/ingest_status.h"
 
 namespace kvindex::query {
-
-// What the ingest side reports per source (embedded mode); decoupled from
-// shared/ingest so the API does not depend on the agent pipeline.
-struct IngestSourceStatus {
-  std::string worker;
-  uint32_t dp_rank = 0;
-  std::string model;
-  uint64_t last_seq = 0;
-  bool has_seq = false;
-  uint64_t gaps = 0, replays_ok = 0, replays_failed = 0, restarts = 0;
-};
 
 struct ApiOptions {
   // /metrics requires the bearer token (when one is configured). Default: false.

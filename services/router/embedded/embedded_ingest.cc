@@ -31,23 +31,9 @@ void EmbeddedIngest::Stop() {
 
 bool EmbeddedIngest::Ready() const { return running_ && pipeline_->Ready(); }
 
-std::vector<query::IngestSourceStatus> EmbeddedIngest::Sources() const {
-  std::vector<query::IngestSourceStatus> out;
-  if (pipeline_ == nullptr) return out;
-  for (const auto& s : pipeline_->Sources()) {
-    query::IngestSourceStatus status;
-    status.worker = s.worker;
-    status.dp_rank = s.dp_rank;
-    status.model = s.model;
-    status.last_seq = s.last_seq;
-    status.has_seq = s.has_seq;
-    status.gaps = s.gaps;
-    status.replays_ok = s.replays_ok;
-    status.replays_failed = s.replays_failed;
-    status.restarts = s.restarts;
-    out.push_back(std::move(status));
-  }
-  return out;
+std::vector<IngestSourceStatus> EmbeddedIngest::Sources() const {
+  if (pipeline_ == nullptr) return {};
+  return pipeline_->Sources();
 }
 
 }  // namespace kvindex::router

@@ -31,7 +31,7 @@ class EmbeddedIngest {
   Status Start();
   void Stop();
   bool Ready() const;
-  std::vector<query::IngestSourceStatus> Sources() const;
+  std::vector<IngestSourceStatus> Sources() const;
 
  private:
   ingest::AgentOptions options_;
