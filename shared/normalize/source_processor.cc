@@ -211,13 +211,7 @@ void SourceProcessor::Stored(RankState& rank, const EngineEvent& event,
     parent = it->second.canonical;
   }
 
-  const uint64_t seed =
-      hashing::LocalHashSeed(event.lora_name.value_or(""), event.cache_salt.value_or(""));
-  if (event.token_layout == TokenLayout::kBigram) {
-    hashing::ComputeEagleLocalHashes(event.token_ids, event.block_size, seed, &local_);
-  } else {
-    hashing::ComputeLocalHashes(event.token_ids, event.block_size, seed, &local_);
-  }
+  ComputeLocalHashes(event);
   // Hash first, then touch the maps: the prefetches of both maps' slots for
   // the whole event are in flight together instead of one miss per access.
   sequence_.resize(hashes.size());
@@ -341,6 +335,16 @@ void SourceProcessor::Removed(RankState& rank, const EngineEvent& event,
   if (not_found > 0) Drop(DropReason::kBlockNotFound, not_found);
 }
 
+void SourceProcessor::ComputeLocalHashes(const EngineEvent& event) {
+  const uint64_t seed =
+      hashing::LocalHashSeed(event.lora_name.value_or(""), event.cache_salt.value_or(""));
+  if (event.token_layout == TokenLayout::kBigram) {
+    hashing::ComputeEagleLocalHashes(event.token_ids, event.block_size, seed, &local_);
+  } else {
+    hashing::ComputeLocalHashes(event.token_ids, event.block_size, seed, &local_);
+  }
+}
+
 void SourceProcessor::InformationalHashes(const RankState& rank, const EngineEvent& event) {
   // Only for the observer (kvindex-ctl decode): what the tokens hash to,
   // although the event was dropped. Needs tokens, a block size, and a parent
@@ -352,13 +356,7 @@ void SourceProcessor::InformationalHashes(const RankState& rank, const EngineEve
     if (it == rank.engine.end()) return;
     parent = it->second.canonical;
   }
-  const uint64_t seed =
-      hashing::LocalHashSeed(event.lora_name.value_or(""), event.cache_salt.value_or(""));
-  if (event.token_layout == TokenLayout::kBigram) {
-    hashing::ComputeEagleLocalHashes(event.token_ids, event.block_size, seed, &local_);
-  } else {
-    hashing::ComputeLocalHashes(event.token_ids, event.block_size, seed, &local_);
-  }
+  ComputeLocalHashes(event);
   const size_t n = std::min(local_.size(), block_outcomes_.size());
   for (size_t i = 0; i < n; ++i) {
     const uint64_t canonical =

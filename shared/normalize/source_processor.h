@@ -135,6 +135,8 @@ class SourceProcessor {
   void EmitStoredRuns(const internal::RankState& rank, Tier tier, std::vector<PlacementEvent>* out);
   PlacementEvent& NewPlacement(PlacementKind kind, uint32_t dp_rank,
                                std::vector<PlacementEvent>* out);
+  // Local hashes of a stored event's tokens (lora/salt seed, EAGLE windows) into local_.
+  void ComputeLocalHashes(const wire::EngineEvent& event);
   void InformationalHashes(const internal::RankState& rank, const wire::EngineEvent& event);
 
   SourceOptions options_;
