@@ -60,3 +60,25 @@ function(kvindex_fuzzer name)
   target_link_options(${name} PRIVATE -fsanitize=fuzzer)
   target_link_libraries(${name} PRIVATE ${ARG_DEPS})
 endfunction()
+
+# kvindex_add_subcommands(PREFIX kvindex_ctl SUBDIRS a b LIBS out_libs DEFS out_defs):
+# adds each existing SUBDIR (which defines library ${PREFIX}_<dir>) and returns
+# the libraries to link and the KVINDEX_<SUFFIX>_HAVE_<DIR>=1 definitions that
+# tell main.cc which subcommands exist.
+function(kvindex_add_subcommands)
+  cmake_parse_arguments(ARG "" "PREFIX;LIBS;DEFS" "SUBDIRS" ${ARGN})
+  string(REPLACE "kvindex_" "" suffix ${ARG_PREFIX})
+  string(TOUPPER ${suffix} suffix)
+  set(libs "")
+  set(defs "")
+  foreach(sub ${ARG_SUBDIRS})
+    if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/${sub}/CMakeLists.txt)
+      add_subdirectory(${sub})
+      string(TOUPPER ${sub} sub_upper)
+      list(APPEND libs ${ARG_PREFIX}_${sub})
+      list(APPEND defs KVINDEX_${suffix}_HAVE_${sub_upper}=1)
+    endif()
+  endforeach()
+  set(${ARG_LIBS} ${libs} PARENT_SCOPE)
+  set(${ARG_DEFS} ${defs} PARENT_SCOPE)
+endfunction()
