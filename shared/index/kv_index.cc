@@ -45,6 +45,7 @@ ModelIndex* KvIndex::GetOrCreateModel(std::string_view model) {
 }
 
 bool KvIndex::Apply(const PlacementEvent& event, uint64_t log_position) {
+  FlushRestore();
   if (log_position <= applied_seq_.load(std::memory_order_relaxed)) return false;
   switch (event.kind) {
     case PlacementKind::kStored: {
@@ -134,12 +135,31 @@ void KvIndex::ForEachEntry(const EntryVisitor& fn) const {
 
 void KvIndex::RestoreEntry(std::string_view model, const SourceKey& source, Tier tier,
                            uint64_t seq_hash, uint32_t block_size) {
-  ModelIndex* m = GetOrCreateModel(model);
-  m->SetBlockSize(block_size);
-  m->Store(source, tier, std::span<const uint64_t>(&seq_hash, 1));
+  PendingRestore& p = restore_;
+  if (!p.hashes.empty() && (p.model != model || p.source != source || p.tier != tier ||
+                            p.block_size != block_size || p.hashes.size() >= 4096)) {
+    FlushRestore();
+  }
+  if (p.hashes.empty()) {
+    p.model = model;
+    p.source = source;
+    p.tier = tier;
+    p.block_size = block_size;
+  }
+  p.hashes.push_back(seq_hash);
+}
+
+void KvIndex::FlushRestore() {
+  PendingRestore& p = restore_;
+  if (p.hashes.empty()) return;
+  ModelIndex* m = GetOrCreateModel(p.model);
+  m->SetBlockSize(p.block_size);
+  m->Store(p.source, p.tier, p.hashes);
+  p.hashes.clear();
 }
 
 void KvIndex::RestoreAppliedSeq(uint64_t log_position) {
+  FlushRestore();
   applied_seq_.store(log_position, std::memory_order_release);
 }
 

@@ -24,7 +24,9 @@
 // concurrent writes a match may undercount but never overcount: it never
 // reports a block after its removal returned, and never a prefix longer than
 // one state the writer passed through (see README.md, "Concurrency").
-// ForEachEntry: writer thread or quiescent.
+// ForEachEntry: writer thread or quiescent. A checkpoint restore is
+// RestoreEntry calls ended by RestoreAppliedSeq (entries are buffered until
+// then).
 #pragma once
 
 #include <atomic>
@@ -72,6 +74,8 @@ class KvIndex final : public IndexInterface {
  private:
   const internal::ModelIndex* FindModel(std::string_view model) const;
   internal::ModelIndex* GetOrCreateModel(std::string_view model);
+  // Applies the buffered run of restored entries as one stored event.
+  void FlushRestore();
 
   std::unique_ptr<internal::MemoryCounter> memory_;
   // Copy-on-write list of models, published with release; old lists are kept
@@ -81,6 +85,18 @@ class KvIndex final : public IndexInterface {
   std::vector<std::unique_ptr<const internal::ModelList>> model_lists_;
   std::vector<std::unique_ptr<internal::ModelIndex>> owned_models_;
   std::atomic<uint64_t> applied_seq_{0};
+
+  // RestoreEntry buffers consecutive entries of one (model, source, tier), as
+  // ForEachEntry yields them node by node, so a restore rebuilds whole nodes
+  // instead of one node per entry. Flushed by RestoreAppliedSeq and Apply.
+  struct PendingRestore {
+    std::string model;
+    SourceKey source;
+    Tier tier = Tier::kDevice;
+    uint32_t block_size = 0;
+    std::vector<uint64_t> hashes;
+  };
+  PendingRestore restore_;
 };
 
 }  // namespace kvindex::index

@@ -2,6 +2,7 @@
 // ReferenceIndex oracle (typed tests), plus KvIndex-specific accounting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -295,6 +296,62 @@ TYPED_TEST(IndexRulesTest, ManySourcesAcrossHolderGroups) {
   }
   this->Apply(Expired("w150"));
   EXPECT_EQ(this->Match({100}).workers.size(), 299u);
+}
+
+// Runs longer than one chain node (4,096 blocks), then holders added and
+// removed on parts of them, in chain order and leaf-first.
+TYPED_TEST(IndexRulesTest, LongChainsSplitAndRejoinExactly) {
+  std::vector<uint64_t> chain(10000);
+  std::iota(chain.begin(), chain.end(), uint64_t{1000});
+  this->Apply(Stored("a", Tier::kDevice, chain));
+  this->Apply(Stored("b", Tier::kHost, std::vector<uint64_t>(chain.begin(), chain.begin() + 5000)));
+  std::vector<uint64_t> tail(chain.begin() + 3000, chain.begin() + 7000);
+  std::reverse(tail.begin(), tail.end());
+  this->Apply(Removed("a", Tier::kDevice, tail));  // leaf-first
+  MatchResult r = this->Match(chain);
+  ASSERT_EQ(r.workers.size(), 2u);
+  EXPECT_EQ(r.workers[0].source.worker, "b");
+  EXPECT_EQ(r.workers[0].longest, 5000u);
+  EXPECT_EQ(r.workers[0].host, 5000u);
+  EXPECT_EQ(r.workers[0].device, 0u);
+  EXPECT_EQ(r.workers[1].source.worker, "a");
+  EXPECT_EQ(r.workers[1].longest, 3000u);
+  EXPECT_EQ(r.workers[1].device_prefix, 3000u);
+  // Put the middle back in reverse order: one run again for a.
+  this->Apply(Stored("a", Tier::kDevice, tail));
+  r = this->Match(chain);
+  ASSERT_EQ(r.workers.size(), 2u);
+  EXPECT_EQ(r.workers[0].source.worker, "a");
+  EXPECT_EQ(r.workers[0].longest, 10000u);
+  EXPECT_EQ(r.workers[0].device, 10000u);
+  EXPECT_EQ(r.workers[1].longest, 5000u);
+  EXPECT_EQ(r.workers[1].host, 5000u);
+  // A query that starts in the middle of a run.
+  r = this->Match(std::vector<uint64_t>(chain.begin() + 4500, chain.begin() + 4600));
+  ASSERT_EQ(r.workers.size(), 2u);
+  EXPECT_EQ(r.workers[0].longest, 100u);
+  EXPECT_EQ(r.workers[1].longest, 100u);
+  const IndexStats stats = this->index_.Stats();
+  EXPECT_EQ(stats.entries[0], 10000u);
+  EXPECT_EQ(stats.entries[1], 5000u);
+}
+
+// Duplicate hashes inside one event and events in shuffled order change
+// nothing but the set they name.
+TYPED_TEST(IndexRulesTest, RepeatedAndUnorderedHashesAreASet) {
+  this->Apply(Stored("a", Tier::kDevice, {5, 6, 7, 6, 5, 8}));
+  this->Apply(Stored("b", Tier::kDevice, {8, 6, 5, 7}));
+  MatchResult r = this->Match({5, 6, 7, 8});
+  ASSERT_EQ(r.workers.size(), 2u);
+  EXPECT_EQ(r.workers[0].longest, 4u);
+  EXPECT_EQ(r.workers[1].longest, 4u);
+  this->Apply(Removed("a", Tier::kDevice, {7, 7, 6}));
+  r = this->Match({5, 6, 7, 8});
+  ASSERT_EQ(r.workers.size(), 2u);
+  EXPECT_EQ(r.workers[0].source.worker, "b");
+  EXPECT_EQ(r.workers[0].longest, 4u);
+  EXPECT_EQ(r.workers[1].longest, 1u);
+  EXPECT_EQ(this->index_.Stats().entries[0], 6u);
 }
 
 TYPED_TEST(IndexRulesTest, CheckpointRoundTripKeepsDigest) {

@@ -2,59 +2,33 @@
 
 #include <algorithm>
 #include <bit>
+#include <cstring>
 #include <mutex>
+#include <stdexcept>
 
 #include "shared/index/internal/entry_digest.h"
+#include "shared/index/internal/match_accumulator.h"
 
 namespace kvindex::index::internal {
 namespace {
 
 constexpr size_t kInitialCapacity = 1024;
-// Removals run in brackets of this many blocks: a reader waits for at most
-// one bracket, and a long removed event does not fail every overlapping read.
-constexpr size_t kRemovalChunk = 32;
 // Validated attempts before a reader falls back to the seqlock's mutex.
 constexpr int kReadAttempts = 4;
 // Pause iterations (~40-140 cycles each) a reader spins before blocking.
 constexpr int kMaxSpins = 4096;
-// Probes are prefetched this many blocks ahead of use.
+// Locator probes are prefetched this many blocks ahead of use.
 constexpr size_t kPrefetchDistance = 16;
+// Retired nodes are freed in batches: one grace period per batch.
+constexpr size_t kRetireBatch = 512;
+constexpr size_t kRetireBytes = size_t{4} << 20;
+// A node whose live blocks fill less than half of a capacity of at least
+// this many blocks is copied into a tight one.
+constexpr uint32_t kCompactMinCapacity = 32;
 
 size_t RecordBytes(const SourceRecord& rec) {
   auto heap = [](const std::string& s) { return s.capacity() > 15 ? s.capacity() + 1 : 0; };
   return sizeof(SourceRecord) + heap(rec.key.worker) + heap(rec.digest_prefix);
-}
-
-// Bit-sliced counters: plane j holds bit j of a per-source count, so one add
-// updates the counts of all 56 sources of a group in a few word operations.
-inline void SlicedAdd(uint64_t* planes, int num_planes, uint64_t mask) {
-  for (int j = 0; mask != 0 && j < num_planes; ++j) {
-    const uint64_t carry = planes[j] & mask;
-    planes[j] ^= mask;
-    mask = carry;
-  }
-}
-
-inline uint32_t SlicedGet(const uint64_t* planes, int num_planes, int bit) {
-  uint32_t v = 0;
-  for (int j = 0; j < num_planes; ++j) v |= static_cast<uint32_t>((planes[j] >> bit) & 1) << j;
-  return v;
-}
-
-// Per-thread query scratch, reused so a query allocates only its result.
-struct MatchScratch {
-  std::vector<uint64_t> acc;     // [group][tier] holder bits of the current block
-  std::vector<uint64_t> alive;   // [group] holders of every block so far
-  std::vector<uint64_t> dev;     // [group] device holders of every block so far
-  std::vector<uint64_t> ever;    // [group] holders of block 0
-  std::vector<uint64_t> planes;  // [group][tier][plane]
-  std::vector<uint32_t> longest;
-  std::vector<uint32_t> device_prefix;
-};
-
-MatchScratch& Scratch() {
-  thread_local MatchScratch scratch;
-  return scratch;
 }
 
 }  // namespace
@@ -62,19 +36,22 @@ MatchScratch& Scratch() {
 ModelIndex::ModelIndex(std::string model, MemoryCounter* memory)
     : model_(std::move(model)),
       memory_(memory),
-      table_(new BlockTable(kInitialCapacity, memory)),
+      directory_(memory),
+      locator_(new BlockLocator(kInitialCapacity, memory)),
       ids_(0, absl::Hash<SourceKey>(), std::equal_to<SourceKey>(),
            CountingAllocator<std::pair<const SourceKey, uint32_t>>(memory)),
       free_ids_(CountingAllocator<uint32_t>(memory)),
       records_(new std::atomic<SourceRecord*>[kMaxSources]) {
   for (uint32_t i = 0; i < kMaxSources; ++i) records_[i].store(nullptr, std::memory_order_relaxed);
-  table_.load(std::memory_order_relaxed)->set_versions(&versions_);
-  memory_->Add(sizeof(std::atomic<SourceRecord*>) * kMaxSources + sizeof(ModelIndex) +
-               LineVersions::kBytes);
+  memory_->Add(sizeof(std::atomic<SourceRecord*>) * kMaxSources + sizeof(ModelIndex));
 }
 
 ModelIndex::~ModelIndex() {
-  delete table_.load(std::memory_order_relaxed);
+  delete locator_.load(std::memory_order_relaxed);
+  directory_.ForEach([&](ChainNode* node) {
+    memory_->Sub(ChainNode::Bytes(node->num_groups, node->capacity));
+    ChainNode::Destroy(node);
+  });
   for (uint32_t i = 0; i < kMaxSources; ++i) {
     SourceRecord* rec = records_[i].load(std::memory_order_relaxed);
     if (rec != nullptr) {
@@ -82,13 +59,14 @@ ModelIndex::~ModelIndex() {
       delete rec;
     }
   }
-  memory_->Sub(sizeof(std::atomic<SourceRecord*>) * kMaxSources + sizeof(ModelIndex) +
-               LineVersions::kBytes);
+  memory_->Sub(sizeof(std::atomic<SourceRecord*>) * kMaxSources + sizeof(ModelIndex));
 }
 
 void ModelIndex::SetBlockSize(uint32_t block_size) {
   if (block_size != 0) block_size_.store(block_size, std::memory_order_release);
 }
+
+// ---------------------------------------------------------------- sources
 
 SourceRecord* ModelIndex::FindSource(const SourceKey& source) const {
   auto it = ids_.find(source);
@@ -112,7 +90,7 @@ SourceRecord* ModelIndex::FindOrAddSource(const SourceKey& source) {
   rec->id = id;
   memory_->Add(RecordBytes(*rec));
   ids_.emplace(source, id);
-  // Publish the record before any bit of its id can appear in the table.
+  // Publish the record before any bit of its id can appear in a node.
   records_[id].store(rec, std::memory_order_release);
   if (id + 1 > id_limit_.load(std::memory_order_relaxed)) {
     id_limit_.store(id + 1, std::memory_order_release);
@@ -131,56 +109,379 @@ void ModelIndex::CountDelta(SourceRecord* rec, Tier tier, int64_t delta) {
   if (before != 0 && rec->total == 0) sources_with_entries_.fetch_sub(1, std::memory_order_relaxed);
 }
 
+uint64_t ModelIndex::DigestRange(const SourceRecord* rec, Tier tier, const ChainNode* node,
+                                 uint32_t lo, uint32_t hi) const {
+  uint64_t sum = 0;
+  for (uint32_t x = lo; x < hi; ++x) sum += EntryDigest(rec->digest_prefix, tier, node->hashes()[x]);
+  return sum;
+}
+
+// ---------------------------------------------------------------- lookups
+
+bool ModelIndex::HashIs(uint32_t id, uint32_t offset, uint64_t hash) const {
+  const ChainNode* node = directory_.Get(id);
+  return node != nullptr && offset < node->capacity && node->hashes()[offset] == hash;
+}
+
+bool ModelIndex::Locate(uint64_t hash, BlockRef* ref, size_t* slot) const {
+  uint64_t value = 0;
+  const size_t i = locator()->Find(
+      hash, [&](uint32_t id, uint32_t off) { return HashIs(id, off, hash); }, &value);
+  if (i == BlockLocator::kNotFound) return false;
+  ref->node = const_cast<NodeDirectory&>(directory_).GetMutable(BlockLocator::NodeId(value));
+  ref->offset = BlockLocator::Offset(value);
+  if (slot != nullptr) *slot = i;
+  return true;
+}
+
+size_t ModelIndex::SlotOf(uint64_t hash) const {
+  BlockRef ref;
+  size_t slot = BlockLocator::kNotFound;
+  Locate(hash, &ref, &slot);
+  return slot;
+}
+
+// ---------------------------------------------------------------- nodes
+
+ChainNode* ModelIndex::NewNode(uint32_t num_groups, uint32_t capacity) {
+  uint32_t id = directory_.Allocate();
+  if (id == 0) {
+    // Every id is in use: free the retired nodes' ids first.
+    ReclaimRetired();
+    id = directory_.Allocate();
+    if (id == 0) throw std::length_error("kvindex: node id space exhausted");
+  }
+  memory_->Add(ChainNode::Bytes(num_groups, capacity));
+  return ChainNode::Create(id, num_groups, capacity);
+}
+
+ChainNode* ModelIndex::CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi,
+                                 int extra_group) {
+  uint32_t num_groups = 0;
+  bool has_extra = extra_group < 0;
+  for (uint32_t g = 0; g < node->num_groups; ++g) {
+    const HolderGroup& hg = node->groups()[g];
+    if (hg.Any() == 0 && hg.group != static_cast<uint32_t>(extra_group)) continue;
+    ++num_groups;
+    has_extra |= hg.group == static_cast<uint32_t>(extra_group);
+  }
+  if (!has_extra) ++num_groups;
+  ChainNode* copy = NewNode(num_groups, hi - lo);
+  uint32_t out = 0;
+  for (uint32_t g = 0; g < node->num_groups; ++g) {
+    const HolderGroup& hg = node->groups()[g];
+    if (hg.Any() == 0 && hg.group != static_cast<uint32_t>(extra_group)) continue;
+    HolderGroup& dst = copy->groups()[out++];
+    dst.group = hg.group;
+    for (int t = 0; t < kNumTiers; ++t) {
+      dst.tiers[t].store(hg.tiers[t].load(std::memory_order_relaxed), std::memory_order_relaxed);
+    }
+  }
+  if (!has_extra) copy->groups()[out].group = static_cast<uint32_t>(extra_group);
+  std::memcpy(copy->hashes(), node->hashes() + lo, size_t{hi - lo} * 8);
+  copy->end.store(hi - lo, std::memory_order_relaxed);
+  directory_.Publish(copy->id, copy);
+  // Point the moved blocks at the copy; until `node` shrinks, both hold them
+  // with the same holders, so a reader may use either.
+  BlockLocator* loc = locator();
+  const uint64_t* h = node->hashes();
+  for (uint32_t x = lo; x < std::min(hi, lo + static_cast<uint32_t>(kPrefetchDistance)); ++x) {
+    loc->PrefetchForWrite(h[x]);
+  }
+  for (uint32_t x = lo; x < hi; ++x) {
+    if (x + kPrefetchDistance < hi) loc->PrefetchForWrite(h[x + kPrefetchDistance]);
+    const size_t slot = SlotOf(h[x]);
+    loc->Relabel(slot, copy->id, x - lo);
+  }
+  return copy;
+}
+
+void ModelIndex::Shrink(ChainNode* node, uint32_t begin, uint32_t end) {
+  node->BeginWrite();
+  node->begin.store(begin, std::memory_order_relaxed);
+  node->end.store(end, std::memory_order_relaxed);
+  node->EndWrite();
+  if (begin == end) {
+    retired_.push_back(node);
+    retired_bytes_ += ChainNode::Bytes(node->num_groups, node->capacity);
+  }
+}
+
+void ModelIndex::MaybeCompact(ChainNode* node) {
+  const uint32_t size = node->size();
+  if (size == 0 || node->capacity < kCompactMinCapacity || size * 2 >= node->capacity) return;
+  const uint32_t begin = node->begin.load(std::memory_order_relaxed);
+  CopyRange(node, begin, begin + size, -1);
+  Shrink(node, begin, begin);
+}
+
+ChainNode* ModelIndex::Carve(ChainNode* node, uint32_t lo, uint32_t hi, int need_group) {
+  const uint32_t b = node->begin.load(std::memory_order_relaxed);
+  const uint32_t e = node->end.load(std::memory_order_relaxed);
+  const bool has_group = need_group < 0 || node->FindGroup(need_group) != nullptr;
+  if (lo == b && hi == e && has_group) return node;
+  // Keep the longest part in place (the middle only if it needs no new
+  // group); copy the others.
+  const uint32_t pre = lo - b, mid = hi - lo, suf = e - hi;
+  enum { kNone, kPre, kMid, kSuf } keep = kNone;
+  if (has_group && mid >= pre && mid >= suf) {
+    keep = kMid;
+  } else if (pre > 0 && pre >= suf) {
+    keep = kPre;
+  } else if (suf > 0) {
+    keep = kSuf;
+  }
+  ChainNode* target = keep == kMid ? node : CopyRange(node, lo, hi, need_group);
+  if (keep != kPre && pre > 0) CopyRange(node, b, lo, -1);
+  if (keep != kSuf && suf > 0) CopyRange(node, hi, e, -1);
+  switch (keep) {
+    case kNone:
+      Shrink(node, b, b);
+      break;
+    case kPre:
+      Shrink(node, b, lo);
+      break;
+    case kMid:
+      Shrink(node, lo, hi);
+      break;
+    case kSuf:
+      Shrink(node, hi, e);
+      break;
+  }
+  return target;
+}
+
+void ModelIndex::EraseRange(const ChainNode* node, uint32_t lo, uint32_t hi) {
+  BlockLocator* loc = locator();
+  const uint64_t* h = node->hashes();
+  for (uint32_t x = lo; x < std::min(hi, lo + static_cast<uint32_t>(kPrefetchDistance)); ++x) {
+    loc->PrefetchForWrite(h[x]);
+  }
+  erase_epoch_.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  for (uint32_t x = lo; x < hi; ++x) {
+    if (x + kPrefetchDistance < hi) loc->PrefetchForWrite(h[x + kPrefetchDistance]);
+    loc->Erase(SlotOf(h[x]));
+  }
+  erase_epoch_.fetch_add(1, std::memory_order_release);
+}
+
+void ModelIndex::EnsureRoom(size_t blocks) {
+  if (!locator()->HasRoomFor(blocks)) Rebuild(2 * (locator()->used() + blocks));
+}
+
+void ModelIndex::Rebuild(size_t min_capacity) {
+  BlockLocator* old = locator();
+  std::unique_ptr<BlockLocator> fresh;
+  for (size_t capacity = std::max(min_capacity, kInitialCapacity);; capacity *= 2) {
+    fresh = std::make_unique<BlockLocator>(capacity, memory_);
+    bool ok = true;
+    directory_.ForEach([&](ChainNode* node) {
+      const uint32_t e = node->end.load(std::memory_order_relaxed);
+      for (uint32_t x = node->begin.load(std::memory_order_relaxed); ok && x < e; ++x) {
+        ok = fresh->Insert(node->hashes()[x], node->id, x);
+      }
+    });
+    if (ok) break;  // else a probe run overflowed: try twice the size
+  }
+  // The old table stays valid (and unchanged) for readers still using it.
+  locator_.store(fresh.release(), std::memory_order_release);
+  grace_.Synchronize();
+  delete old;
+}
+
+void ModelIndex::ReclaimRetired() {
+  if (retired_.empty()) return;
+  grace_.Synchronize();
+  for (ChainNode* node : retired_) {
+    memory_->Sub(ChainNode::Bytes(node->num_groups, node->capacity));
+    directory_.Release(node->id);
+    ChainNode::Destroy(node);
+  }
+  retired_.clear();
+  retired_bytes_ = 0;
+}
+
+// ---------------------------------------------------------------- writer
+
+// Extends the run of hashes[i..] that continues at consecutive positions of
+// `node` from `offset` (forward as stored events list blocks, or backward as
+// leaf-first evictions do). Returns the index after the run; [*lo, *hi) is its
+// range in the node.
+static size_t ExtendRun(const ChainNode* node, uint32_t offset, std::span<const uint64_t> hashes,
+                        size_t i, uint32_t* lo, uint32_t* hi) {
+  const uint64_t* h = node->hashes();
+  const uint32_t b = node->begin.load(std::memory_order_relaxed);
+  const uint32_t e = node->end.load(std::memory_order_relaxed);
+  size_t j = i + 1;
+  uint32_t p = offset + 1;
+  while (j < hashes.size() && p < e && h[p] == hashes[j]) ++j, ++p;
+  if (j > i + 1) {
+    *lo = offset;
+    *hi = p;
+    return j;
+  }
+  uint32_t q = offset;
+  while (j < hashes.size() && q > b && h[q - 1] == hashes[j]) ++j, --q;
+  *lo = q;
+  *hi = offset + 1;
+  return j;
+}
+
 void ModelIndex::Store(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
   SourceRecord* rec = FindOrAddSource(source);
   if (rec == nullptr || hashes.empty()) return;
-  const uint64_t tag = MakeTag(static_cast<uint32_t>(tier), rec->id / kGroupBits);
-  const uint64_t bit = uint64_t{1} << (rec->id % kGroupBits);
-  BlockTable* table = table_.load(std::memory_order_relaxed);
+  EnsureRoom(hashes.size());
   uint64_t digest = 0;
   int64_t added = 0;
-  const size_t n = hashes.size();
-  for (size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) table->PrefetchForWrite(hashes[i]);
-  for (size_t i = 0; i < n; ++i) {
-    if (i + kPrefetchDistance < n) table->PrefetchForWrite(hashes[i + kPrefetchDistance]);
-    if (table->Full()) {
-      Rebuild(table->used() * 2, nullptr, {});
-      table = table_.load(std::memory_order_relaxed);
-    }
-    if (table->SetHolder(hashes[i], tag, bit)) {
-      ++added;
-      digest += EntryDigest(rec->digest_prefix, tier, hashes[i]);
+  size_t i = 0;
+  while (i < hashes.size()) {
+    BlockRef ref;
+    if (Locate(hashes[i], &ref)) {
+      uint32_t lo, hi;
+      const size_t next = ExtendRun(ref.node, ref.offset, hashes, i, &lo, &hi);
+      AddHolder(ref.node, lo, hi, rec, tier, &digest, &added);
+      i = next;
+    } else {
+      i = AppendNew(rec, tier, hashes, i, &digest, &added);
     }
   }
   digest_.fetch_add(digest, std::memory_order_relaxed);
   CountDelta(rec, tier, added);
+  if (retired_.size() >= kRetireBatch || retired_bytes_ >= kRetireBytes) ReclaimRetired();
+}
+
+size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const uint64_t> hashes,
+                             size_t i, uint64_t* digest, int64_t* added) {
+  BlockLocator* loc = locator();
+  const size_t n = hashes.size();
+  // The run of absent blocks starting at i (probes prefetched ahead).
+  size_t j = i + 1;
+  for (size_t x = j; x < std::min(n, j + kPrefetchDistance); ++x) loc->PrefetchForWrite(hashes[x]);
+  BlockRef ref;
+  while (j < n && j - i < kMaxNodeBlocks && !Locate(hashes[j], &ref)) {
+    if (j + kPrefetchDistance < n) loc->PrefetchForWrite(hashes[j + kPrefetchDistance]);
+    ++j;
+  }
+  ChainNode* node = NewNode(1, static_cast<uint32_t>(j - i));
+  HolderGroup& hg = node->groups()[0];
+  hg.group = rec->id / kGroupBits;
+  hg.tiers[static_cast<int>(tier)].store(uint64_t{1} << (rec->id % kGroupBits),
+                                         std::memory_order_relaxed);
+  directory_.Publish(node->id, node);
+  uint32_t len = 0;
+  for (size_t x = i; x < j; ++x) {
+    const uint64_t h = hashes[x];
+    if (x > i && Locate(h, &ref)) continue;  // repeated within the run
+    node->hashes()[len] = h;
+    // Extent first, slot second: a reader that finds the slot finds the block.
+    node->end.store(len + 1, std::memory_order_release);
+    if (!locator()->Insert(h, node->id, len)) Rebuild(2 * locator()->capacity());
+    *digest += EntryDigest(rec->digest_prefix, tier, h);
+    ++len;
+  }
+  *added += len;
+  return j;
+}
+
+void ModelIndex::AddHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceRecord* rec, Tier tier,
+                           uint64_t* digest, int64_t* added) {
+  const uint32_t group = rec->id / kGroupBits;
+  const uint64_t bit = uint64_t{1} << (rec->id % kGroupBits);
+  const int t = static_cast<int>(tier);
+  if (HolderGroup* hg = node->FindGroup(group);
+      hg != nullptr && (hg->tiers[t].load(std::memory_order_relaxed) & bit) != 0) {
+    return;  // already held (set semantics)
+  }
+  ChainNode* target = Carve(node, lo, hi, static_cast<int>(group));
+  HolderGroup* hg = target->FindGroup(group);
+  hg->tiers[t].store(hg->tiers[t].load(std::memory_order_relaxed) | bit,
+                     std::memory_order_release);
+  const uint32_t b = target->begin.load(std::memory_order_relaxed);
+  const uint32_t e = target->end.load(std::memory_order_relaxed);
+  *digest += DigestRange(rec, tier, target, b, e);
+  *added += e - b;
+  if (target != node) MaybeCompact(node);
 }
 
 void ModelIndex::Remove(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
   SourceRecord* rec = FindSource(source);
   if (rec == nullptr || hashes.empty()) return;
-  const uint64_t tag = MakeTag(static_cast<uint32_t>(tier), rec->id / kGroupBits);
-  const uint64_t bit = uint64_t{1} << (rec->id % kGroupBits);
-  BlockTable* table = table_.load(std::memory_order_relaxed);
   uint64_t digest = 0;
   int64_t removed = 0;
+  BlockLocator* loc = locator();
   const size_t n = hashes.size();
-  for (size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) table->PrefetchForWrite(hashes[i]);
-  for (size_t start = 0; start < n; start += kRemovalChunk) {
-    const size_t end = std::min(n, start + kRemovalChunk);
-    seqlock_.LockRemovals();
-    for (size_t i = start; i < end; ++i) {
-      if (i + kPrefetchDistance < n) table->PrefetchForWrite(hashes[i + kPrefetchDistance]);
-      if (table->ClearHolder(hashes[i], tag, bit)) {
-        ++removed;
-        digest += EntryDigest(rec->digest_prefix, tier, hashes[i]);
-      }
+  for (size_t x = 0; x < std::min(n, kPrefetchDistance); ++x) loc->Prefetch(hashes[x]);
+  size_t i = 0;
+  while (i < n) {
+    BlockRef ref;
+    if (!Locate(hashes[i], &ref)) {
+      if (i + kPrefetchDistance < n) loc->Prefetch(hashes[i + kPrefetchDistance]);
+      ++i;
+      continue;
     }
-    versions_.Release();
+    uint32_t lo, hi;
+    const size_t next = ExtendRun(ref.node, ref.offset, hashes, i, &lo, &hi);
+    for (size_t x = i + kPrefetchDistance; x < std::min(n, next + kPrefetchDistance); ++x) {
+      loc->Prefetch(hashes[x]);
+    }
+    // Fallback readers wait for at most this one run.
+    seqlock_.LockRemovals();
+    RemoveHolder(ref.node, lo, hi, rec, tier, &digest, &removed);
     seqlock_.UnlockRemovals();
+    i = next;
   }
   digest_.fetch_sub(digest, std::memory_order_relaxed);
   CountDelta(rec, tier, -removed);
+  if (retired_.size() >= kRetireBatch || retired_bytes_ >= kRetireBytes) ReclaimRetired();
+}
+
+void ModelIndex::RemoveHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceRecord* rec,
+                              Tier tier, uint64_t* digest, int64_t* removed) {
+  const uint32_t group = rec->id / kGroupBits;
+  const uint64_t bit = uint64_t{1} << (rec->id % kGroupBits);
+  const int t = static_cast<int>(tier);
+  HolderGroup* hg = node->FindGroup(group);
+  if (hg == nullptr || (hg->tiers[t].load(std::memory_order_relaxed) & bit) == 0) return;
+  *digest += DigestRange(rec, tier, node, lo, hi);
+  *removed += hi - lo;
+  bool others = false;
+  for (uint32_t g = 0; g < node->num_groups && !others; ++g) {
+    const HolderGroup& other = node->groups()[g];
+    for (int x = 0; x < kNumTiers && !others; ++x) {
+      uint64_t bits = other.tiers[x].load(std::memory_order_relaxed);
+      if (&other == hg && x == t) bits &= ~bit;
+      others = bits != 0;
+    }
+  }
+  if (!others) {
+    // The blocks leave the index: erase their slots, then cut them out of
+    // the node, keeping the longer remaining part in place.
+    EraseRange(node, lo, hi);
+    const uint32_t b = node->begin.load(std::memory_order_relaxed);
+    const uint32_t e = node->end.load(std::memory_order_relaxed);
+    const uint32_t pre = lo - b, suf = e - hi;
+    if (pre == 0) {
+      Shrink(node, hi, e);
+    } else if (suf == 0) {
+      Shrink(node, b, lo);
+    } else if (pre >= suf) {
+      CopyRange(node, hi, e, -1);
+      Shrink(node, b, lo);
+    } else {
+      CopyRange(node, b, lo, -1);
+      Shrink(node, hi, e);
+    }
+    MaybeCompact(node);
+    return;
+  }
+  ChainNode* target = Carve(node, lo, hi, -1);
+  HolderGroup* thg = target->FindGroup(group);
+  target->BeginWrite();
+  thg->tiers[t].store(thg->tiers[t].load(std::memory_order_relaxed) & ~bit,
+                      std::memory_order_relaxed);
+  target->EndWrite();
+  if (target != node) MaybeCompact(node);
 }
 
 void ModelIndex::ClearSource(const SourceKey& source) {
@@ -199,52 +500,56 @@ void ModelIndex::ClearWorker(std::string_view worker) {
 
 void ModelIndex::ClearIds(const std::vector<uint32_t>& ids) {
   uint64_t drop[kMaxGroups] = {};
-  bool any_entries = false;
-  for (uint32_t id : ids) {
-    drop[id / kGroupBits] |= uint64_t{1} << (id % kGroupBits);
-    any_entries |= records_[id].load(std::memory_order_relaxed)->total != 0;
-  }
-  BlockTable* table = table_.load(std::memory_order_relaxed);
-  // A source without entries has no bits in the table: only its id is freed,
-  // still inside a bracket so no reader pairs the id with a stale record.
-  Rebuild(any_entries ? table->capacity() : 0, drop, ids);
-}
-
-void ModelIndex::Rebuild(size_t capacity, const uint64_t* drop,
-                         const std::vector<uint32_t>& retire_ids) {
-  BlockTable* old = table_.load(std::memory_order_relaxed);
-  std::unique_ptr<BlockTable> fresh;
+  for (uint32_t id : ids) drop[id / kGroupBits] |= uint64_t{1} << (id % kGroupBits);
   uint64_t digest = 0;
-  if (capacity != 0) {
-    fresh = std::make_unique<BlockTable>(capacity, memory_);
-    for (size_t i = 0; i < old->capacity(); ++i) {
-      const Slot& s = old->slot(i);
-      uint64_t word = s.word.load(std::memory_order_relaxed);
-      if (word == 0) continue;
-      const uint64_t key = s.key.load(std::memory_order_relaxed);
-      if (drop != nullptr) {
-        const uint32_t group = TagGroup(word);
-        uint64_t gone = word & drop[group];
-        if (gone != 0) {
-          const Tier tier = static_cast<Tier>(TagTier(word));
-          word &= ~gone;
-          for (; gone != 0; gone &= gone - 1) {
-            const uint32_t id = group * kGroupBits + std::countr_zero(gone);
-            SourceRecord* rec = records_[id].load(std::memory_order_relaxed);
-            digest += EntryDigest(rec->digest_prefix, tier, key);
-            CountDelta(rec, tier, -1);
-          }
-          if ((word & kHolderMask) == 0) continue;
+  std::vector<ChainNode*> nodes;
+  directory_.ForEach([&](ChainNode* node) {
+    if (node->size() != 0) nodes.push_back(node);
+  });
+  seqlock_.LockRemovals();
+  for (ChainNode* node : nodes) {
+    const uint32_t b = node->begin.load(std::memory_order_relaxed);
+    const uint32_t e = node->end.load(std::memory_order_relaxed);
+    bool touched = false, left = false;
+    for (uint32_t g = 0; g < node->num_groups; ++g) {
+      HolderGroup& hg = node->groups()[g];
+      for (int t = 0; t < kNumTiers; ++t) {
+        const uint64_t bits = hg.tiers[t].load(std::memory_order_relaxed);
+        const uint64_t gone = bits & drop[hg.group];
+        left |= (bits & ~gone) != 0;
+        for (uint64_t x = gone; x != 0; x &= x - 1) {
+          SourceRecord* rec =
+              records_[hg.group * kGroupBits + std::countr_zero(x)].load(std::memory_order_relaxed);
+          digest += DigestRange(rec, static_cast<Tier>(t), node, b, e);
+          CountDelta(rec, static_cast<Tier>(t), -static_cast<int64_t>(e - b));
         }
+        touched |= gone != 0;
       }
-      fresh->InsertFresh(key, word);
     }
+    if (!touched) continue;
+    if (!left) {
+      EraseRange(node, b, e);
+      Shrink(node, b, b);
+      continue;
+    }
+    node->BeginWrite();
+    for (uint32_t g = 0; g < node->num_groups; ++g) {
+      HolderGroup& hg = node->groups()[g];
+      for (auto& tier_bits : hg.tiers) {
+        tier_bits.store(tier_bits.load(std::memory_order_relaxed) & ~drop[hg.group],
+                        std::memory_order_relaxed);
+      }
+    }
+    node->EndWrite();
   }
+  seqlock_.UnlockRemovals();
+  digest_.fetch_sub(digest, std::memory_order_relaxed);
+
+  // Free the ids inside a global bracket, so no reader pairs an id it read
+  // before with the record of a source that reuses it.
   std::vector<SourceRecord*> retired;
-  if (fresh) fresh->set_versions(&versions_);
   seqlock_.Begin();
-  if (fresh) table_.store(fresh.release(), std::memory_order_release);
-  for (uint32_t id : retire_ids) {
+  for (uint32_t id : ids) {
     SourceRecord* rec = records_[id].load(std::memory_order_relaxed);
     retired.push_back(rec);
     records_[id].store(nullptr, std::memory_order_release);
@@ -252,41 +557,45 @@ void ModelIndex::Rebuild(size_t capacity, const uint64_t* drop,
     free_ids_.push_back(id);
   }
   seqlock_.End();
-  digest_.fetch_sub(digest, std::memory_order_relaxed);
   grace_.Synchronize();
-  if (capacity != 0) delete old;
   for (SourceRecord* rec : retired) {
     memory_->Sub(RecordBytes(*rec));
     delete rec;
   }
+  ReclaimRetired();
 }
 
 void ModelIndex::ForEachEntry(
     const std::function<void(const SourceKey&, Tier, uint64_t)>& fn) const {
-  const BlockTable* table = table_.load(std::memory_order_relaxed);
-  for (size_t i = 0; i < table->capacity(); ++i) {
-    const Slot& s = table->slot(i);
-    const uint64_t word = s.word.load(std::memory_order_relaxed);
-    if (word == 0) continue;
-    const uint64_t key = s.key.load(std::memory_order_relaxed);
-    const uint32_t group = TagGroup(word);
-    const Tier tier = static_cast<Tier>(TagTier(word));
-    for (uint64_t bits = word & kHolderMask; bits != 0; bits &= bits - 1) {
-      const uint32_t id = group * kGroupBits + std::countr_zero(bits);
-      fn(records_[id].load(std::memory_order_relaxed)->key, tier, key);
+  directory_.ForEach([&](const ChainNode* node) {
+    const uint32_t b = node->begin.load(std::memory_order_relaxed);
+    const uint32_t e = node->end.load(std::memory_order_relaxed);
+    if (b == e) return;
+    for (uint32_t g = 0; g < node->num_groups; ++g) {
+      const HolderGroup& hg = node->groups()[g];
+      for (int t = 0; t < kNumTiers; ++t) {
+        for (uint64_t bits = hg.tiers[t].load(std::memory_order_relaxed); bits != 0;
+             bits &= bits - 1) {
+          const uint32_t id = hg.group * kGroupBits + std::countr_zero(bits);
+          const SourceKey& key = records_[id].load(std::memory_order_relaxed)->key;
+          for (uint32_t x = b; x < e; ++x) fn(key, static_cast<Tier>(t), node->hashes()[x]);
+        }
+      }
     }
-  }
+  });
 }
+
+// ---------------------------------------------------------------- readers
 
 void ModelIndex::Match(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out) const {
   out->clear();
   if (seq.empty()) return;
-  thread_local ReadLog log;
+  thread_local NodeReadLog log;
   const uint32_t phase = grace_.Enter();
   bool done = false;
   for (int attempt = 0; attempt < kReadAttempts && !done; ++attempt) {
-    // A swap bracket is short: wait it out by spinning rather than spending
-    // an attempt or sleeping on the mutex.
+    // An id-free bracket is short: wait it out by spinning rather than
+    // spending an attempt or sleeping on the mutex.
     uint64_t begin = seqlock_.ReadBegin();
     for (int spin = 0; (begin & 1) != 0 && spin < kMaxSpins; ++spin) {
       __builtin_ia32_pause();
@@ -295,15 +604,11 @@ void ModelIndex::Match(std::span<const uint64_t> seq, std::vector<WorkerMatch>* 
     if (begin & 1) continue;
     log.Clear();
     MatchOnce(seq, out, &log);
-    // ReadValidate's acquire fence orders every line read before the rechecks.
-    done = !log.conflict && seqlock_.ReadValidate(begin);
-    for (size_t i = 0; done && i < log.entries.size(); ++i) {
-      const uint64_t e = log.entries[i];
-      done = versions_.Unchanged(e >> 32, static_cast<uint32_t>(e));
-    }
+    // ReadValidate's acquire fence orders every node read before the rechecks.
+    done = !log.conflict && seqlock_.ReadValidate(begin) && log.Unchanged();
   }
   if (!done) {
-    // Bounded wait: the writer holds the mutex for one removal chunk at most.
+    // Bounded wait: the writer holds the mutex for one removal run at most.
     // Spin first: a futex sleep costs a scheduler wake-up on a busy machine.
     bool locked = false;
     for (int spin = 0; spin < kMaxSpins && !locked; ++spin) {
@@ -318,162 +623,57 @@ void ModelIndex::Match(std::span<const uint64_t> seq, std::vector<WorkerMatch>* 
 }
 
 void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out,
-                           ReadLog* log) const {
+                           NodeReadLog* log) const {
   out->clear();
-  const BlockTable* table = table_.load(std::memory_order_acquire);
-  const uint32_t id_limit = id_limit_.load(std::memory_order_acquire);
-  const uint32_t groups = std::max<uint32_t>(1, (id_limit + kGroupBits - 1) / kGroupBits);
-  const size_t n = seq.size();
-  const int num_planes = std::bit_width(n);
-  if (groups == 1) return MatchFewGroups<1>(table, seq, num_planes, out, log);
-  if (groups == 2) return MatchFewGroups<2>(table, seq, num_planes, out, log);
-
-  MatchScratch& sc = Scratch();
-  sc.acc.assign(groups * kNumTiers, 0);
-  sc.alive.assign(groups, 0);
-  sc.dev.assign(groups, 0);
-  sc.ever.assign(groups, 0);
-  sc.planes.assign(static_cast<size_t>(groups) * kNumTiers * num_planes, 0);
-  if (sc.longest.size() < groups * kGroupBits) {
-    sc.longest.resize(groups * kGroupBits);
-    sc.device_prefix.resize(groups * kGroupBits);
-  }
-
-  for (size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) table->Prefetch(seq[i]);
-  size_t k = 0;
-  for (; k < n; ++k) {
-    if (k + kPrefetchDistance < n) table->Prefetch(seq[k + kPrefetchDistance]);
+  const BlockLocator* loc = locator_.load(std::memory_order_acquire);
+  MatchAccumulator& acc = MatchAccumulator::ThreadLocal();
+  acc.Reset();
+  const uint64_t epoch = erase_epoch_.load(std::memory_order_acquire);
+  const uint32_t n = static_cast<uint32_t>(seq.size());
+  uint32_t k = 0;
+  loc->Prefetch(seq[0]);
+  while (k < n) {
     const uint64_t hash = seq[k];
-    std::fill(sc.acc.begin(), sc.acc.end(), 0);
-    // One probe run holds every (tier, group) slot of this block.
-    table->CollectHolders(hash, groups, sc.acc.data(), &versions_, log);
-    uint64_t live = 0;
-    for (uint32_t g = 0; g < groups; ++g) {
-      const uint64_t* a = &sc.acc[g * kNumTiers];
-      const uint64_t d = a[0], h = a[1], s = a[2], e = a[3];
-      const uint64_t any = d | h | s | e;
-      if (k == 0) {
-        sc.ever[g] = sc.alive[g] = any;
-        sc.dev[g] = d;
-        for (uint64_t b = any & ~d; b != 0; b &= b - 1) {
-          sc.device_prefix[g * kGroupBits + std::countr_zero(b)] = 0;
-        }
-      } else {
-        for (uint64_t b = sc.alive[g] & ~any; b != 0; b &= b - 1) {
-          sc.longest[g * kGroupBits + std::countr_zero(b)] = static_cast<uint32_t>(k);
-        }
-        for (uint64_t b = sc.dev[g] & ~d; b != 0; b &= b - 1) {
-          sc.device_prefix[g * kGroupBits + std::countr_zero(b)] = static_cast<uint32_t>(k);
-        }
-        sc.alive[g] &= any;
-        sc.dev[g] &= d;
+    auto is_block = [&](uint32_t id, uint32_t off) { return HashIs(id, off, hash); };
+    uint64_t slot = 0;
+    size_t found = loc->Find(hash, is_block, &slot);
+    if (found == BlockLocator::kNotFound) {
+      // An erase may have shifted the block past the probe: look once more.
+      if (erase_epoch_.load(std::memory_order_acquire) == epoch && (epoch & 1) == 0) break;
+      found = loc->Find(hash, is_block, &slot);
+      if (found == BlockLocator::kNotFound) break;
+    }
+    const ChainNode* node = directory_.Get(BlockLocator::NodeId(slot));
+    if (node == nullptr) break;  // unreachable: ids are reused only after a grace period
+    const uint32_t off = BlockLocator::Offset(slot);
+    const uint32_t version = node->version.load(std::memory_order_acquire);
+    const uint32_t b = node->begin.load(std::memory_order_relaxed);
+    const uint32_t e = node->end.load(std::memory_order_relaxed);
+    if (log != nullptr) {
+      if ((version & 1) != 0 || off < b || off >= e) {
+        // Being modified, or the slot was relabelled under us: retry.
+        log->conflict = true;
+        return;
       }
-      const uint64_t alive = sc.alive[g];
-      if (alive == 0) continue;
-      uint64_t* planes = &sc.planes[static_cast<size_t>(g) * kNumTiers * num_planes];
-      // Fastest tier wins: each alive source's block counts in exactly one tier.
-      SlicedAdd(planes, num_planes, alive & d);
-      SlicedAdd(planes + num_planes, num_planes, alive & h & ~d);
-      SlicedAdd(planes + 2 * num_planes, num_planes, alive & s & ~d & ~h);
-      SlicedAdd(planes + 3 * num_planes, num_planes, alive & e & ~d & ~h & ~s);
-      live |= alive;
+      log->versions.emplace_back(&node->version, version);
+    } else if (off < b || off >= e) {
+      break;  // a stale slot: undercount rather than guess
     }
-    if (live == 0) break;
+    const uint32_t limit = std::min(e - off, n - k);
+    if (limit < n - k) loc->Prefetch(seq[k + limit]);
+    const uint64_t* h = node->hashes() + off;
+    uint32_t m = 1;
+    while (m < limit && h[m] == seq[k + m]) ++m;
+    const bool alive = acc.Add(*node, k, m);
+    k += m;
+    if (!alive) break;
   }
-
-  for (uint32_t g = 0; g < groups; ++g) {
-    for (uint64_t b = sc.ever[g]; b != 0; b &= b - 1) {
-      const int bit = std::countr_zero(b);
-      const uint32_t id = g * kGroupBits + bit;
-      const SourceRecord* rec = records_[id].load(std::memory_order_acquire);
-      if (rec == nullptr) continue;  // cleared meanwhile; validation fails and retries
-      const uint64_t* planes = &sc.planes[static_cast<size_t>(g) * kNumTiers * num_planes];
-      WorkerMatch row;
-      row.source = rec->key;
-      row.longest = (sc.alive[g] >> bit & 1) ? static_cast<uint32_t>(k) : sc.longest[id];
-      row.device_prefix = (sc.dev[g] >> bit & 1) ? static_cast<uint32_t>(k) : sc.device_prefix[id];
-      row.device = SlicedGet(planes, num_planes, bit);
-      row.host = SlicedGet(planes + num_planes, num_planes, bit);
-      row.disk = SlicedGet(planes + 2 * num_planes, num_planes, bit);
-      row.external = SlicedGet(planes + 3 * num_planes, num_planes, bit);
-      out->push_back(std::move(row));
-    }
-  }
-}
-
-// The common case (<= 112 sources, one or two holder groups): every
-// per-source state lives in registers and small stack arrays; one probe run
-// per block, prefetched ahead.
-template <uint32_t G>
-void ModelIndex::MatchFewGroups(const BlockTable* table, std::span<const uint64_t> seq,
-                                int num_planes, std::vector<WorkerMatch>* out, ReadLog* log) const {
-  const size_t n = seq.size();
-  uint64_t planes[G][kNumTiers][64];
-  for (uint32_t g = 0; g < G; ++g) {
-    for (int t = 0; t < kNumTiers; ++t) std::fill_n(planes[g][t], num_planes, 0);
-  }
-  uint32_t longest[G * kGroupBits];
-  uint32_t device_prefix[G * kGroupBits];
-  uint64_t alive[G] = {}, dev[G] = {}, ever[G] = {};
-  for (size_t i = 0; i < std::min(n, kPrefetchDistance); ++i) table->Prefetch(seq[i]);
-  size_t k = 0;
-  for (; k < n; ++k) {
-    if (k + kPrefetchDistance < n) table->Prefetch(seq[k + kPrefetchDistance]);
-    // Slots of a group created after this query began are ignored.
-    uint64_t acc[G * kNumTiers] = {};
-    table->CollectHolders(seq[k], G, acc, &versions_, log);
-    uint64_t live = 0;
-    for (uint32_t g = 0; g < G; ++g) {
-      const uint64_t d = acc[g * kNumTiers], h = acc[g * kNumTiers + 1];
-      const uint64_t sd = acc[g * kNumTiers + 2], e = acc[g * kNumTiers + 3];
-      const uint64_t any = d | h | sd | e;
-      uint32_t* lg = &longest[g * kGroupBits];
-      uint32_t* dp = &device_prefix[g * kGroupBits];
-      if (k == 0) {
-        ever[g] = alive[g] = any;
-        dev[g] = d;
-        for (uint64_t b = any & ~d; b != 0; b &= b - 1) dp[std::countr_zero(b)] = 0;
-      } else {
-        for (uint64_t b = alive[g] & ~any; b != 0; b &= b - 1) {
-          lg[std::countr_zero(b)] = static_cast<uint32_t>(k);
-        }
-        for (uint64_t b = dev[g] & ~d; b != 0; b &= b - 1) {
-          dp[std::countr_zero(b)] = static_cast<uint32_t>(k);
-        }
-        alive[g] &= any;
-        dev[g] &= d;
-      }
-      const uint64_t a = alive[g];
-      if (a == 0) continue;
-      // Fastest tier wins: each alive source's block counts in exactly one tier.
-      SlicedAdd(planes[g][0], num_planes, a & d);
-      SlicedAdd(planes[g][1], num_planes, a & h & ~d);
-      SlicedAdd(planes[g][2], num_planes, a & sd & ~d & ~h);
-      SlicedAdd(planes[g][3], num_planes, a & e & ~d & ~h & ~sd);
-      live |= a;
-    }
-    if (live == 0) break;
-  }
-  size_t rows = 0;
-  for (uint32_t g = 0; g < G; ++g) rows += std::popcount(ever[g]);
-  out->reserve(rows);
-  for (uint32_t g = 0; g < G; ++g) {
-    for (uint64_t b = ever[g]; b != 0; b &= b - 1) {
-      const int bit = std::countr_zero(b);
-      const uint32_t id = g * kGroupBits + bit;
-      const SourceRecord* rec = records_[id].load(std::memory_order_acquire);
-      if (rec == nullptr) continue;  // cleared meanwhile; validation fails and retries
-      WorkerMatch row;
-      row.source = rec->key;
-      row.longest = (alive[g] >> bit & 1) ? static_cast<uint32_t>(k) : longest[id];
-      row.device_prefix = (dev[g] >> bit & 1) ? static_cast<uint32_t>(k) : device_prefix[id];
-      row.device = SlicedGet(planes[g][0], num_planes, bit);
-      row.host = SlicedGet(planes[g][1], num_planes, bit);
-      row.disk = SlicedGet(planes[g][2], num_planes, bit);
-      row.external = SlicedGet(planes[g][3], num_planes, bit);
-      out->push_back(std::move(row));
-    }
-  }
+  acc.Finish(k, [&](uint32_t id, WorkerMatch&& row) {
+    const SourceRecord* rec = records_[id].load(std::memory_order_acquire);
+    if (rec == nullptr) return;  // cleared meanwhile; validation fails and retries
+    row.source = rec->key;
+    out->push_back(std::move(row));
+  });
 }
 
 void ModelIndex::AddStats(IndexStats* stats) const {

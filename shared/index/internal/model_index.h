@@ -1,23 +1,32 @@
 // ModelIndex: the tiered index of one model (semantics.md sections 4-6).
 //
-// Holds every (source, tier, canonical hash) entry of one model in a
-// BlockTable (block_table.h), interns sources into compact ids (56 per holder
-// group), and keeps entry counts and the digest incrementally. KvIndex
-// (kv_index.h) routes events and queries to one ModelIndex per model.
+// Blocks live in ChainNodes (chain_node.h): runs of consecutive blocks of a
+// chain with one holder set (which sources hold them, in which tier). A
+// BlockLocator (block_locator.h) maps every block's sequence hash to its node
+// and offset. A query probes the locator once per node it enters and matches
+// the following blocks by comparing the node's contiguous hashes; the match
+// state changes only at node boundaries (match_accumulator.h).
+//
+// The writer keeps every node's holder set uniform: an event that adds or
+// removes a holder on part of a node first carves that part into a node of its
+// own, copying whichever parts are smaller and relabelling their locator slots.
+// Sources are interned into compact ids, 64 per holder group. Entry counts and
+// the digest are kept incrementally. KvIndex (kv_index.h) routes events and
+// queries to one ModelIndex per model.
 //
 // Thread safety: Store/Remove/Clear*/ForEachEntry/SetBlockSize from the single
 // writer thread; Match/AddStats/AppendSources/block_size from any thread.
 //
-// Invariants:
-// - A slot's holder bitmap is never 0 while the slot is occupied.
-// - Every operation that can make a reader overcount runs inside a bracket:
-//   clearing a holder bit or moving a slot marks its line in versions_ first;
-//   swapping the table or freeing a source id bumps the global seqlock_.
-//   Insertions are not bracketed.
-// - A table or source record unreachable from the index is freed only after a
-//   grace period (no reader can still hold it).
+// Invariants (between two writer calls):
+// - Every live block is in exactly one node's [begin, end) and has exactly one
+//   locator slot, which names that node and offset; every slot names a live block.
+// - Every live node has at least one holder bit; a node without live blocks
+//   is retired (freed with its id after a grace period).
+// - Clearing a holder bit and shrinking a node happen inside the node's
+//   version bracket, after the moved blocks were relabelled; setting a bit and
+//   creating nodes are not bracketed.
 // - entries_, per-source counts and digest_ equal the values computed from the
-//   table at every point between two writer calls.
+//   nodes.
 #pragma once
 
 #include <atomic>
@@ -31,8 +40,10 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "shared/index/index_types.h"
-#include "shared/index/internal/block_table.h"
+#include "shared/index/internal/block_locator.h"
+#include "shared/index/internal/chain_node.h"
 #include "shared/index/internal/memory.h"
+#include "shared/index/internal/node_directory.h"
 #include "shared/index/internal/read_sync.h"
 #include "shared/model/source_key.h"
 #include "shared/model/tier.h"
@@ -72,28 +83,63 @@ class ModelIndex {
   void AppendSources(std::vector<SourceInfo>* out) const;
 
  private:
+  // Where the writer found a block.
+  struct BlockRef {
+    ChainNode* node = nullptr;
+    uint32_t offset = 0;
+  };
+  struct Holder {
+    uint32_t group;
+    int tier;
+    uint64_t bit;
+  };
+
   SourceRecord* FindSource(const SourceKey& source) const;
   SourceRecord* FindOrAddSource(const SourceKey& source);
-  // `log` null = removals are excluded (fallback mutex held).
-  void MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out, ReadLog* log) const;
-  template <uint32_t G>
-  void MatchFewGroups(const BlockTable* table, std::span<const uint64_t> seq, int num_planes,
-                      std::vector<WorkerMatch>* out, ReadLog* log) const;
   void CountDelta(SourceRecord* rec, Tier tier, int64_t delta);
-  // Replaces the table by a copy of `capacity` slots without the holders in
-  // `drop` (one mask per group, may be null); frees `retire_ids` inside the
-  // same seqlock bracket.
-  void Rebuild(size_t capacity, const uint64_t* drop, const std::vector<uint32_t>& retire_ids);
+  uint64_t DigestRange(const SourceRecord* rec, Tier tier, const ChainNode* node, uint32_t lo,
+                       uint32_t hi) const;
+
+  // Reader-safe: does position (id, offset) hold `hash`?
+  bool HashIs(uint32_t id, uint32_t offset, uint64_t hash) const;
+  // `log` null = removals are excluded (fallback mutex held).
+  void MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out,
+                 NodeReadLog* log) const;
+
+  // Writer helpers (README.md, "Operations").
+  BlockLocator* locator() const { return locator_.load(std::memory_order_relaxed); }
+  bool Locate(uint64_t hash, BlockRef* ref, size_t* slot = nullptr) const;
+  size_t SlotOf(uint64_t hash) const;
+  size_t AppendNew(const SourceRecord* rec, Tier tier, std::span<const uint64_t> hashes, size_t i,
+                   uint64_t* digest, int64_t* added);
+  void AddHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceRecord* rec, Tier tier,
+                 uint64_t* digest, int64_t* added);
+  void RemoveHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceRecord* rec, Tier tier,
+                    uint64_t* digest, int64_t* removed);
+  ChainNode* Carve(ChainNode* node, uint32_t lo, uint32_t hi, int need_group);
+  ChainNode* CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi, int extra_group);
+  void Shrink(ChainNode* node, uint32_t begin, uint32_t end);
+  void MaybeCompact(ChainNode* node);
+  void EraseRange(const ChainNode* node, uint32_t lo, uint32_t hi);
+  ChainNode* NewNode(uint32_t num_groups, uint32_t capacity);
+  void EnsureRoom(size_t blocks);
+  void Rebuild(size_t min_capacity);
+  void ReclaimRetired();
   void ClearIds(const std::vector<uint32_t>& ids);
 
   const std::string model_;
   MemoryCounter* memory_;
   std::atomic<uint32_t> block_size_{0};
 
-  std::atomic<BlockTable*> table_;
+  NodeDirectory directory_;
+  std::atomic<BlockLocator*> locator_;
+  std::vector<ChainNode*> retired_;  // unreachable, freed after a grace period
+  size_t retired_bytes_ = 0;
   RemovalSeqlock seqlock_;
-  LineVersions versions_;
   GracePeriod grace_;
+  // Odd while the writer erases locator slots (which shifts others back): a
+  // reader whose probe missed during an erase probes once more.
+  std::atomic<uint64_t> erase_epoch_{0};
 
   // Source ids: writer-side lookup plus a reader-visible id -> record array.
   using IdMap =

@@ -1,25 +1,22 @@
 // Reader/writer synchronization of one model's index (README.md,
 // "Concurrency").
 //
-// LineVersions: a seqlock per stripe of table lines. The writer marks every
-// line a removal writes (odd) before writing it and releases the marks (even)
-// at the end of the removal bracket; a reader records each line's version
-// before reading it (ReadLog) and revalidates them at the end, so it retries
-// only when a removal touched a line it read.
+// Per-node versions (ChainNode::version) are the fine-grained seqlock: a
+// reader records each node's version in a NodeReadLog and revalidates them at
+// the end, so it retries only when a bracket touched a node it read.
 //
-// RemovalSeqlock: a global sequence for table swaps and source-id frees
-// (Begin/End), plus `fallback_mu`, which the writer holds inside every
-// removal bracket and swap. A reader that failed a few optimistic attempts
+// RemovalSeqlock: a global sequence for source-id frees (Begin/End), plus
+// `fallback_mu`, which the writer holds inside every removal and id free. A reader that failed a few optimistic attempts
 // takes the mutex and so waits for at most one bracket, never for a whole
 // long write. Insertions are not bracketed: a reader whose reads overlapped
 // only insertions observed a subset of the final state, never more.
 //
-// GracePeriod: readers Enter/Exit around every use of the published table
-// pointer; after unpublishing a table the writer calls Synchronize, which
-// returns once no reader can still hold the old pointer, then frees it.
+// GracePeriod: readers Enter/Exit around every use of the published table,
+// nodes and source records; after unpublishing one the writer calls
+// Synchronize, which returns once no reader can still hold it, then frees it.
 //
-// Thread safety: Begin/End/LockRemovals/UnlockRemovals/Mark/Release/
-// Synchronize from the single writer thread; the rest from any thread.
+// Thread safety: Begin/End/LockRemovals/UnlockRemovals/Synchronize from the
+// single writer thread; the rest from any thread.
 #pragma once
 
 #include <atomic>
@@ -28,14 +25,15 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace kvindex::index::internal {
 
 class RemovalSeqlock {
  public:
-  // Writer: removals inside the table (validated per line, see LineVersions)
-  // only exclude fallback readers.
+  // Writer: removals inside nodes (validated per node) only exclude fallback
+  // readers.
   void LockRemovals() { fallback_mu.lock(); }
   void UnlockRemovals() { fallback_mu.unlock(); }
   // Writer: table swaps and source-id frees (validated globally).
@@ -62,58 +60,22 @@ class RemovalSeqlock {
   alignas(64) std::atomic<uint64_t> seq_{0};
 };
 
-// Per-line versions (a seqlock per stripe of table lines): a removal bumps
-// the version of every line it writes to odd before the first write and back
-// to even at the end of its bracket, so a reader revalidates only the lines it
-// read. A long query then fails only when a removal touched one of its own
-// lines, not whenever any removal ran during it.
-class LineVersions {
- public:
-  static constexpr size_t kStripes = size_t{1} << 16;
-  static constexpr size_t kBytes = kStripes * sizeof(uint32_t);
-
-  LineVersions() : v_(new std::atomic<uint32_t>[kStripes]) {
-    for (size_t i = 0; i < kStripes; ++i) v_[i].store(0, std::memory_order_relaxed);
-  }
-
-  // Writer, inside a removal bracket, before the first write to `line`.
-  void Mark(size_t line) {
-    const size_t s = line & (kStripes - 1);
-    const uint32_t cur = v_[s].load(std::memory_order_relaxed);
-    if (cur & 1) return;  // already marked in this bracket (single writer)
-    v_[s].store(cur + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
-    marked_.push_back(static_cast<uint32_t>(s));
-  }
-  // Writer, at the end of the bracket.
-  void Release() {
-    for (uint32_t s : marked_) {
-      v_[s].store(v_[s].load(std::memory_order_relaxed) + 1, std::memory_order_release);
-    }
-    marked_.clear();
-  }
-
-  // Reader: version before reading `line` (odd = being modified).
-  uint32_t Read(size_t line) const {
-    return v_[line & (kStripes - 1)].load(std::memory_order_acquire);
-  }
-  // Reader, after an acquire fence: true if `line` is still at `seen`.
-  bool Unchanged(size_t line, uint32_t seen) const {
-    return v_[line & (kStripes - 1)].load(std::memory_order_relaxed) == seen;
-  }
-
- private:
-  std::unique_ptr<std::atomic<uint32_t>[]> v_;
-  std::vector<uint32_t> marked_;
-};
-
-// The lines one optimistic read saw, to revalidate at its end.
-struct ReadLog {
-  std::vector<uint64_t> entries;  // line << 32 | version
-  bool conflict = false;          // a line was being modified when read
+// The nodes one optimistic read used, with the version each had when read,
+// to revalidate at its end: a read fails only when a bracket touched one of
+// its own nodes, not whenever any removal ran meanwhile.
+struct NodeReadLog {
+  std::vector<std::pair<const std::atomic<uint32_t>*, uint32_t>> versions;
+  bool conflict = false;  // a node was being modified, or a slot was stale
   void Clear() {
-    entries.clear();
+    versions.clear();
     conflict = false;
+  }
+  // After an acquire fence (RemovalSeqlock::ReadValidate issues one).
+  bool Unchanged() const {
+    for (const auto& [version, seen] : versions) {
+      if (version->load(std::memory_order_relaxed) != seen) return false;
+    }
+    return true;
   }
 };
 

@@ -1,0 +1,73 @@
+#include "shared/index/internal/block_locator.h"
+
+#include <sys/mman.h>
+
+#include <new>
+
+namespace kvindex::index::internal {
+namespace {
+
+constexpr size_t kHugePage = size_t{2} << 20;
+constexpr size_t kPage = 4096;
+
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+BlockLocator::BlockLocator(size_t capacity, MemoryCounter* memory) : memory_(memory) {
+  const size_t bytes = (capacity < 64 ? 64 : capacity) * sizeof(uint64_t);
+  // Large tables are rounded to whole huge pages: TLB reach is what makes
+  // random probes cheap, and the rounding is reported as allocated.
+  mapped_bytes_ = RoundUp(bytes, bytes >= kHugePage ? kHugePage : kPage);
+  void* p =
+      mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  if (mapped_bytes_ >= kHugePage) madvise(p, mapped_bytes_, MADV_HUGEPAGE);
+  // Anonymous pages are zero: every slot starts empty.
+  slots_ = static_cast<std::atomic<uint64_t>*>(p);
+  capacity_ = mapped_bytes_ / sizeof(uint64_t);
+  max_used_ = static_cast<size_t>(static_cast<double>(capacity_) * kMaxLoad);
+  memory_->Add(mapped_bytes_);
+}
+
+BlockLocator::~BlockLocator() {
+  munmap(slots_, mapped_bytes_);
+  memory_->Sub(mapped_bytes_);
+}
+
+bool BlockLocator::Insert(uint64_t hash, uint32_t node_id, uint32_t offset) {
+  size_t i = Home(hash);
+  for (uint32_t d = 0; d <= kMaxDisplacement; ++d) {
+    if (slots_[i].load(std::memory_order_relaxed) == 0) {
+      slots_[i].store(Pack(node_id, offset, uint64_t{d} << 16 | (hash & 0xFFFF)),
+                      std::memory_order_release);
+      ++used_;
+      return true;
+    }
+    i = i + 1 == capacity_ ? 0 : i + 1;
+  }
+  return false;
+}
+
+void BlockLocator::Erase(size_t i) {
+  size_t hole = i;
+  size_t j = i;
+  for (uint32_t dist = 1;; ++dist) {
+    j = j + 1 == capacity_ ? 0 : j + 1;
+    const uint64_t s = slots_[j].load(std::memory_order_relaxed);
+    if (s == 0) break;
+    const uint32_t disp = static_cast<uint32_t>(s >> 16) & 0xFF;
+    if (disp >= dist) {
+      // Its home is at or before the hole: move it back (it is briefly in
+      // both slots, which a reader tolerates).
+      const uint64_t moved = (s & ~uint64_t{0xFF0000}) | uint64_t{disp - dist} << 16;
+      slots_[hole].store(moved, std::memory_order_release);
+      hole = j;
+      dist = 0;
+    }
+  }
+  slots_[hole].store(0, std::memory_order_release);
+  --used_;
+}
+
+}  // namespace kvindex::index::internal

@@ -1,0 +1,114 @@
+// ChainNode: consecutive blocks of one chain that share one holder set.
+//
+// A node stores the sequence hashes of a run of blocks in order (each block
+// the chain child of the one before it, as a stored event lists them) and, once
+// for the whole run, which sources hold those blocks in which tier. A query
+// that reaches a node by one hash-table probe then matches the following
+// blocks by comparing contiguous hashes, so it touches about one cache line per
+// eight blocks instead of one per block.
+//
+// Layout (one allocation, 64-byte aligned): this header, `num_groups`
+// HolderGroups, then `capacity` hashes. With one holder group the header and
+// the group fill exactly one cache line and the hashes start on the next.
+//
+// Thread safety: the single writer mutates; readers read concurrently and
+// validate with `version` (a seqlock per node, see model_index.h):
+// - hashes are written before the node is published and never change after;
+// - a holder bit is set with a release store and no bracket (insertions only
+//   add to what a reader may see);
+// - clearing a holder bit and shrinking [begin, end) happen inside a version
+//   bracket (odd while in progress), so a reader that read the node before
+//   such a change fails its validation and retries.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <new>
+
+#include "shared/model/tier.h"
+
+namespace kvindex::index::internal {
+
+inline constexpr int kGroupBits = 64;                             // source ids per holder group
+inline constexpr uint32_t kMaxGroups = 64;                        // groups per model
+inline constexpr uint32_t kMaxSources = kGroupBits * kMaxGroups;  // ids per model
+// A node holds at most this many blocks (offsets fit the locator's 12 bits);
+// longer runs are split over several nodes.
+inline constexpr uint32_t kMaxNodeBlocks = 4096;
+
+struct HolderGroup {
+  uint32_t group = 0;  // source ids group * 64 .. group * 64 + 63
+  uint32_t reserved = 0;
+  std::atomic<uint64_t> tiers[kNumTiers] = {};  // bit i: source (group*64+i) holds the run in tier t
+
+  uint64_t Any() const {
+    uint64_t any = 0;
+    for (const auto& t : tiers) any |= t.load(std::memory_order_relaxed);
+    return any;
+  }
+};
+static_assert(sizeof(HolderGroup) == 40);
+
+struct ChainNode {
+  std::atomic<uint32_t> version{0};  // odd while a bracket modifies the node
+  std::atomic<uint32_t> begin{0};    // live blocks are hashes()[begin, end)
+  std::atomic<uint32_t> end{0};
+  uint32_t capacity = 0;
+  uint32_t id = 0;
+  uint32_t num_groups = 0;
+
+  HolderGroup* groups() { return reinterpret_cast<HolderGroup*>(this + 1); }
+  const HolderGroup* groups() const { return reinterpret_cast<const HolderGroup*>(this + 1); }
+  uint64_t* hashes() { return reinterpret_cast<uint64_t*>(groups() + num_groups); }
+  const uint64_t* hashes() const {
+    return reinterpret_cast<const uint64_t*>(groups() + num_groups);
+  }
+
+  HolderGroup* FindGroup(uint32_t group) {
+    for (uint32_t g = 0; g < num_groups; ++g) {
+      if (groups()[g].group == group) return &groups()[g];
+    }
+    return nullptr;
+  }
+  bool HasHolders() const {
+    for (uint32_t g = 0; g < num_groups; ++g) {
+      if (groups()[g].Any() != 0) return true;
+    }
+    return false;
+  }
+  uint32_t size() const {
+    return end.load(std::memory_order_relaxed) - begin.load(std::memory_order_relaxed);
+  }
+
+  static size_t Bytes(uint32_t num_groups, uint32_t capacity) {
+    const size_t raw = sizeof(ChainNode) + num_groups * sizeof(HolderGroup) + capacity * 8;
+    return (raw + 63) / 64 * 64;
+  }
+  static ChainNode* Create(uint32_t id, uint32_t num_groups, uint32_t capacity) {
+    void* p = ::operator new(Bytes(num_groups, capacity), std::align_val_t{64});
+    auto* node = new (p) ChainNode;
+    node->id = id;
+    node->num_groups = num_groups;
+    node->capacity = capacity;
+    for (uint32_t g = 0; g < num_groups; ++g) new (&node->groups()[g]) HolderGroup;
+    return node;
+  }
+  static void Destroy(ChainNode* node) {
+    node->~ChainNode();
+    ::operator delete(node, std::align_val_t{64});
+  }
+
+  // Writer: a version bracket around changes a reader must not combine with
+  // what it read before them.
+  void BeginWrite() {
+    version.store(version.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_release);
+  }
+  void EndWrite() {
+    version.store(version.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  }
+};
+static_assert(sizeof(ChainNode) == 24);
+
+}  // namespace kvindex::index::internal
