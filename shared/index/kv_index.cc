@@ -87,8 +87,7 @@ StatusOr<MatchResult> KvIndex::MatchSequenceHashes(std::string_view model,
   if (options.max_blocks != 0 && options.max_blocks < seq_hashes.size()) {
     seq_hashes = seq_hashes.first(options.max_blocks);
   }
-  m->Match(seq_hashes, &result.workers);
-  SortWorkerMatches(&result.workers);
+  m->Match(seq_hashes, &result.workers);  // already in SortWorkerMatches order
   return result;
 }
 

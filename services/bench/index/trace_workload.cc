@@ -123,11 +123,13 @@ class Simulator {
       e.block_hashes = std::move(hashes);
       out.events.push_back(std::move(e));
     };
-    emit(PlacementKind::kRemoved, 0, removed[0]);
-    for (int t = 1; t < 4; ++t) {
+    // An offload completes (stored in the lower tier) before the upper tier
+    // frees the block, as engines report it: a moving block is never absent.
+    for (int t = 3; t >= 1; --t) {
       emit(PlacementKind::kStored, t, stored[t]);
       emit(PlacementKind::kRemoved, t, removed[t]);
     }
+    emit(PlacementKind::kRemoved, 0, removed[0]);
     emit(PlacementKind::kStored, 0, stored[0]);
     out.query.assign(seq_.begin(), seq_.begin() + std::min(n, kQueryBlocks));
     while (out.query.size() < kQueryBlocks) out.query.push_back(rng_() | 1);

@@ -72,6 +72,27 @@ class BlockLocator {
     return kNotFound;
   }
 
+  // Writer: the slot holding `hash` (*present = true), else the empty slot
+  // where it would go; kNotFound when that exceeds kMaxDisplacement.
+  template <typename IsBlock>
+  size_t Probe(uint64_t hash, const IsBlock& is_block, bool* present) const {
+    const uint64_t tag = hash & 0xFFFF;
+    size_t i = Home(hash);
+    for (uint32_t d = 0; d <= kMaxDisplacement; ++d) {
+      const uint64_t s = slots_[i].load(std::memory_order_relaxed);
+      *present = s != 0;
+      if (s == 0 || ((s & 0xFFFF) == tag && is_block(NodeId(s), Offset(s)))) return i;
+      i = i + 1 == capacity_ ? 0 : i + 1;
+    }
+    return kNotFound;
+  }
+  // Writer: fills the empty slot `i` that Probe returned for `hash`.
+  void Fill(size_t i, uint64_t hash, uint32_t node_id, uint32_t offset) {
+    const size_t home = Home(hash);
+    const uint64_t d = i >= home ? i - home : i + capacity_ - home;
+    slots_[i].store(Pack(node_id, offset, d << 16 | (hash & 0xFFFF)), std::memory_order_release);
+    ++used_;
+  }
   // Writer: adds a block known to be absent. False when its probe run would
   // exceed kMaxDisplacement (the caller grows the table and retries).
   bool Insert(uint64_t hash, uint32_t node_id, uint32_t offset);

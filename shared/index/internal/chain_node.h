@@ -7,9 +7,9 @@
 // blocks by comparing contiguous hashes, so it touches about one cache line per
 // eight blocks instead of one per block.
 //
-// Layout (one allocation, 64-byte aligned): this header, `num_groups`
-// HolderGroups, then `capacity` hashes. With one holder group the header and
-// the group fill exactly one cache line and the hashes start on the next.
+// Layout (one allocation, 64-byte aligned): the header with the first
+// holder group (one cache line), `capacity` hashes, then holder groups 1..n-1
+// (a model with more than 64 sources).
 //
 // Thread safety: the single writer mutates; readers read concurrently and
 // validate with `version` (a seqlock per node, see model_index.h):
@@ -33,6 +33,7 @@ namespace kvindex::index::internal {
 inline constexpr int kGroupBits = 64;                             // source ids per holder group
 inline constexpr uint32_t kMaxGroups = 64;                        // groups per model
 inline constexpr uint32_t kMaxSources = kGroupBits * kMaxGroups;  // ids per model
+static_assert(kMaxSources <= 4096, "match rows pack a rank and a row index in 12 bits each");
 // A node holds at most this many blocks (offsets fit the locator's 12 bits);
 // longer runs are split over several nodes.
 inline constexpr uint32_t kMaxNodeBlocks = 4096;
@@ -57,23 +58,29 @@ struct ChainNode {
   uint32_t capacity = 0;
   uint32_t id = 0;
   uint32_t num_groups = 0;
+  HolderGroup first_group;  // group(0); further groups follow the hashes
 
-  HolderGroup* groups() { return reinterpret_cast<HolderGroup*>(this + 1); }
-  const HolderGroup* groups() const { return reinterpret_cast<const HolderGroup*>(this + 1); }
-  uint64_t* hashes() { return reinterpret_cast<uint64_t*>(groups() + num_groups); }
-  const uint64_t* hashes() const {
-    return reinterpret_cast<const uint64_t*>(groups() + num_groups);
+  // Hashes sit at a fixed offset, so a reader loads the header line and the
+  // hash it checks in parallel, not one after the other.
+  uint64_t* hashes() { return reinterpret_cast<uint64_t*>(this + 1); }
+  const uint64_t* hashes() const { return reinterpret_cast<const uint64_t*>(this + 1); }
+  HolderGroup& group(uint32_t g) {
+    return g == 0 ? first_group : reinterpret_cast<HolderGroup*>(hashes() + capacity)[g - 1];
+  }
+  const HolderGroup& group(uint32_t g) const {
+    return g == 0 ? first_group
+                  : reinterpret_cast<const HolderGroup*>(hashes() + capacity)[g - 1];
   }
 
-  HolderGroup* FindGroup(uint32_t group) {
+  HolderGroup* FindGroup(uint32_t group_index) {
     for (uint32_t g = 0; g < num_groups; ++g) {
-      if (groups()[g].group == group) return &groups()[g];
+      if (group(g).group == group_index) return &group(g);
     }
     return nullptr;
   }
   bool HasHolders() const {
     for (uint32_t g = 0; g < num_groups; ++g) {
-      if (groups()[g].Any() != 0) return true;
+      if (group(g).Any() != 0) return true;
     }
     return false;
   }
@@ -82,7 +89,7 @@ struct ChainNode {
   }
 
   static size_t Bytes(uint32_t num_groups, uint32_t capacity) {
-    const size_t raw = sizeof(ChainNode) + num_groups * sizeof(HolderGroup) + capacity * 8;
+    const size_t raw = sizeof(ChainNode) + capacity * 8 + (num_groups - 1) * sizeof(HolderGroup);
     return (raw + 63) / 64 * 64;
   }
   static ChainNode* Create(uint32_t id, uint32_t num_groups, uint32_t capacity) {
@@ -91,7 +98,7 @@ struct ChainNode {
     node->id = id;
     node->num_groups = num_groups;
     node->capacity = capacity;
-    for (uint32_t g = 0; g < num_groups; ++g) new (&node->groups()[g]) HolderGroup;
+    for (uint32_t g = 1; g < num_groups; ++g) new (&node->group(g)) HolderGroup;
     return node;
   }
   static void Destroy(ChainNode* node) {
@@ -109,6 +116,6 @@ struct ChainNode {
     version.store(version.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   }
 };
-static_assert(sizeof(ChainNode) == 24);
+static_assert(sizeof(ChainNode) == 64);
 
 }  // namespace kvindex::index::internal

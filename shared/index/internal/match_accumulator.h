@@ -42,7 +42,7 @@ class MatchAccumulator {
     for (State& s : states_) {
       uint64_t t[kNumTiers] = {};
       for (uint32_t g = 0; g < node.num_groups; ++g) {
-        const HolderGroup& hg = node.groups()[g];
+        const HolderGroup& hg = node.group(g);
         if (hg.group != s.group) continue;
         for (int x = 0; x < kNumTiers; ++x) t[x] = hg.tiers[x].load(std::memory_order_relaxed);
         break;
@@ -99,7 +99,7 @@ class MatchAccumulator {
     states_.clear();
     bool any_alive = false;
     for (uint32_t g = 0; g < node.num_groups; ++g) {
-      const HolderGroup& hg = node.groups()[g];
+      const HolderGroup& hg = node.group(g);
       uint64_t t[kNumTiers];
       for (int x = 0; x < kNumTiers; ++x) t[x] = hg.tiers[x].load(std::memory_order_relaxed);
       const uint64_t any = t[0] | t[1] | t[2] | t[3];

@@ -41,9 +41,14 @@ ModelIndex::ModelIndex(std::string model, MemoryCounter* memory)
       ids_(0, absl::Hash<SourceKey>(), std::equal_to<SourceKey>(),
            CountingAllocator<std::pair<const SourceKey, uint32_t>>(memory)),
       free_ids_(CountingAllocator<uint32_t>(memory)),
-      records_(new std::atomic<SourceRecord*>[kMaxSources]) {
-  for (uint32_t i = 0; i < kMaxSources; ++i) records_[i].store(nullptr, std::memory_order_relaxed);
-  memory_->Add(sizeof(std::atomic<SourceRecord*>) * kMaxSources + sizeof(ModelIndex));
+      records_(new std::atomic<SourceRecord*>[kMaxSources]),
+      ranks_(new std::atomic<uint32_t>[kMaxSources]) {
+  for (uint32_t i = 0; i < kMaxSources; ++i) {
+    records_[i].store(nullptr, std::memory_order_relaxed);
+    ranks_[i].store(0, std::memory_order_relaxed);
+  }
+  memory_->Add((sizeof(std::atomic<SourceRecord*>) + sizeof(std::atomic<uint32_t>)) * kMaxSources +
+               sizeof(ModelIndex));
 }
 
 ModelIndex::~ModelIndex() {
@@ -59,7 +64,8 @@ ModelIndex::~ModelIndex() {
       delete rec;
     }
   }
-  memory_->Sub(sizeof(std::atomic<SourceRecord*>) * kMaxSources + sizeof(ModelIndex));
+  memory_->Sub((sizeof(std::atomic<SourceRecord*>) + sizeof(std::atomic<uint32_t>)) * kMaxSources +
+               sizeof(ModelIndex));
 }
 
 void ModelIndex::SetBlockSize(uint32_t block_size) {
@@ -95,7 +101,21 @@ SourceRecord* ModelIndex::FindOrAddSource(const SourceKey& source) {
   if (id + 1 > id_limit_.load(std::memory_order_relaxed)) {
     id_limit_.store(id + 1, std::memory_order_release);
   }
+  seqlock_.Begin();
+  Rerank();
+  seqlock_.End();
   return rec;
+}
+
+void ModelIndex::Rerank() {
+  std::vector<std::pair<const SourceKey*, uint32_t>> order;
+  order.reserve(ids_.size());
+  for (const auto& [key, id] : ids_) order.emplace_back(&key, id);
+  std::sort(order.begin(), order.end(),
+            [](const auto& a, const auto& b) { return *a.first < *b.first; });
+  for (uint32_t r = 0; r < order.size(); ++r) {
+    ranks_[order[r].second].store(r, std::memory_order_relaxed);
+  }
 }
 
 void ModelIndex::CountDelta(SourceRecord* rec, Tier tier, int64_t delta) {
@@ -160,7 +180,7 @@ ChainNode* ModelIndex::CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi
   uint32_t num_groups = 0;
   bool has_extra = extra_group < 0;
   for (uint32_t g = 0; g < node->num_groups; ++g) {
-    const HolderGroup& hg = node->groups()[g];
+    const HolderGroup& hg = node->group(g);
     if (hg.Any() == 0 && hg.group != static_cast<uint32_t>(extra_group)) continue;
     ++num_groups;
     has_extra |= hg.group == static_cast<uint32_t>(extra_group);
@@ -169,15 +189,15 @@ ChainNode* ModelIndex::CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi
   ChainNode* copy = NewNode(num_groups, hi - lo);
   uint32_t out = 0;
   for (uint32_t g = 0; g < node->num_groups; ++g) {
-    const HolderGroup& hg = node->groups()[g];
+    const HolderGroup& hg = node->group(g);
     if (hg.Any() == 0 && hg.group != static_cast<uint32_t>(extra_group)) continue;
-    HolderGroup& dst = copy->groups()[out++];
+    HolderGroup& dst = copy->group(out++);
     dst.group = hg.group;
     for (int t = 0; t < kNumTiers; ++t) {
       dst.tiers[t].store(hg.tiers[t].load(std::memory_order_relaxed), std::memory_order_relaxed);
     }
   }
-  if (!has_extra) copy->groups()[out].group = static_cast<uint32_t>(extra_group);
+  if (!has_extra) copy->group(out).group = static_cast<uint32_t>(extra_group);
   std::memcpy(copy->hashes(), node->hashes() + lo, size_t{hi - lo} * 8);
   copy->end.store(hi - lo, std::memory_order_relaxed);
   directory_.Publish(copy->id, copy);
@@ -364,7 +384,7 @@ size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const
     ++j;
   }
   ChainNode* node = NewNode(1, static_cast<uint32_t>(j - i));
-  HolderGroup& hg = node->groups()[0];
+  HolderGroup& hg = node->group(0);
   hg.group = rec->id / kGroupBits;
   hg.tiers[static_cast<int>(tier)].store(uint64_t{1} << (rec->id % kGroupBits),
                                          std::memory_order_relaxed);
@@ -372,11 +392,18 @@ size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const
   uint32_t len = 0;
   for (size_t x = i; x < j; ++x) {
     const uint64_t h = hashes[x];
-    if (x > i && Locate(h, &ref)) continue;  // repeated within the run
+    bool present = false;
+    const size_t slot = locator()->Probe(
+        h, [&](uint32_t id, uint32_t off) { return HashIs(id, off, h); }, &present);
+    if (present) continue;  // repeated within the run
     node->hashes()[len] = h;
     // Extent first, slot second: a reader that finds the slot finds the block.
     node->end.store(len + 1, std::memory_order_release);
-    if (!locator()->Insert(h, node->id, len)) Rebuild(2 * locator()->capacity());
+    if (slot != BlockLocator::kNotFound) {
+      locator()->Fill(slot, h, node->id, len);
+    } else {
+      Rebuild(2 * locator()->capacity());  // inserts the block from the node
+    }
     *digest += EntryDigest(rec->digest_prefix, tier, h);
     ++len;
   }
@@ -447,7 +474,7 @@ void ModelIndex::RemoveHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceR
   *removed += hi - lo;
   bool others = false;
   for (uint32_t g = 0; g < node->num_groups && !others; ++g) {
-    const HolderGroup& other = node->groups()[g];
+    const HolderGroup& other = node->group(g);
     for (int x = 0; x < kNumTiers && !others; ++x) {
       uint64_t bits = other.tiers[x].load(std::memory_order_relaxed);
       if (&other == hg && x == t) bits &= ~bit;
@@ -512,7 +539,7 @@ void ModelIndex::ClearIds(const std::vector<uint32_t>& ids) {
     const uint32_t e = node->end.load(std::memory_order_relaxed);
     bool touched = false, left = false;
     for (uint32_t g = 0; g < node->num_groups; ++g) {
-      HolderGroup& hg = node->groups()[g];
+      HolderGroup& hg = node->group(g);
       for (int t = 0; t < kNumTiers; ++t) {
         const uint64_t bits = hg.tiers[t].load(std::memory_order_relaxed);
         const uint64_t gone = bits & drop[hg.group];
@@ -534,7 +561,7 @@ void ModelIndex::ClearIds(const std::vector<uint32_t>& ids) {
     }
     node->BeginWrite();
     for (uint32_t g = 0; g < node->num_groups; ++g) {
-      HolderGroup& hg = node->groups()[g];
+      HolderGroup& hg = node->group(g);
       for (auto& tier_bits : hg.tiers) {
         tier_bits.store(tier_bits.load(std::memory_order_relaxed) & ~drop[hg.group],
                         std::memory_order_relaxed);
@@ -572,7 +599,7 @@ void ModelIndex::ForEachEntry(
     const uint32_t e = node->end.load(std::memory_order_relaxed);
     if (b == e) return;
     for (uint32_t g = 0; g < node->num_groups; ++g) {
-      const HolderGroup& hg = node->groups()[g];
+      const HolderGroup& hg = node->group(g);
       for (int t = 0; t < kNumTiers; ++t) {
         for (uint64_t bits = hg.tiers[t].load(std::memory_order_relaxed); bits != 0;
              bits &= bits - 1) {
@@ -668,12 +695,29 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
     k += m;
     if (!alive) break;
   }
-  acc.Finish(k, [&](uint32_t id, WorkerMatch&& row) {
-    const SourceRecord* rec = records_[id].load(std::memory_order_acquire);
-    if (rec == nullptr) return;  // cleared meanwhile; validation fails and retries
-    row.source = rec->key;
-    out->push_back(std::move(row));
+  // Rows in result order: longest desc, then the source's rank (< 4096).
+  // Sorting 64-bit keys (longest, rank, row index) keeps the sort off the rows.
+  thread_local std::vector<WorkerMatch> rows;
+  thread_local std::vector<uint32_t> ids;
+  thread_local std::vector<uint64_t> keys;
+  rows.clear();
+  ids.clear();
+  keys.clear();
+  acc.Finish(k, [&](uint32_t id, WorkerMatch&& counts) {
+    const uint64_t rank = ranks_[id].load(std::memory_order_relaxed);
+    keys.push_back(uint64_t{~counts.longest} << 32 | rank << 12 | rows.size());
+    rows.push_back(std::move(counts));
+    ids.push_back(id);
   });
+  std::sort(keys.begin(), keys.end());
+  out->reserve(keys.size());
+  for (uint64_t key : keys) {
+    const size_t i = key & 0xFFF;
+    const SourceRecord* rec = records_[ids[i]].load(std::memory_order_acquire);
+    if (rec == nullptr) continue;  // cleared meanwhile; validation fails and retries
+    out->push_back(std::move(rows[i]));
+    out->back().source = rec->key;
+  }
 }
 
 void ModelIndex::AddStats(IndexStats* stats) const {

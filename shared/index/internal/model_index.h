@@ -77,7 +77,8 @@ class ModelIndex {
   void ClearWorker(std::string_view worker);
   void ForEachEntry(const std::function<void(const SourceKey&, Tier, uint64_t)>& fn) const;
 
-  // Any thread. Appends one row per source with longest > 0 (unsorted).
+  // Any thread. One row per source with longest > 0, ordered as
+  // SortWorkerMatches orders them (longest desc, worker, dp_rank).
   void Match(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out) const;
   void AddStats(IndexStats* stats) const;
   void AppendSources(std::vector<SourceInfo>* out) const;
@@ -96,6 +97,9 @@ class ModelIndex {
 
   SourceRecord* FindSource(const SourceKey& source) const;
   SourceRecord* FindOrAddSource(const SourceKey& source);
+  // Writer, inside a seqlock bracket: ranks_ = every source's position in
+  // SourceKey order.
+  void Rerank();
   void CountDelta(SourceRecord* rec, Tier tier, int64_t delta);
   uint64_t DigestRange(const SourceRecord* rec, Tier tier, const ChainNode* node, uint32_t lo,
                        uint32_t hi) const;
@@ -149,6 +153,9 @@ class ModelIndex {
   std::vector<uint32_t, CountingAllocator<uint32_t>> free_ids_;
   std::unique_ptr<std::atomic<SourceRecord*>[]> records_;
   std::atomic<uint32_t> id_limit_{0};  // ids ever handed out (max id + 1)
+  // Position of each id's SourceKey among all sources (worker, then dp_rank):
+  // a query orders its rows by (longest desc, rank) without comparing strings.
+  std::unique_ptr<std::atomic<uint32_t>[]> ranks_;
 
   std::atomic<uint64_t> entries_[kNumTiers] = {};
   std::atomic<uint64_t> digest_{0};
