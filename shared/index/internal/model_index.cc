@@ -287,7 +287,10 @@ void ModelIndex::EraseRange(const ChainNode* node, uint32_t lo, uint32_t hi) {
 }
 
 void ModelIndex::EnsureRoom(size_t blocks) {
-  if (!locator()->HasRoomFor(blocks)) Rebuild(2 * (locator()->used() + blocks));
+  const double needed = static_cast<double>(locator()->used() + blocks);
+  if (!locator()->HasRoomFor(blocks)) {
+    Rebuild(static_cast<size_t>(needed / BlockLocator::kGrowLoad));
+  }
 }
 
 void ModelIndex::Rebuild(size_t min_capacity) {
@@ -373,42 +376,46 @@ void ModelIndex::Store(const SourceKey& source, Tier tier, std::span<const uint6
 
 size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const uint64_t> hashes,
                              size_t i, uint64_t* digest, int64_t* added) {
-  BlockLocator* loc = locator();
   const size_t n = hashes.size();
-  // The run of absent blocks starting at i (probes prefetched ahead).
-  size_t j = i + 1;
-  for (size_t x = j; x < std::min(n, j + kPrefetchDistance); ++x) loc->PrefetchForWrite(hashes[x]);
-  BlockRef ref;
-  while (j < n && j - i < kMaxNodeBlocks && !Locate(hashes[j], &ref)) {
-    if (j + kPrefetchDistance < n) loc->PrefetchForWrite(hashes[j + kPrefetchDistance]);
-    ++j;
-  }
-  ChainNode* node = NewNode(1, static_cast<uint32_t>(j - i));
+  const size_t limit = std::min(n, i + kMaxNodeBlocks);
+  // Sized for the rest of the event: new blocks usually run to its end.
+  ChainNode* node = NewNode(1, static_cast<uint32_t>(limit - i));
   HolderGroup& hg = node->group(0);
   hg.group = rec->id / kGroupBits;
   hg.tiers[static_cast<int>(tier)].store(uint64_t{1} << (rec->id % kGroupBits),
                                          std::memory_order_relaxed);
   directory_.Publish(node->id, node);
+  for (size_t x = i; x < std::min(limit, i + kPrefetchDistance); ++x) {
+    locator()->PrefetchForWrite(hashes[x]);
+  }
   uint32_t len = 0;
-  for (size_t x = i; x < j; ++x) {
+  size_t x = i;
+  for (; x < limit; ++x) {
+    if (x + kPrefetchDistance < limit) locator()->PrefetchForWrite(hashes[x + kPrefetchDistance]);
     const uint64_t h = hashes[x];
     bool present = false;
     const size_t slot = locator()->Probe(
         h, [&](uint32_t id, uint32_t off) { return HashIs(id, off, h); }, &present);
-    if (present) continue;  // repeated within the run
+    if (present) {
+      uint64_t value = 0;
+      locator()->Find(h, [&](uint32_t id, uint32_t off) { return HashIs(id, off, h); }, &value);
+      if (BlockLocator::NodeId(value) == node->id) continue;  // repeated within the run
+      break;  // held elsewhere: the caller adds the holder there
+    }
     node->hashes()[len] = h;
     // Extent first, slot second: a reader that finds the slot finds the block.
     node->end.store(len + 1, std::memory_order_release);
     if (slot != BlockLocator::kNotFound) {
       locator()->Fill(slot, h, node->id, len);
     } else {
-      Rebuild(2 * locator()->capacity());  // inserts the block from the node
+      Rebuild(2 * locator()->capacity());  // a probe run overflowed; inserts the block
     }
     *digest += EntryDigest(rec->digest_prefix, tier, h);
     ++len;
   }
   *added += len;
-  return j;
+  MaybeCompact(node);  // the run ended early: do not keep the unused capacity
+  return x;
 }
 
 void ModelIndex::AddHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceRecord* rec, Tier tier,
