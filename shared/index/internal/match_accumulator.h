@@ -53,10 +53,11 @@ class MatchAccumulator {
     return any_alive;
   }
 
-  // Ends the walk after `end` matched blocks; emit(source_id, row) for every
-  // source that holds block 0 (row.source is left for the caller).
-  template <typename Emit>
-  void Finish(uint32_t end, const Emit& emit) {
+  // Ends the walk after `end` matched blocks; visit(slot, source_id, longest)
+  // for every source that holds block 0. `slot` (< 4096) names its counts for
+  // Fill.
+  template <typename Visit>
+  void Finish(uint32_t end, const Visit& visit) {
     for (size_t i = 0; i < states_.size(); ++i) {
       State& s = states_[i];
       PerSource* ps = &per_source_[i * kGroupBits];
@@ -70,17 +71,21 @@ class MatchAccumulator {
       }
       for (uint64_t b = s.ever; b != 0; b &= b - 1) {
         const int bit = std::countr_zero(b);
-        const PerSource& p = ps[bit];
-        WorkerMatch row;
-        row.longest = p.longest;
-        row.device_prefix = p.device_prefix;
-        row.device = p.count[0];
-        row.host = p.count[1];
-        row.disk = p.count[2];
-        row.external = p.count[3];
-        emit(s.group * kGroupBits + bit, std::move(row));
+        visit(static_cast<uint32_t>(i * kGroupBits + bit), s.group * kGroupBits + bit,
+              ps[bit].longest);
       }
     }
+  }
+
+  // The counts of a source Finish visited (row.source is left to the caller).
+  void Fill(uint32_t slot, WorkerMatch* row) const {
+    const PerSource& p = per_source_[slot];
+    row->longest = p.longest;
+    row->device_prefix = p.device_prefix;
+    row->device = p.count[0];
+    row->host = p.count[1];
+    row->disk = p.count[2];
+    row->external = p.count[3];
   }
 
  private:

@@ -696,34 +696,39 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
     const uint32_t limit = std::min(e - off, n - k);
     if (limit < n - k) loc->Prefetch(seq[k + limit]);
     const uint64_t* h = node->hashes() + off;
+    const uint64_t* q = seq.data() + k;
     uint32_t m = 1;
-    while (m < limit && h[m] == seq[k + m]) ++m;
+    // Every block is compared: a node's order is the event's, so a later
+    // match would not prove the earlier ones. Four at a time, branch-free.
+    while (m + 4 <= limit &&
+           ((h[m] ^ q[m]) | (h[m + 1] ^ q[m + 1]) | (h[m + 2] ^ q[m + 2]) | (h[m + 3] ^ q[m + 3])) == 0) {
+      m += 4;
+    }
+    while (m < limit && h[m] == q[m]) ++m;
     const bool alive = acc.Add(*node, k, m);
     k += m;
     if (!alive) break;
   }
-  // Rows in result order: longest desc, then the source's rank (< 4096).
-  // Sorting 64-bit keys (longest, rank, row index) keeps the sort off the rows.
-  thread_local std::vector<WorkerMatch> rows;
-  thread_local std::vector<uint32_t> ids;
+  // Rows in result order: longest desc, then the source's rank; sorting
+  // 64-bit keys (longest, rank, accumulator slot) keeps the sort off the rows.
   thread_local std::vector<uint64_t> keys;
-  rows.clear();
-  ids.clear();
+  thread_local std::vector<uint32_t> ids;
   keys.clear();
-  acc.Finish(k, [&](uint32_t id, WorkerMatch&& counts) {
+  acc.Finish(k, [&](uint32_t slot, uint32_t id, uint32_t longest) {
+    if (ids.size() <= slot) ids.resize(slot + 1);
+    ids[slot] = id;
     const uint64_t rank = ranks_[id].load(std::memory_order_relaxed);
-    keys.push_back(uint64_t{~counts.longest} << 32 | rank << 12 | rows.size());
-    rows.push_back(std::move(counts));
-    ids.push_back(id);
+    keys.push_back(uint64_t{~longest} << 32 | rank << 12 | slot);
   });
   std::sort(keys.begin(), keys.end());
   out->reserve(keys.size());
   for (uint64_t key : keys) {
-    const size_t i = key & 0xFFF;
-    const SourceRecord* rec = records_[ids[i]].load(std::memory_order_acquire);
+    const uint32_t slot = key & 0xFFF;
+    const SourceRecord* rec = records_[ids[slot]].load(std::memory_order_acquire);
     if (rec == nullptr) continue;  // cleared meanwhile; validation fails and retries
-    out->push_back(std::move(rows[i]));
-    out->back().source = rec->key;
+    WorkerMatch& row = out->emplace_back();
+    row.source = rec->key;
+    acc.Fill(slot, &row);
   }
 }
 
