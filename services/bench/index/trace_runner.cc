@@ -70,6 +70,7 @@ TraceRun RunTrace(index::IndexInterface& index, const TraceStream& stream, doubl
   PinToCpu(0);
   for (int i = 0; i < 50000; ++i) {
     const std::vector<uint64_t>& q = recent_query(0);
+    WarmQuery(q);
     const uint64_t q0 = NowNs();
     auto r = index.MatchSequenceHashes(kTraceModel, q);
     out.idle_ns.push_back(static_cast<uint32_t>(NowNs() - q0));
@@ -101,6 +102,7 @@ TraceRun RunTrace(index::IndexInterface& index, const TraceStream& stream, doubl
   out.loaded_ns.reserve(8 << 20);
   while (!done.load(std::memory_order_acquire)) {
     const std::vector<uint64_t>& q = recent_query(progress.load(std::memory_order_acquire));
+    WarmQuery(q);
     const uint64_t q0 = NowNs();
     auto r = index.MatchSequenceHashes(kTraceModel, q);
     const uint64_t q1 = NowNs();

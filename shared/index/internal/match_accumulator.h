@@ -53,6 +53,14 @@ class MatchAccumulator {
     return any_alive;
   }
 
+  // Source ids that hold block 0 (after the first Add): the rows to come.
+  template <typename Fn>
+  void ForEachCandidate(const Fn& fn) const {
+    for (const State& s : states_) {
+      for (uint64_t b = s.ever; b != 0; b &= b - 1) fn(s.group * kGroupBits + std::countr_zero(b));
+    }
+  }
+
   // Ends the walk after `end` matched blocks; visit(slot, source_id, longest)
   // for every source that holds block 0. `slot` (< 4096) names its counts for
   // Fill.

@@ -696,6 +696,8 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
     const uint32_t limit = std::min(e - off, n - k);
     if (limit < n - k) loc->Prefetch(seq[k + limit]);
     const uint64_t* h = node->hashes() + off;
+    // All lines of the run at once: one memory round trip, not a stream.
+    for (uint32_t x = 8; x < limit; x += 8) __builtin_prefetch(h + x, 0, 3);
     const uint64_t* q = seq.data() + k;
     uint32_t m = 1;
     // Every block is compared: a node's order is the event's, so a later
@@ -706,6 +708,12 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
     }
     while (m < limit && h[m] == q[m]) ++m;
     const bool alive = acc.Add(*node, k, m);
+    if (k == 0) {
+      // The rows' source records: fetch them while the walk goes on.
+      acc.ForEachCandidate([&](uint32_t id) {
+        __builtin_prefetch(records_[id].load(std::memory_order_relaxed), 0, 3);
+      });
+    }
     k += m;
     if (!alive) break;
   }
