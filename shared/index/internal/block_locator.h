@@ -55,7 +55,13 @@ class BlockLocator {
     return static_cast<size_t>((static_cast<unsigned __int128>(mixed) * capacity_) >> 64);
   }
   void Prefetch(uint64_t hash) const { __builtin_prefetch(&slots_[Home(hash)], 0, 1); }
-  void PrefetchForWrite(uint64_t hash) const { __builtin_prefetch(&slots_[Home(hash)], 1, 1); }
+  // The home line and the next: a run (and a deletion's backward shift)
+  // often continues past the line end.
+  void PrefetchForWrite(uint64_t hash) const {
+    const size_t home = Home(hash);
+    __builtin_prefetch(&slots_[home], 1, 1);
+    __builtin_prefetch(&slots_[home + 8 < capacity_ ? home + 8 : 0], 1, 1);
+  }
 
   // The slot index of `hash` (its value in *slot), or kNotFound.
   // `is_block(node_id, offset)` says whether that node position holds `hash`.

@@ -25,19 +25,27 @@ std::string DigestPrefix(std::string_view model, const SourceKey& source) {
 }
 
 uint64_t EntryDigest(std::string_view prefix, Tier tier, uint64_t hash) {
+  return EntryDigestSum(prefix, tier, &hash, 1);
+}
+
+uint64_t EntryDigestSum(std::string_view prefix, Tier tier, const uint64_t* hashes, size_t n) {
   constexpr size_t kStack = 256;
-  const size_t n = prefix.size() + 9;
+  const size_t len = prefix.size() + 9;
   char stack[kStack];
   std::vector<char> heap;
   char* buf = stack;
-  if (n > kStack) {
-    heap.resize(n);
+  if (len > kStack) {
+    heap.resize(len);
     buf = heap.data();
   }
   std::memcpy(buf, prefix.data(), prefix.size());
   buf[prefix.size()] = static_cast<char>(tier);
-  std::memcpy(buf + prefix.size() + 1, &hash, 8);
-  return XXH3_64bits_withSeed(buf, n, 0);
+  uint64_t sum = 0;
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(buf + prefix.size() + 1, &hashes[i], 8);
+    sum += XXH3_64bits_withSeed(buf, len, 0);
+  }
+  return sum;
 }
 
 }  // namespace kvindex::index::internal

@@ -5,6 +5,7 @@
 // costs one copy of the prefix and one short XXH3.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -19,5 +20,8 @@ std::string DigestPrefix(std::string_view model, const SourceKey& source);
 
 // XXH3_64(prefix || u8(tier) || le_u64(hash), seed 0)
 uint64_t EntryDigest(std::string_view prefix, Tier tier, uint64_t hash);
+
+// Sum of EntryDigest over `hashes` (the key is built once).
+uint64_t EntryDigestSum(std::string_view prefix, Tier tier, const uint64_t* hashes, size_t n);
 
 }  // namespace kvindex::index::internal

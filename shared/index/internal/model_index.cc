@@ -131,9 +131,7 @@ void ModelIndex::CountDelta(SourceRecord* rec, Tier tier, int64_t delta) {
 
 uint64_t ModelIndex::DigestRange(const SourceRecord* rec, Tier tier, const ChainNode* node,
                                  uint32_t lo, uint32_t hi) const {
-  uint64_t sum = 0;
-  for (uint32_t x = lo; x < hi; ++x) sum += EntryDigest(rec->digest_prefix, tier, node->hashes()[x]);
-  return sum;
+  return EntryDigestSum(rec->digest_prefix, tier, node->hashes() + lo, hi - lo);
 }
 
 // ---------------------------------------------------------------- lookups
@@ -410,9 +408,9 @@ size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const
     } else {
       Rebuild(2 * locator()->capacity());  // a probe run overflowed; inserts the block
     }
-    *digest += EntryDigest(rec->digest_prefix, tier, h);
     ++len;
   }
+  *digest += EntryDigestSum(rec->digest_prefix, tier, node->hashes(), len);
   *added += len;
   MaybeCompact(node);  // the run ended early: do not keep the unused capacity
   return x;
