@@ -21,6 +21,8 @@
 //   such a change fails its validation and retries.
 #pragma once
 
+#include <malloc.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -101,6 +103,10 @@ struct ChainNode {
     for (uint32_t g = 1; g < num_groups; ++g) new (&node->group(g)) HolderGroup;
     return node;
   }
+  // Bytes the allocator set aside for this node: its usable size plus the
+  // allocator's chunk header (what IndexStats::bytes_allocated counts).
+  size_t Footprint() const { return malloc_usable_size(const_cast<ChainNode*>(this)) + sizeof(size_t); }
+
   static void Destroy(ChainNode* node) {
     node->~ChainNode();
     ::operator delete(node, std::align_val_t{64});

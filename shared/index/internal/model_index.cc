@@ -54,7 +54,7 @@ ModelIndex::ModelIndex(std::string model, MemoryCounter* memory)
 ModelIndex::~ModelIndex() {
   delete locator_.load(std::memory_order_relaxed);
   directory_.ForEach([&](ChainNode* node) {
-    memory_->Sub(ChainNode::Bytes(node->num_groups, node->capacity));
+    memory_->Sub(node->Footprint());
     ChainNode::Destroy(node);
   });
   for (uint32_t i = 0; i < kMaxSources; ++i) {
@@ -169,8 +169,9 @@ ChainNode* ModelIndex::NewNode(uint32_t num_groups, uint32_t capacity) {
     id = directory_.Allocate();
     if (id == 0) throw std::length_error("kvindex: node id space exhausted");
   }
-  memory_->Add(ChainNode::Bytes(num_groups, capacity));
-  return ChainNode::Create(id, num_groups, capacity);
+  ChainNode* node = ChainNode::Create(id, num_groups, capacity);
+  memory_->Add(node->Footprint());
+  return node;
 }
 
 ChainNode* ModelIndex::CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi,
@@ -221,7 +222,7 @@ void ModelIndex::Shrink(ChainNode* node, uint32_t begin, uint32_t end) {
   node->EndWrite();
   if (begin == end) {
     retired_.push_back(node);
-    retired_bytes_ += ChainNode::Bytes(node->num_groups, node->capacity);
+    retired_bytes_ += node->Footprint();
   }
 }
 
@@ -315,7 +316,7 @@ void ModelIndex::ReclaimRetired() {
   if (retired_.empty()) return;
   grace_.Synchronize();
   for (ChainNode* node : retired_) {
-    memory_->Sub(ChainNode::Bytes(node->num_groups, node->capacity));
+    memory_->Sub(node->Footprint());
     directory_.Release(node->id);
     ChainNode::Destroy(node);
   }
