@@ -76,8 +76,14 @@ Script MakeScript(uint64_t seed) {
       script.events.push_back(e);
     } else if (dice < 85) {
       PlacementEvent e = event(PlacementKind::kRemoved, source);
-      for (uint64_t h : chain) {
-        if (rng() % 3 == 0) e.block_hashes.push_back(h);
+      if (rng() % 2) {
+        for (uint64_t h : chain) {
+          if (rng() % 3 == 0) e.block_hashes.push_back(h);
+        }
+      } else {
+        // A contiguous run, leaf-first (LRU eviction): cuts nodes in the middle.
+        const size_t from = rng() % kChainLength, to = from + rng() % (kChainLength - from) + 1;
+        e.block_hashes.assign(chain.rbegin() + (kChainLength - to), chain.rbegin() + (kChainLength - from));
       }
       // Remove trunk blocks often: they cut every chain's prefix.
       if (rng() % 2) e.block_hashes.push_back(chain[rng() % 8]);
@@ -90,7 +96,7 @@ Script MakeScript(uint64_t seed) {
       for (int k = 0; k < 3000; ++k) e.block_hashes.push_back(rng() | (uint64_t{1} << 63));
       script.events.push_back(e);
     } else {
-      // Clearing the bulk source rebuilds the table under the readers.
+      // Clearing the bulk source frees many nodes under the readers.
       script.events.push_back(event(PlacementKind::kCleared, filler));
     }
   }
@@ -198,6 +204,65 @@ TEST(ConcurrencyTest, ReadersNeverOvercountWhileOneWriterApplies) {
   EXPECT_EQ(stats.entries[0] + stats.entries[1] + stats.entries[2] + stats.entries[3], 0u);
   RecordProperty("reads", static_cast<int>(reads.load()));
   RecordProperty("rows_checked", static_cast<int>(nonzero.load()));
+}
+
+// A long walk (one node per block) while the writer moves a source between
+// two states that each lack one end of the chain: "all but the last block"
+// and "all but the first". No state holds the whole chain, so a reader that
+// combined block 0 seen in one state with the last block seen in the other
+// would report the full length. Readers must never do that.
+TEST(ConcurrencyTest, LongWalksNeverCombineTwoStates) {
+  constexpr uint64_t kLength = 6000;
+  constexpr int kCycles = 20000;
+  std::vector<uint64_t> chain(kLength);
+  for (uint64_t k = 0; k < kLength; ++k) chain[k] = 0x9E3779B97F4A7C15ull * (k + 1);
+  KvIndex index;
+  uint64_t position = 0;
+  auto apply = [&](PlacementKind kind, const std::string& worker, std::vector<uint64_t> hashes) {
+    PlacementEvent e;
+    e.kind = kind;
+    e.model = "m";
+    e.source = {worker, 0};
+    e.block_size = 16;
+    e.block_hashes = std::move(hashes);
+    index.Apply(e, ++position);
+  };
+  // "b" holds every other block, so every block is a node of its own.
+  std::vector<uint64_t> even;
+  for (uint64_t k = 0; k < kLength; k += 2) even.push_back(chain[k]);
+  apply(PlacementKind::kStored, "b", even);
+  apply(PlacementKind::kStored, "a", std::vector<uint64_t>(chain.begin(), chain.end() - 1));
+
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> reads{0}, full{0}, partial{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < kReaders; ++r) {
+    readers.emplace_back([&] {
+      while (!stop.load(std::memory_order_acquire)) {
+        auto result = index.MatchSequenceHashes("m", chain);
+        reads.fetch_add(1, std::memory_order_relaxed);
+        if (!result.ok()) continue;
+        for (const WorkerMatch& w : result->workers) {
+          if (w.source.worker != "a") continue;
+          if (w.longest == kLength) full.fetch_add(1);
+          if (w.longest == kLength - 1) partial.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (int c = 0; c < kCycles; ++c) {
+    // all but the last -> all but the first -> all but the last, never all.
+    apply(PlacementKind::kRemoved, "a", {chain.front()});
+    apply(PlacementKind::kStored, "a", {chain.back()});
+    apply(PlacementKind::kRemoved, "a", {chain.back()});
+    apply(PlacementKind::kStored, "a", {chain.front()});
+  }
+  stop.store(true, std::memory_order_release);
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(full.load(), 0u) << "a reader combined two states into a chain no state held";
+  EXPECT_GT(reads.load(), 0u);
+  RecordProperty("reads", static_cast<int>(reads.load()));
+  RecordProperty("reads_in_state_all_but_last", static_cast<int>(partial.load()));
 }
 
 }  // namespace

@@ -681,7 +681,9 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
     const uint32_t off = BlockLocator::Offset(slot);
     const uint32_t version = node->version.load(std::memory_order_acquire);
     const uint32_t b = node->begin.load(std::memory_order_relaxed);
-    const uint32_t e = node->end.load(std::memory_order_relaxed);
+    // Acquire: pairs with the writer's release of `end` after it wrote the
+    // hash of a block appended to this node.
+    const uint32_t e = node->end.load(std::memory_order_acquire);
     if (log != nullptr) {
       if ((version & 1) != 0 || off < b || off >= e) {
         // Being modified, or the slot was relabelled under us: retry.
