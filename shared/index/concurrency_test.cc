@@ -83,7 +83,8 @@ Script MakeScript(uint64_t seed) {
       } else {
         // A contiguous run, leaf-first (LRU eviction): cuts nodes in the middle.
         const size_t from = rng() % kChainLength, to = from + rng() % (kChainLength - from) + 1;
-        e.block_hashes.assign(chain.rbegin() + (kChainLength - to), chain.rbegin() + (kChainLength - from));
+        e.block_hashes.assign(chain.rbegin() + (kChainLength - to),
+                              chain.rbegin() + (kChainLength - from));
       }
       // Remove trunk blocks often: they cut every chain's prefix.
       if (rng() % 2) e.block_hashes.push_back(chain[rng() % 8]);

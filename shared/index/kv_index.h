@@ -13,14 +13,14 @@
 //   StatusOr<MatchResult> m = index.MatchSequenceHashes("llama", seq);  // any thread
 //   for (const WorkerMatch& w : m->workers) Route(w.source, w.device_prefix);
 //
-// Complexity (n = blocks of a query or event, S = sources of a model, C = table
-// capacity): Apply stored/removed O(n) expected; cleared / worker_expired O(C)
-// (rebuild without the source; rare); match O(n * (1 + S/56)), stopping at the
+// Complexity (n = blocks of a query or event, r = rows of a match):
+// Apply stored/removed O(n) expected; cleared / worker_expired O(nodes of the
+// model); match O(nodes entered + n/8 cache lines + r log r), stopping at the
 // first block no source holds; Stats O(models).
 //
 // Thread safety: Apply*/Restore* from ONE writer thread; everything else from
 // any thread concurrently. Readers never block on the writer except, after a
-// few failed optimistic attempts, for at most one bounded removal chunk. Under
+// few failed optimistic attempts, for at most one removal run. Under
 // concurrent writes a match may undercount but never overcount: it never
 // reports a block after its removal returned, and never a prefix longer than
 // one state the writer passed through (see README.md, "Concurrency").

@@ -21,8 +21,8 @@ BlockLocator::BlockLocator(size_t capacity, MemoryCounter* memory) : memory_(mem
   mapped_bytes_ = RoundUp(bytes, bytes >= kHugePage ? kHugePage : kPage);
   // Populated up front: otherwise the first touch of each huge page, often a
   // reader's probe of a still-empty region, pays for zeroing 2 MiB (~150 us).
-  void* p = mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-                 0);
+  void* p =
+      mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) throw std::bad_alloc();
   if (mapped_bytes_ >= kHugePage) madvise(p, mapped_bytes_, MADV_HUGEPAGE);
   if (madvise(p, mapped_bytes_, MADV_POPULATE_WRITE) != 0) {

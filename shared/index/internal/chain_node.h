@@ -43,7 +43,8 @@ inline constexpr uint32_t kMaxNodeBlocks = 4096;
 struct HolderGroup {
   uint32_t group = 0;  // source ids group * 64 .. group * 64 + 63
   uint32_t reserved = 0;
-  std::atomic<uint64_t> tiers[kNumTiers] = {};  // bit i: source (group*64+i) holds the run in tier t
+  std::atomic<uint64_t> tiers[kNumTiers] =
+      {};  // bit i: source (group*64+i) holds the run in tier t
 
   uint64_t Any() const {
     uint64_t any = 0;
@@ -70,8 +71,7 @@ struct ChainNode {
     return g == 0 ? first_group : reinterpret_cast<HolderGroup*>(hashes() + capacity)[g - 1];
   }
   const HolderGroup& group(uint32_t g) const {
-    return g == 0 ? first_group
-                  : reinterpret_cast<const HolderGroup*>(hashes() + capacity)[g - 1];
+    return g == 0 ? first_group : reinterpret_cast<const HolderGroup*>(hashes() + capacity)[g - 1];
   }
 
   HolderGroup* FindGroup(uint32_t group_index) {
@@ -95,7 +95,7 @@ struct ChainNode {
     return (raw + 63) / 64 * 64;
   }
   static ChainNode* Create(uint32_t id, uint32_t num_groups, uint32_t capacity) {
-    void* p = ::operator new(Bytes(num_groups, capacity), std::align_val_t{64});
+    void* p = ::operator new (Bytes(num_groups, capacity), std::align_val_t{64});
     auto* node = new (p) ChainNode;
     node->id = id;
     node->num_groups = num_groups;
@@ -105,11 +105,13 @@ struct ChainNode {
   }
   // Bytes the allocator set aside for this node: its usable size plus the
   // allocator's chunk header (what IndexStats::bytes_allocated counts).
-  size_t Footprint() const { return malloc_usable_size(const_cast<ChainNode*>(this)) + sizeof(size_t); }
+  size_t Footprint() const {
+    return malloc_usable_size(const_cast<ChainNode*>(this)) + sizeof(size_t);
+  }
 
   static void Destroy(ChainNode* node) {
     node->~ChainNode();
-    ::operator delete(node, std::align_val_t{64});
+    ::operator delete (node, std::align_val_t{64});
   }
 
   // Writer: a version bracket around changes a reader must not combine with

@@ -174,8 +174,7 @@ ChainNode* ModelIndex::NewNode(uint32_t num_groups, uint32_t capacity) {
   return node;
 }
 
-ChainNode* ModelIndex::CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi,
-                                 int extra_group) {
+ChainNode* ModelIndex::CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi, int extra_group) {
   uint32_t num_groups = 0;
   bool has_extra = extra_group < 0;
   for (uint32_t g = 0; g < node->num_groups; ++g) {
@@ -397,7 +396,8 @@ size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const
         h, [&](uint32_t id, uint32_t off) { return HashIs(id, off, h); }, &present);
     if (present) {
       uint64_t value = 0;
-      locator()->Find(h, [&](uint32_t id, uint32_t off) { return HashIs(id, off, h); }, &value);
+      locator()->Find(
+          h, [&](uint32_t id, uint32_t off) { return HashIs(id, off, h); }, &value);
       if (BlockLocator::NodeId(value) == node->id) continue;  // repeated within the run
       break;  // held elsewhere: the caller adds the holder there
     }
@@ -428,8 +428,7 @@ void ModelIndex::AddHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceReco
   }
   ChainNode* target = Carve(node, lo, hi, static_cast<int>(group));
   HolderGroup* hg = target->FindGroup(group);
-  hg->tiers[t].store(hg->tiers[t].load(std::memory_order_relaxed) | bit,
-                     std::memory_order_release);
+  hg->tiers[t].store(hg->tiers[t].load(std::memory_order_relaxed) | bit, std::memory_order_release);
   const uint32_t b = target->begin.load(std::memory_order_relaxed);
   const uint32_t e = target->end.load(std::memory_order_relaxed);
   *digest += DigestRange(rec, tier, target, b, e);
@@ -703,8 +702,8 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
     uint32_t m = 1;
     // Every block is compared: a node's order is the event's, so a later
     // match would not prove the earlier ones. Four at a time, branch-free.
-    while (m + 4 <= limit &&
-           ((h[m] ^ q[m]) | (h[m + 1] ^ q[m + 1]) | (h[m + 2] ^ q[m + 2]) | (h[m + 3] ^ q[m + 3])) == 0) {
+    while (m + 4 <= limit && ((h[m] ^ q[m]) | (h[m + 1] ^ q[m + 1]) | (h[m + 2] ^ q[m + 2]) |
+                              (h[m + 3] ^ q[m + 3])) == 0) {
       m += 4;
     }
     while (m < limit && h[m] == q[m]) ++m;

@@ -6,8 +6,8 @@
 // the end, so it retries only when a bracket touched a node it read.
 //
 // RemovalSeqlock: a global sequence for source-id frees (Begin/End), plus
-// `fallback_mu`, which the writer holds inside every removal and id free. A reader that failed a few optimistic attempts
-// takes the mutex and so waits for at most one bracket, never for a whole
+// `fallback_mu`, which the writer holds inside every removal and id free. A reader that failed a
+// few optimistic attempts takes the mutex and so waits for at most one bracket, never for a whole
 // long write. Insertions are not bracketed: a reader whose reads overlapped
 // only insertions observed a subset of the final state, never more.
 //
