@@ -85,15 +85,17 @@ class MatchAccumulator {
     }
   }
 
-  // The counts of a source Finish visited (row.source is left to the caller).
-  void Fill(uint32_t slot, WorkerMatch* row) const {
+  // Appends the row of a source Finish visited.
+  void Emplace(uint32_t slot, const SourceKey& source, std::vector<WorkerMatch>* out) const {
     const PerSource& p = per_source_[slot];
-    row->longest = p.longest;
-    row->device_prefix = p.device_prefix;
-    row->device = p.count[0];
-    row->host = p.count[1];
-    row->disk = p.count[2];
-    row->external = p.count[3];
+    WorkerMatch& row = out->emplace_back();
+    row.source = source;
+    row.longest = p.longest;
+    row.device = p.count[0];
+    row.host = p.count[1];
+    row.disk = p.count[2];
+    row.external = p.count[3];
+    row.device_prefix = p.device_prefix;
   }
 
  private:

@@ -720,10 +720,9 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
   // Rows in result order: longest desc, then the source's rank; sorting
   // 64-bit keys (longest, rank, accumulator slot) keeps the sort off the rows.
   thread_local std::vector<uint64_t> keys;
-  thread_local std::vector<uint32_t> ids;
+  thread_local uint32_t ids[kMaxSources];
   keys.clear();
   acc.Finish(k, [&](uint32_t slot, uint32_t id, uint32_t longest) {
-    if (ids.size() <= slot) ids.resize(slot + 1);
     ids[slot] = id;
     const uint64_t rank = ranks_[id].load(std::memory_order_relaxed);
     keys.push_back(uint64_t{~longest} << 32 | rank << 12 | slot);
@@ -734,9 +733,7 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
     const uint32_t slot = key & 0xFFF;
     const SourceRecord* rec = records_[ids[slot]].load(std::memory_order_acquire);
     if (rec == nullptr) continue;  // cleared meanwhile; validation fails and retries
-    WorkerMatch& row = out->emplace_back();
-    row.source = rec->key;
-    acc.Fill(slot, &row);
+    acc.Emplace(slot, rec->key, out);
   }
 }
 
