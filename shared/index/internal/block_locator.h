@@ -63,38 +63,29 @@ class BlockLocator {
     __builtin_prefetch(&slots_[home + 8 < capacity_ ? home + 8 : 0], 1, 1);
   }
 
-  // The slot index of `hash` (its value in *slot), or kNotFound.
+  // The slot holding `hash` (its value in *slot), else the empty slot where it
+  // would go (*slot = 0); kNotFound when that exceeds kMaxDisplacement.
   // `is_block(node_id, offset)` says whether that node position holds `hash`.
   template <typename IsBlock>
-  size_t Find(uint64_t hash, const IsBlock& is_block, uint64_t* slot) const {
+  size_t Probe(uint64_t hash, const IsBlock& is_block, uint64_t* slot) const {
     const uint64_t tag = hash & 0xFFFF;
     size_t i = Home(hash);
     for (uint32_t d = 0; d <= kMaxDisplacement; ++d) {
       const uint64_t s = slots_[i].load(std::memory_order_acquire);
-      if (s == 0) return kNotFound;
-      if ((s & 0xFFFF) == tag && is_block(NodeId(s), Offset(s))) {
-        *slot = s;
-        return i;
-      }
-      i = i + 1 == capacity_ ? 0 : i + 1;
-    }
-    return kNotFound;
-  }
-
-  // Writer: the slot holding `hash` (*present = true), else the empty slot
-  // where it would go; kNotFound when that exceeds kMaxDisplacement.
-  template <typename IsBlock>
-  size_t Probe(uint64_t hash, const IsBlock& is_block, bool* present) const {
-    const uint64_t tag = hash & 0xFFFF;
-    size_t i = Home(hash);
-    for (uint32_t d = 0; d <= kMaxDisplacement; ++d) {
-      const uint64_t s = slots_[i].load(std::memory_order_relaxed);
-      *present = s != 0;
+      *slot = s;
       if (s == 0 || ((s & 0xFFFF) == tag && is_block(NodeId(s), Offset(s)))) return i;
       i = i + 1 == capacity_ ? 0 : i + 1;
     }
     return kNotFound;
   }
+
+  // The slot index of `hash` (its value, as checked, in *slot), or kNotFound.
+  template <typename IsBlock>
+  size_t Find(uint64_t hash, const IsBlock& is_block, uint64_t* slot) const {
+    const size_t i = Probe(hash, is_block, slot);
+    return i != kNotFound && *slot != 0 ? i : kNotFound;
+  }
+
   // Writer: fills the empty slot `i` that Probe returned for `hash`.
   void Fill(size_t i, uint64_t hash, uint32_t node_id, uint32_t offset) {
     const size_t home = Home(hash);

@@ -252,20 +252,9 @@ ChainNode* ModelIndex::Carve(ChainNode* node, uint32_t lo, uint32_t hi, int need
   ChainNode* target = keep == kMid ? node : CopyRange(node, lo, hi, need_group);
   if (keep != kPre && pre > 0) CopyRange(node, b, lo, -1);
   if (keep != kSuf && suf > 0) CopyRange(node, hi, e, -1);
-  switch (keep) {
-    case kNone:
-      Shrink(node, b, b);
-      break;
-    case kPre:
-      Shrink(node, b, lo);
-      break;
-    case kMid:
-      Shrink(node, lo, hi);
-      break;
-    case kSuf:
-      Shrink(node, hi, e);
-      break;
-  }
+  // The part kept in place, as [begin, end) of the node (empty: retired).
+  const uint32_t kept[4][2] = {{b, b}, {b, lo}, {lo, hi}, {hi, e}};
+  Shrink(node, kept[keep][0], kept[keep][1]);
   return target;
 }
 
@@ -391,13 +380,10 @@ size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const
   for (; x < limit; ++x) {
     if (x + kPrefetchDistance < limit) locator()->PrefetchForWrite(hashes[x + kPrefetchDistance]);
     const uint64_t h = hashes[x];
-    bool present = false;
+    uint64_t value = 0;
     const size_t slot = locator()->Probe(
-        h, [&](uint32_t id, uint32_t off) { return HashIs(id, off, h); }, &present);
-    if (present) {
-      uint64_t value = 0;
-      locator()->Find(
-          h, [&](uint32_t id, uint32_t off) { return HashIs(id, off, h); }, &value);
+        h, [&](uint32_t id, uint32_t off) { return HashIs(id, off, h); }, &value);
+    if (value != 0) {
       if (BlockLocator::NodeId(value) == node->id) continue;  // repeated within the run
       break;  // held elsewhere: the caller adds the holder there
     }
