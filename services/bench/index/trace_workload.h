@@ -7,9 +7,10 @@
 // device is offloaded to host, host's FIFO overflow to disk, disk's to
 // external, external's overflow is dropped. Every step becomes placement
 // events (removed/stored per tier), lower tiers first: an offloaded block is
-// stored in its new tier before its old tier frees it, as engines report it. The trace is
-// duplicated into disjoint hash spaces (copies) until the index holds >= min_entries (source,
-// block) entries; one more copy is the "churn" stream applied during the latency measurement.
+// stored in its new tier before its old tier frees it, as engines report it.
+// The trace is duplicated into disjoint hash spaces (copies) until the index
+// holds >= min_entries (source, block) entries; one more copy is the "churn"
+// stream applied during the latency measurement.
 #pragma once
 
 #include <cstdint>
