@@ -7,7 +7,7 @@
 // blocks by comparing contiguous hashes, so it touches about one cache line per
 // eight blocks instead of one per block.
 //
-// Layout (one allocation, 64-byte aligned): the header with the first
+// Layout (one block of the model's NodeArena, 64-byte aligned): the header with the first
 // holder group (one cache line), `capacity` hashes, then holder groups 1..n-1
 // (a model with more than 64 sources).
 //
@@ -20,8 +20,6 @@
 //   bracket (odd while in progress), so a reader that read the node before
 //   such a change fails its validation and retries.
 #pragma once
-
-#include <malloc.h>
 
 #include <atomic>
 #include <cstddef>
@@ -94,25 +92,16 @@ struct ChainNode {
     const size_t raw = sizeof(ChainNode) + capacity * 8 + (num_groups - 1) * sizeof(HolderGroup);
     return (raw + 63) / 64 * 64;
   }
-  static ChainNode* Create(uint32_t id, uint32_t num_groups, uint32_t capacity) {
-    void* p = ::operator new (Bytes(num_groups, capacity), std::align_val_t{64});
-    auto* node = new (p) ChainNode;
+  // Constructs a node in `memory` (at least Bytes(num_groups, capacity), 64-byte aligned).
+  static ChainNode* Create(void* memory, uint32_t id, uint32_t num_groups, uint32_t capacity) {
+    auto* node = new (memory) ChainNode;
     node->id = id;
     node->num_groups = num_groups;
     node->capacity = capacity;
     for (uint32_t g = 1; g < num_groups; ++g) new (&node->group(g)) HolderGroup;
     return node;
   }
-  // Bytes the allocator set aside for this node: its usable size plus the
-  // allocator's chunk header (what IndexStats::bytes_allocated counts).
-  size_t Footprint() const {
-    return malloc_usable_size(const_cast<ChainNode*>(this)) + sizeof(size_t);
-  }
-
-  static void Destroy(ChainNode* node) {
-    node->~ChainNode();
-    ::operator delete (node, std::align_val_t{64});
-  }
+  static void Destroy(ChainNode* node) { node->~ChainNode(); }
 
   // Writer: a version bracket around changes a reader must not combine with
   // what it read before them.

@@ -36,6 +36,7 @@ size_t RecordBytes(const SourceRecord& rec) {
 ModelIndex::ModelIndex(std::string model, MemoryCounter* memory)
     : model_(std::move(model)),
       memory_(memory),
+      arena_(memory),
       directory_(memory),
       locator_(new BlockLocator(kInitialCapacity, memory)),
       ids_(0, absl::Hash<SourceKey>(), std::equal_to<SourceKey>(),
@@ -53,10 +54,7 @@ ModelIndex::ModelIndex(std::string model, MemoryCounter* memory)
 
 ModelIndex::~ModelIndex() {
   delete locator_.load(std::memory_order_relaxed);
-  directory_.ForEach([&](ChainNode* node) {
-    memory_->Sub(node->Footprint());
-    ChainNode::Destroy(node);
-  });
+  directory_.ForEach([&](ChainNode* node) { ChainNode::Destroy(node); });
   for (uint32_t i = 0; i < kMaxSources; ++i) {
     SourceRecord* rec = records_[i].load(std::memory_order_relaxed);
     if (rec != nullptr) {
@@ -169,9 +167,13 @@ ChainNode* ModelIndex::NewNode(uint32_t num_groups, uint32_t capacity) {
     id = directory_.Allocate();
     if (id == 0) throw std::length_error("kvindex: node id space exhausted");
   }
-  ChainNode* node = ChainNode::Create(id, num_groups, capacity);
-  memory_->Add(node->Footprint());
-  return node;
+  size_t bytes = 0;
+  void* memory = arena_.Allocate(ChainNode::Bytes(num_groups, capacity), &bytes);
+  return ChainNode::Create(memory, id, num_groups, capacity);
+}
+
+size_t ModelIndex::NodeBytes(const ChainNode* node) {
+  return NodeArena::ClassBytes(ChainNode::Bytes(node->num_groups, node->capacity));
 }
 
 ChainNode* ModelIndex::CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi, int extra_group) {
@@ -221,7 +223,7 @@ void ModelIndex::Shrink(ChainNode* node, uint32_t begin, uint32_t end) {
   node->EndWrite();
   if (begin == end) {
     retired_.push_back(node);
-    retired_bytes_ += node->Footprint();
+    retired_bytes_ += NodeBytes(node);
   }
 }
 
@@ -304,9 +306,10 @@ void ModelIndex::ReclaimRetired() {
   if (retired_.empty()) return;
   grace_.Synchronize();
   for (ChainNode* node : retired_) {
-    memory_->Sub(node->Footprint());
+    const size_t bytes = NodeBytes(node);
     directory_.Release(node->id);
     ChainNode::Destroy(node);
+    arena_.Free(node, bytes);
   }
   retired_.clear();
   retired_bytes_ = 0;

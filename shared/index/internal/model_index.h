@@ -43,6 +43,7 @@
 #include "shared/index/internal/block_locator.h"
 #include "shared/index/internal/chain_node.h"
 #include "shared/index/internal/memory.h"
+#include "shared/index/internal/node_arena.h"
 #include "shared/index/internal/node_directory.h"
 #include "shared/index/internal/read_sync.h"
 #include "shared/model/source_key.h"
@@ -126,6 +127,7 @@ class ModelIndex {
   void MaybeCompact(ChainNode* node);
   void EraseRange(const ChainNode* node, uint32_t lo, uint32_t hi);
   ChainNode* NewNode(uint32_t num_groups, uint32_t capacity);
+  static size_t NodeBytes(const ChainNode* node);
   void EnsureRoom(size_t blocks);
   void Rebuild(size_t min_capacity);
   void ReclaimRetired();
@@ -135,6 +137,7 @@ class ModelIndex {
   MemoryCounter* memory_;
   std::atomic<uint32_t> block_size_{0};
 
+  NodeArena arena_;  // outlives the nodes destroyed in ~ModelIndex
   NodeDirectory directory_;
   std::atomic<BlockLocator*> locator_;
   std::vector<ChainNode*> retired_;  // unreachable, freed after a grace period

@@ -1,0 +1,86 @@
+#include "shared/index/internal/node_arena.h"
+
+#include <sys/mman.h>
+
+#include <bit>
+#include <cstdint>
+#include <new>
+
+namespace kvindex::index::internal {
+
+NodeArena::~NodeArena() {
+  for (void* chunk : chunks_) {
+    munmap(chunk, kChunkBytes);
+    memory_->Sub(kChunkBytes);
+  }
+}
+
+// Classes of 64-byte units: 1..8 exactly, then four per doubling
+// (2^b + k * 2^(b-2) for k = 1..4).
+size_t NodeArena::ClassOf(size_t units) {
+  if (units <= 8) return units - 1;
+  const size_t b = std::bit_width(units - 1) - 1;  // 2^b < units <= 2^(b+1)
+  const size_t step = size_t{1} << (b - 2);
+  const size_t k = (units - (size_t{1} << b) + step - 1) / step;
+  return 8 + (b - 3) * 4 + (k - 1);
+}
+
+size_t NodeArena::UnitsOf(size_t cls) {
+  if (cls < 8) return cls + 1;
+  const size_t b = 3 + (cls - 8) / 4;
+  const size_t k = (cls - 8) % 4 + 1;
+  return (size_t{1} << b) + k * (size_t{1} << (b - 2));
+}
+
+size_t NodeArena::ClassBytes(size_t requested) {
+  const size_t units = (requested + kUnit - 1) / kUnit;
+  return UnitsOf(ClassOf(units)) * kUnit;
+}
+
+void NodeArena::NewChunk() {
+  // Map twice the size and keep the 2 MiB-aligned middle: a huge page needs
+  // an aligned range.
+  const size_t span = 2 * kChunkBytes;
+  void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t aligned = (start + kChunkBytes - 1) & ~(uintptr_t{kChunkBytes} - 1);
+  if (aligned > start) munmap(p, aligned - start);
+  const uintptr_t tail = aligned + kChunkBytes;
+  if (start + span > tail) munmap(reinterpret_cast<void*>(tail), start + span - tail);
+  char* chunk = reinterpret_cast<char*>(aligned);
+  madvise(chunk, kChunkBytes, MADV_HUGEPAGE);
+  // Prefaulted: a first touch would otherwise zero 2 MiB inside some apply.
+  if (madvise(chunk, kChunkBytes, MADV_POPULATE_WRITE) != 0) {
+    for (size_t off = 0; off < kChunkBytes; off += 4096)
+      static_cast<volatile char*>(chunk)[off] = 0;
+  }
+  chunks_.push_back(chunk);
+  memory_->Add(kChunkBytes);
+  next_ = chunk;
+  end_ = chunk + kChunkBytes;
+}
+
+void* NodeArena::Allocate(size_t requested, size_t* bytes) {
+  const size_t cls = ClassOf((requested + kUnit - 1) / kUnit);
+  *bytes = UnitsOf(cls) * kUnit;
+  if (cls < free_.size() && free_[cls] != nullptr) {
+    void* block = free_[cls];
+    free_[cls] = *static_cast<void**>(block);
+    return block;
+  }
+  // The rest of a chunk too small for this block is left unused (< 2 %).
+  if (next_ == nullptr || static_cast<size_t>(end_ - next_) < *bytes) NewChunk();
+  void* block = next_;
+  next_ += *bytes;
+  return block;
+}
+
+void NodeArena::Free(void* block, size_t bytes) {
+  const size_t cls = ClassOf(bytes / kUnit);
+  if (free_.size() <= cls) free_.resize(cls + 1, nullptr);
+  *static_cast<void**>(block) = free_[cls];
+  free_[cls] = block;
+}
+
+}  // namespace kvindex::index::internal
