@@ -15,21 +15,24 @@ NodeArena::~NodeArena() {
   }
 }
 
-// Classes of 64-byte units: 1..8 exactly, then four per doubling
-// (2^b + k * 2^(b-2) for k = 1..4).
+// Classes of 64-byte units: 1..2^S exactly, then 2^S per doubling
+// (2^b + k * 2^(b-S) for k = 1..2^S).
+constexpr size_t kStepBits = 3;
+constexpr size_t kSteps = size_t{1} << kStepBits;
+
 size_t NodeArena::ClassOf(size_t units) {
-  if (units <= 8) return units - 1;
+  if (units <= kSteps) return units - 1;
   const size_t b = std::bit_width(units - 1) - 1;  // 2^b < units <= 2^(b+1)
-  const size_t step = size_t{1} << (b - 2);
+  const size_t step = size_t{1} << (b - kStepBits);
   const size_t k = (units - (size_t{1} << b) + step - 1) / step;
-  return 8 + (b - 3) * 4 + (k - 1);
+  return kSteps + (b - kStepBits) * kSteps + (k - 1);
 }
 
 size_t NodeArena::UnitsOf(size_t cls) {
-  if (cls < 8) return cls + 1;
-  const size_t b = 3 + (cls - 8) / 4;
-  const size_t k = (cls - 8) % 4 + 1;
-  return (size_t{1} << b) + k * (size_t{1} << (b - 2));
+  if (cls < kSteps) return cls + 1;
+  const size_t b = kStepBits + (cls - kSteps) / kSteps;
+  const size_t k = (cls - kSteps) % kSteps + 1;
+  return (size_t{1} << b) + k * (size_t{1} << (b - kStepBits));
 }
 
 size_t NodeArena::ClassBytes(size_t requested) {

@@ -3,8 +3,8 @@
 // Nodes are read at random by every lookup; on 4 KiB pages each of those
 // reads also walks the page tables (measured: lookups 15 % slower at p50).
 // The arena maps 2 MiB chunks (huge pages advised, prefaulted) and hands out
-// blocks in size classes of 64-byte units, four classes per doubling (at most
-// 25 % rounding); a freed block goes to its class's free list and is reused
+// blocks in size classes of 64-byte units, eight classes per doubling (at most
+// 12.5 % rounding); a freed block goes to its class's free list and is reused
 // for the next node of that class. Chunks are never returned: the footprint is
 // the peak, reported as allocated.
 //
