@@ -1,0 +1,51 @@
+// NodeArena: size classes, alignment, reuse and byte accounting.
+#include "shared/index/internal/node_arena.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <set>
+
+namespace kvindex::index::internal {
+namespace {
+
+TEST(NodeArenaTest, ClassesCoverRequestsWithBoundedRounding) {
+  for (size_t bytes = 1; bytes <= 40000; bytes += 7) {
+    const size_t cls = NodeArena::ClassBytes(bytes);
+    ASSERT_GE(cls, bytes);
+    ASSERT_EQ(cls % 64, 0u);
+    // Exact up to 8 units, then at most one eighth above the 64-byte units.
+    const size_t units = (bytes + 63) / 64;
+    ASSERT_LE(cls / 64, units <= 8 ? units : units + units / 8 + 1) << bytes;
+    ASSERT_EQ(NodeArena::ClassBytes(cls), cls);  // a class size is its own class
+  }
+}
+
+TEST(NodeArenaTest, BlocksAreAlignedDisjointAndReusedByClass) {
+  MemoryCounter memory;
+  {
+    NodeArena arena(&memory);
+    std::set<uintptr_t> seen;
+    size_t bytes = 0;
+    void* first = arena.Allocate(1000, &bytes);
+    EXPECT_EQ(bytes, NodeArena::ClassBytes(1000));
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
+    for (int i = 0; i < 1000; ++i) {
+      size_t b = 0;
+      void* p = arena.Allocate(64 + i * 40, &b);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+      EXPECT_TRUE(seen.insert(reinterpret_cast<uintptr_t>(p)).second);
+    }
+    EXPECT_EQ(memory.bytes() % NodeArena::kChunkBytes, 0u);
+    const uint64_t mapped = memory.bytes();
+    arena.Free(first, bytes);
+    size_t again_bytes = 0;
+    EXPECT_EQ(arena.Allocate(990, &again_bytes), first);  // same class: reused
+    EXPECT_EQ(again_bytes, bytes);
+    EXPECT_EQ(memory.bytes(), mapped);
+  }
+  EXPECT_EQ(memory.bytes(), 0u);
+}
+
+}  // namespace
+}  // namespace kvindex::index::internal
