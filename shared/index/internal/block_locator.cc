@@ -1,42 +1,22 @@
 #include "shared/index/internal/block_locator.h"
 
-#include <sys/mman.h>
-
-#include <new>
+#include "shared/index/internal/huge_pages.h"
 
 namespace kvindex::index::internal {
-namespace {
-
-constexpr size_t kHugePage = size_t{2} << 20;
-constexpr size_t kPage = 4096;
-
-size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
-
-}  // namespace
 
 BlockLocator::BlockLocator(size_t capacity, MemoryCounter* memory) : memory_(memory) {
   const size_t bytes = (capacity < 64 ? 64 : capacity) * sizeof(uint64_t);
-  // Large tables are rounded to whole huge pages: TLB reach is what makes
-  // random probes cheap, and the rounding is reported as allocated.
-  mapped_bytes_ = RoundUp(bytes, bytes >= kHugePage ? kHugePage : kPage);
-  // Populated up front: otherwise the first touch of each huge page, often a
-  // reader's probe of a still-empty region, pays for zeroing 2 MiB (~150 us).
-  void* p =
-      mmap(nullptr, mapped_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  if (mapped_bytes_ >= kHugePage) madvise(p, mapped_bytes_, MADV_HUGEPAGE);
-  if (madvise(p, mapped_bytes_, MADV_POPULATE_WRITE) != 0) {
-    for (size_t off = 0; off < mapped_bytes_; off += kPage) static_cast<volatile char*>(p)[off] = 0;
-  }
-  // Anonymous pages are zero: every slot starts empty.
-  slots_ = static_cast<std::atomic<uint64_t>*>(p);
+  // Rounded to whole huge pages (the rounding is used as capacity and
+  // reported as allocated); anonymous pages are zero: every slot starts empty.
+  mapped_bytes_ = HugePagesRoundUp(bytes);
+  slots_ = static_cast<std::atomic<uint64_t>*>(MapHugePages(mapped_bytes_));
   capacity_ = mapped_bytes_ / sizeof(uint64_t);
   max_used_ = static_cast<size_t>(static_cast<double>(capacity_) * kMaxLoad);
   memory_->Add(mapped_bytes_);
 }
 
 BlockLocator::~BlockLocator() {
-  munmap(slots_, mapped_bytes_);
+  UnmapHugePages(slots_, mapped_bytes_);
   memory_->Sub(mapped_bytes_);
 }
 

@@ -1,16 +1,16 @@
 #include "shared/index/internal/node_arena.h"
 
-#include <sys/mman.h>
-
 #include <bit>
 #include <cstdint>
 #include <new>
+
+#include "shared/index/internal/huge_pages.h"
 
 namespace kvindex::index::internal {
 
 NodeArena::~NodeArena() {
   for (void* chunk : chunks_) {
-    munmap(chunk, kChunkBytes);
+    UnmapHugePages(chunk, kChunkBytes);
     memory_->Sub(kChunkBytes);
   }
 }
@@ -41,23 +41,7 @@ size_t NodeArena::ClassBytes(size_t requested) {
 }
 
 void NodeArena::NewChunk() {
-  // Map twice the size and keep the 2 MiB-aligned middle: a huge page needs
-  // an aligned range.
-  const size_t span = 2 * kChunkBytes;
-  void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t aligned = (start + kChunkBytes - 1) & ~(uintptr_t{kChunkBytes} - 1);
-  if (aligned > start) munmap(p, aligned - start);
-  const uintptr_t tail = aligned + kChunkBytes;
-  if (start + span > tail) munmap(reinterpret_cast<void*>(tail), start + span - tail);
-  char* chunk = reinterpret_cast<char*>(aligned);
-  madvise(chunk, kChunkBytes, MADV_HUGEPAGE);
-  // Prefaulted: a first touch would otherwise zero 2 MiB inside some apply.
-  if (madvise(chunk, kChunkBytes, MADV_POPULATE_WRITE) != 0) {
-    for (size_t off = 0; off < kChunkBytes; off += 4096)
-      static_cast<volatile char*>(chunk)[off] = 0;
-  }
+  char* chunk = static_cast<char*>(MapHugePages(kChunkBytes));
   chunks_.push_back(chunk);
   memory_->Add(kChunkBytes);
   next_ = chunk;

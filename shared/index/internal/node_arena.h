@@ -22,7 +22,7 @@ namespace kvindex::index::internal {
 
 class NodeArena {
  public:
-  static constexpr size_t kChunkBytes = size_t{2} << 20;
+  static constexpr size_t kChunkBytes = size_t{2} << 20;  // one huge page
   static constexpr size_t kUnit = 64;
 
   explicit NodeArena(MemoryCounter* memory) : memory_(memory) {}

@@ -1,8 +1,8 @@
 // NodeDirectory: compact node ids -> ChainNode pointers.
 //
 // The block locator stores a 28-bit node id per block instead of a pointer so
-// a slot stays 8 bytes. Ids index a two-level array (4,096 chunks of 65,536
-// entries, allocated on first use), so a lookup is two dependent loads of
+// a slot stays 8 bytes. Ids index a two-level array (1,024 chunks of 262,144
+// entries, each one huge page, allocated on first use), so a lookup is two dependent loads of
 // mostly cached memory and the array never moves (readers need no grace
 // period for it). Id 0 is never handed out: a locator slot of 0 is empty.
 //
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "shared/index/internal/chain_node.h"
+#include "shared/index/internal/huge_pages.h"
 #include "shared/index/internal/memory.h"
 
 namespace kvindex::index::internal {
@@ -24,7 +25,7 @@ namespace kvindex::index::internal {
 class NodeDirectory {
  public:
   static constexpr uint32_t kIdBits = 28;
-  static constexpr uint32_t kChunkBits = 16;
+  static constexpr uint32_t kChunkBits = 18;  // a chunk is one 2 MiB huge page
   static constexpr uint32_t kChunkSize = uint32_t{1} << kChunkBits;
   static constexpr uint32_t kChunks = uint32_t{1} << (kIdBits - kChunkBits);
 
@@ -36,7 +37,7 @@ class NodeDirectory {
   ~NodeDirectory() {
     for (uint32_t c = 0; c < kChunks; ++c) {
       if (auto* chunk = chunks_[c].load(std::memory_order_relaxed)) {
-        delete[] chunk;
+        UnmapHugePages(chunk, kChunkSize * sizeof(void*));
         memory_->Sub(kChunkSize * sizeof(void*));
       }
     }
@@ -64,8 +65,8 @@ class NodeDirectory {
     if (limit_ + 1 >= (uint64_t{1} << kIdBits)) return 0;
     const uint32_t id = ++limit_;
     if (chunks_[id >> kChunkBits].load(std::memory_order_relaxed) == nullptr) {
-      auto* chunk = new std::atomic<ChainNode*>[kChunkSize];
-      for (uint32_t i = 0; i < kChunkSize; ++i) chunk[i].store(nullptr, std::memory_order_relaxed);
+      // Zeroed pages: every entry starts null.
+      auto* chunk = static_cast<std::atomic<ChainNode*>*>(MapHugePages(kChunkSize * sizeof(void*)));
       memory_->Add(kChunkSize * sizeof(void*));
       chunks_[id >> kChunkBits].store(chunk, std::memory_order_release);
     }

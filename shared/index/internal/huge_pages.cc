@@ -1,0 +1,49 @@
+#include "shared/index/internal/huge_pages.h"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <new>
+
+namespace kvindex::index::internal {
+namespace {
+
+constexpr size_t kPage = 4096;
+
+size_t RoundUp(size_t n, size_t to) { return (n + to - 1) / to * to; }
+
+}  // namespace
+
+size_t HugePagesRoundUp(size_t bytes) {
+  return RoundUp(bytes, bytes >= kHugePageBytes ? kHugePageBytes : kPage);
+}
+
+void* MapHugePages(size_t bytes) {
+  const size_t size = HugePagesRoundUp(bytes);
+  if (size < kHugePageBytes) {
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    return p;
+  }
+  // Map one huge page more and trim to a 2 MiB-aligned range.
+  const size_t span = size + kHugePageBytes;
+  void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t aligned = RoundUp(start, kHugePageBytes);
+  if (aligned > start) munmap(p, aligned - start);
+  const uintptr_t tail = aligned + size;
+  if (start + span > tail) munmap(reinterpret_cast<void*>(tail), start + span - tail);
+  char* base = reinterpret_cast<char*>(aligned);
+  madvise(base, size, MADV_HUGEPAGE);
+  // Prefaulted now: a first touch later (often a reader's probe of a still
+  // empty region) would zero a whole huge page, ~150 us.
+  if (madvise(base, size, MADV_POPULATE_WRITE) != 0) {
+    for (size_t off = 0; off < size; off += kPage) static_cast<volatile char*>(base)[off] = 0;
+  }
+  return base;
+}
+
+void UnmapHugePages(void* p, size_t bytes) { munmap(p, HugePagesRoundUp(bytes)); }
+
+}  // namespace kvindex::index::internal

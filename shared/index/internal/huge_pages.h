@@ -1,0 +1,20 @@
+// Anonymous memory for the index's large, randomly read structures (the
+// block locator, the node arena, the node directory): mapped 2 MiB-aligned,
+// huge pages advised, and prefaulted, so lookups neither walk 4 KiB page
+// tables nor meet a first-touch fault that zeroes 2 MiB inside a query.
+#pragma once
+
+#include <cstddef>
+
+namespace kvindex::index::internal {
+
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+
+// `bytes` rounded up to whole huge pages when at least one, else to 4 KiB.
+size_t HugePagesRoundUp(size_t bytes);
+// Zeroed, populated memory of HugePagesRoundUp(bytes) bytes; throws
+// std::bad_alloc on failure.
+void* MapHugePages(size_t bytes);
+void UnmapHugePages(void* p, size_t bytes);
+
+}  // namespace kvindex::index::internal
