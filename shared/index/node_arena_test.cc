@@ -1,4 +1,4 @@
-// NodeArena: size classes, alignment, reuse and byte accounting.
+// NodeArena: size classes, alignment, references, reuse and byte accounting.
 #include "shared/index/internal/node_arena.h"
 
 #include <gtest/gtest.h>
@@ -21,26 +21,36 @@ TEST(NodeArenaTest, ClassesCoverRequestsWithBoundedRounding) {
   }
 }
 
-TEST(NodeArenaTest, BlocksAreAlignedDisjointAndReusedByClass) {
+TEST(NodeArenaTest, BlocksAreAlignedDisjointResolvableAndReusedByClass) {
   MemoryCounter memory;
   {
     NodeArena arena(&memory);
+    const uint64_t table = memory.bytes();  // the chunk table
     std::set<uintptr_t> seen;
     size_t bytes = 0;
-    void* first = arena.Allocate(1000, &bytes);
+    NodeArena::Ref first_ref = 0;
+    void* first = arena.Allocate(1000, &bytes, &first_ref);
     EXPECT_EQ(bytes, NodeArena::ClassBytes(1000));
-    EXPECT_EQ(reinterpret_cast<uintptr_t>(first) % 64, 0u);
-    for (int i = 0; i < 1000; ++i) {
+    EXPECT_EQ(arena.Resolve(first_ref), first);
+    EXPECT_NE(first_ref, 0u);
+    // Enough blocks to span several 2 MiB chunks.
+    for (int i = 0; i < 2000; ++i) {
       size_t b = 0;
-      void* p = arena.Allocate(64 + i * 40, &b);
+      NodeArena::Ref ref = 0;
+      void* p = arena.Allocate(64 + i * 40, &b, &ref);
       EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+      EXPECT_EQ(arena.Resolve(ref), p);
+      EXPECT_LT(ref, uint32_t{1} << 27);
       EXPECT_TRUE(seen.insert(reinterpret_cast<uintptr_t>(p)).second);
     }
-    EXPECT_EQ(memory.bytes() % NodeArena::kChunkBytes, 0u);  // only whole chunks so far
+    EXPECT_GT(memory.bytes() - table, NodeArena::kChunkBytes);
+    EXPECT_EQ((memory.bytes() - table) % NodeArena::kChunkBytes, 0u);  // whole chunks
     arena.Free(first, bytes);
     const uint64_t mapped = memory.bytes();  // chunks + the free-list heads
     size_t again_bytes = 0;
-    EXPECT_EQ(arena.Allocate(990, &again_bytes), first);  // same class: reused
+    NodeArena::Ref again_ref = 0;
+    EXPECT_EQ(arena.Allocate(990, &again_bytes, &again_ref), first);  // same class: reused
+    EXPECT_EQ(again_ref, first_ref);
     EXPECT_EQ(again_bytes, bytes);
     EXPECT_EQ(memory.bytes(), mapped);
   }

@@ -56,9 +56,10 @@ struct ChainNode {
   std::atomic<uint32_t> version{0};  // odd while a bracket modifies the node
   std::atomic<uint32_t> begin{0};    // live blocks are hashes()[begin, end)
   std::atomic<uint32_t> end{0};
-  uint32_t capacity = 0;
-  uint32_t id = 0;
-  uint32_t num_groups = 0;
+  uint16_t capacity = 0;    // <= kMaxNodeBlocks
+  uint16_t num_groups = 0;  // <= kMaxGroups
+  uint32_t ref = 0;         // NodeArena reference: what locator slots store
+  uint32_t index = 0;       // writer only: position in the model's node list
   HolderGroup first_group;  // group(0); further groups follow the hashes
 
   // Hashes sit at a fixed offset, so a reader loads the header line and the
@@ -93,11 +94,11 @@ struct ChainNode {
     return (raw + 63) / 64 * 64;
   }
   // Constructs a node in `memory` (at least Bytes(num_groups, capacity), 64-byte aligned).
-  static ChainNode* Create(void* memory, uint32_t id, uint32_t num_groups, uint32_t capacity) {
+  static ChainNode* Create(void* memory, uint32_t ref, uint32_t num_groups, uint32_t capacity) {
     auto* node = new (memory) ChainNode;
-    node->id = id;
-    node->num_groups = num_groups;
-    node->capacity = capacity;
+    node->ref = ref;
+    node->num_groups = static_cast<uint16_t>(num_groups);
+    node->capacity = static_cast<uint16_t>(capacity);
     for (uint32_t g = 1; g < num_groups; ++g) new (&node->group(g)) HolderGroup;
     return node;
   }

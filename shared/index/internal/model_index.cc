@@ -37,7 +37,7 @@ ModelIndex::ModelIndex(std::string model, MemoryCounter* memory)
     : model_(std::move(model)),
       memory_(memory),
       arena_(memory),
-      directory_(memory),
+      nodes_(CountingAllocator<ChainNode*>(memory)),
       locator_(new BlockLocator(kInitialCapacity, memory)),
       ids_(0, absl::Hash<SourceKey>(), std::equal_to<SourceKey>(),
            CountingAllocator<std::pair<const SourceKey, uint32_t>>(memory)),
@@ -54,7 +54,7 @@ ModelIndex::ModelIndex(std::string model, MemoryCounter* memory)
 
 ModelIndex::~ModelIndex() {
   delete locator_.load(std::memory_order_relaxed);
-  directory_.ForEach([&](ChainNode* node) { ChainNode::Destroy(node); });
+  for (ChainNode* node : nodes_) ChainNode::Destroy(node);
   for (uint32_t i = 0; i < kMaxSources; ++i) {
     SourceRecord* rec = records_[i].load(std::memory_order_relaxed);
     if (rec != nullptr) {
@@ -134,9 +134,9 @@ uint64_t ModelIndex::DigestRange(const SourceRecord* rec, Tier tier, const Chain
 
 // ---------------------------------------------------------------- lookups
 
-bool ModelIndex::HashIs(uint32_t id, uint32_t offset, uint64_t hash) const {
-  const ChainNode* node = directory_.Get(id);
-  return node != nullptr && offset < node->capacity && node->hashes()[offset] == hash;
+bool ModelIndex::HashIs(uint32_t ref, uint32_t offset, uint64_t hash) const {
+  const ChainNode* node = NodeAt(ref);
+  return offset < node->capacity && node->hashes()[offset] == hash;
 }
 
 bool ModelIndex::Locate(uint64_t hash, BlockRef* ref, size_t* slot) const {
@@ -144,7 +144,7 @@ bool ModelIndex::Locate(uint64_t hash, BlockRef* ref, size_t* slot) const {
   const size_t i = locator()->Find(
       hash, [&](uint32_t id, uint32_t off) { return HashIs(id, off, hash); }, &value);
   if (i == BlockLocator::kNotFound) return false;
-  ref->node = const_cast<NodeDirectory&>(directory_).GetMutable(BlockLocator::NodeId(value));
+  ref->node = const_cast<ChainNode*>(NodeAt(BlockLocator::NodeId(value)));
   ref->offset = BlockLocator::Offset(value);
   if (slot != nullptr) *slot = i;
   return true;
@@ -160,16 +160,13 @@ size_t ModelIndex::SlotOf(uint64_t hash) const {
 // ---------------------------------------------------------------- nodes
 
 ChainNode* ModelIndex::NewNode(uint32_t num_groups, uint32_t capacity) {
-  uint32_t id = directory_.Allocate();
-  if (id == 0) {
-    // Every id is in use: free the retired nodes' ids first.
-    ReclaimRetired();
-    id = directory_.Allocate();
-    if (id == 0) throw std::length_error("kvindex: node id space exhausted");
-  }
   size_t bytes = 0;
-  void* memory = arena_.Allocate(ChainNode::Bytes(num_groups, capacity), &bytes);
-  return ChainNode::Create(memory, id, num_groups, capacity);
+  NodeArena::Ref ref = 0;
+  void* memory = arena_.Allocate(ChainNode::Bytes(num_groups, capacity), &bytes, &ref);
+  ChainNode* node = ChainNode::Create(memory, ref, num_groups, capacity);
+  node->index = static_cast<uint32_t>(nodes_.size());
+  nodes_.push_back(node);
+  return node;
 }
 
 size_t ModelIndex::NodeBytes(const ChainNode* node) {
@@ -200,7 +197,6 @@ ChainNode* ModelIndex::CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi
   if (!has_extra) copy->group(out).group = static_cast<uint32_t>(extra_group);
   std::memcpy(copy->hashes(), node->hashes() + lo, size_t{hi - lo} * 8);
   copy->end.store(hi - lo, std::memory_order_relaxed);
-  directory_.Publish(copy->id, copy);
   // Point the moved blocks at the copy; until `node` shrinks, both hold them
   // with the same holders, so a reader may use either.
   BlockLocator* loc = locator();
@@ -211,7 +207,7 @@ ChainNode* ModelIndex::CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi
   for (uint32_t x = lo; x < hi; ++x) {
     if (x + kPrefetchDistance < hi) loc->PrefetchForWrite(h[x + kPrefetchDistance]);
     const size_t slot = SlotOf(h[x]);
-    loc->Relabel(slot, copy->id, x - lo);
+    loc->Relabel(slot, copy->ref, x - lo);
   }
   return copy;
 }
@@ -288,12 +284,12 @@ void ModelIndex::Rebuild(size_t min_capacity) {
   for (size_t capacity = std::max(min_capacity, kInitialCapacity);; capacity *= 2) {
     fresh = std::make_unique<BlockLocator>(capacity, memory_);
     bool ok = true;
-    directory_.ForEach([&](ChainNode* node) {
+    for (const ChainNode* node : nodes_) {
       const uint32_t e = node->end.load(std::memory_order_relaxed);
       for (uint32_t x = node->begin.load(std::memory_order_relaxed); ok && x < e; ++x) {
-        ok = fresh->Insert(node->hashes()[x], node->id, x);
+        ok = fresh->Insert(node->hashes()[x], node->ref, x);
       }
-    });
+    }
     if (ok) break;  // else a probe run overflowed: try twice the size
   }
   // The old table stays valid (and unchanged) for readers still using it.
@@ -307,7 +303,11 @@ void ModelIndex::ReclaimRetired() {
   grace_.Synchronize();
   for (ChainNode* node : retired_) {
     const size_t bytes = NodeBytes(node);
-    directory_.Release(node->id);
+    // Swap-remove from the node list.
+    ChainNode* last = nodes_.back();
+    nodes_[node->index] = last;
+    last->index = node->index;
+    nodes_.pop_back();
     ChainNode::Destroy(node);
     arena_.Free(node, bytes);
   }
@@ -374,7 +374,6 @@ size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const
   hg.group = rec->id / kGroupBits;
   hg.tiers[static_cast<int>(tier)].store(uint64_t{1} << (rec->id % kGroupBits),
                                          std::memory_order_relaxed);
-  directory_.Publish(node->id, node);
   for (size_t x = i; x < std::min(limit, i + kPrefetchDistance); ++x) {
     locator()->PrefetchForWrite(hashes[x]);
   }
@@ -387,14 +386,14 @@ size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const
     const size_t slot = locator()->Probe(
         h, [&](uint32_t id, uint32_t off) { return HashIs(id, off, h); }, &value);
     if (value != 0) {
-      if (BlockLocator::NodeId(value) == node->id) continue;  // repeated within the run
+      if (BlockLocator::NodeId(value) == node->ref) continue;  // repeated within the run
       break;  // held elsewhere: the caller adds the holder there
     }
     node->hashes()[len] = h;
     // Extent first, slot second: a reader that finds the slot finds the block.
     node->end.store(len + 1, std::memory_order_release);
     if (slot != BlockLocator::kNotFound) {
-      locator()->Fill(slot, h, node->id, len);
+      locator()->Fill(slot, h, node->ref, len);
     } else {
       Rebuild(2 * locator()->capacity());  // a probe run overflowed; inserts the block
     }
@@ -524,9 +523,9 @@ void ModelIndex::ClearIds(const std::vector<uint32_t>& ids) {
   for (uint32_t id : ids) drop[id / kGroupBits] |= uint64_t{1} << (id % kGroupBits);
   uint64_t digest = 0;
   std::vector<ChainNode*> nodes;
-  directory_.ForEach([&](ChainNode* node) {
+  for (ChainNode* node : nodes_) {
     if (node->size() != 0) nodes.push_back(node);
-  });
+  }
   seqlock_.LockRemovals();
   for (ChainNode* node : nodes) {
     const uint32_t b = node->begin.load(std::memory_order_relaxed);
@@ -588,10 +587,10 @@ void ModelIndex::ClearIds(const std::vector<uint32_t>& ids) {
 
 void ModelIndex::ForEachEntry(
     const std::function<void(const SourceKey&, Tier, uint64_t)>& fn) const {
-  directory_.ForEach([&](const ChainNode* node) {
+  for (const ChainNode* node : nodes_) {
     const uint32_t b = node->begin.load(std::memory_order_relaxed);
     const uint32_t e = node->end.load(std::memory_order_relaxed);
-    if (b == e) return;
+    if (b == e) continue;
     for (uint32_t g = 0; g < node->num_groups; ++g) {
       const HolderGroup& hg = node->group(g);
       for (int t = 0; t < kNumTiers; ++t) {
@@ -603,7 +602,7 @@ void ModelIndex::ForEachEntry(
         }
       }
     }
-  });
+  }
 }
 
 // ---------------------------------------------------------------- readers
@@ -664,8 +663,7 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
       found = loc->Find(hash, is_block, &slot);
       if (found == BlockLocator::kNotFound) break;
     }
-    const ChainNode* node = directory_.Get(BlockLocator::NodeId(slot));
-    if (node == nullptr) break;  // unreachable: ids are reused only after a grace period
+    const ChainNode* node = NodeAt(BlockLocator::NodeId(slot));
     const uint32_t off = BlockLocator::Offset(slot);
     const uint32_t version = node->version.load(std::memory_order_acquire);
     const uint32_t b = node->begin.load(std::memory_order_relaxed);

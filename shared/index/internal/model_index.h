@@ -44,7 +44,6 @@
 #include "shared/index/internal/chain_node.h"
 #include "shared/index/internal/memory.h"
 #include "shared/index/internal/node_arena.h"
-#include "shared/index/internal/node_directory.h"
 #include "shared/index/internal/read_sync.h"
 #include "shared/model/source_key.h"
 #include "shared/model/tier.h"
@@ -105,8 +104,12 @@ class ModelIndex {
   uint64_t DigestRange(const SourceRecord* rec, Tier tier, const ChainNode* node, uint32_t lo,
                        uint32_t hi) const;
 
-  // Reader-safe: does position (id, offset) hold `hash`?
-  bool HashIs(uint32_t id, uint32_t offset, uint64_t hash) const;
+  // Reader-safe: the node a locator slot names, and whether position
+  // (ref, offset) holds `hash`.
+  const ChainNode* NodeAt(uint32_t ref) const {
+    return static_cast<const ChainNode*>(arena_.Resolve(ref));
+  }
+  bool HashIs(uint32_t ref, uint32_t offset, uint64_t hash) const;
   // `log` null = removals are excluded (fallback mutex held).
   void MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out,
                  NodeReadLog* log) const;
@@ -138,7 +141,9 @@ class ModelIndex {
   std::atomic<uint32_t> block_size_{0};
 
   NodeArena arena_;  // outlives the nodes destroyed in ~ModelIndex
-  NodeDirectory directory_;
+  // Writer only: every node not yet freed (live or retired), for rebuilds,
+  // clears and ForEachEntry; ChainNode::index is a node's position here.
+  std::vector<ChainNode*, CountingAllocator<ChainNode*>> nodes_;
   std::atomic<BlockLocator*> locator_;
   std::vector<ChainNode*> retired_;  // unreachable, freed after a grace period
   size_t retired_bytes_ = 0;

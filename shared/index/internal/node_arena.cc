@@ -8,11 +8,19 @@
 
 namespace kvindex::index::internal {
 
+NodeArena::NodeArena(MemoryCounter* memory)
+    : memory_(memory), chunk_bases_(new std::atomic<char*>[kMaxChunks]) {
+  for (uint32_t c = 0; c < kMaxChunks; ++c)
+    chunk_bases_[c].store(nullptr, std::memory_order_relaxed);
+  memory_->Add(kMaxChunks * sizeof(char*));
+}
+
 NodeArena::~NodeArena() {
-  for (void* chunk : chunks_) {
-    UnmapHugePages(chunk, kChunkBytes);
+  for (uint32_t c = 0; c < num_chunks_; ++c) {
+    UnmapHugePages(chunk_bases_[c].load(std::memory_order_relaxed), kChunkBytes);
     memory_->Sub(kChunkBytes);
   }
+  memory_->Sub(kMaxChunks * sizeof(char*));
 }
 
 // Classes of 64-byte units: 1..2^S exactly, then 2^S per doubling
@@ -41,25 +49,38 @@ size_t NodeArena::ClassBytes(size_t requested) {
 }
 
 void NodeArena::NewChunk() {
+  if (num_chunks_ == kMaxChunks) throw std::bad_alloc();
   char* chunk = static_cast<char*>(MapHugePages(kChunkBytes));
-  chunks_.push_back(chunk);
+  // Unit 0 records the chunk's index, so a freed block's reference is found
+  // from its address (chunks are 2 MiB-aligned).
+  *reinterpret_cast<uint32_t*>(chunk) = num_chunks_;
+  chunk_bases_[num_chunks_++].store(chunk, std::memory_order_release);
   memory_->Add(kChunkBytes);
-  next_ = chunk;
+  next_ = chunk + kUnit;
   end_ = chunk + kChunkBytes;
 }
 
-void* NodeArena::Allocate(size_t requested, size_t* bytes) {
+NodeArena::Ref NodeArena::RefOf(const void* block) const {
+  const uintptr_t address = reinterpret_cast<uintptr_t>(block);
+  const uintptr_t base = address & ~(uintptr_t{kChunkBytes} - 1);
+  const uint32_t chunk = *reinterpret_cast<const uint32_t*>(base);
+  return chunk << kUnitBits | static_cast<uint32_t>((address - base) / kUnit);
+}
+
+void* NodeArena::Allocate(size_t requested, size_t* bytes, Ref* ref) {
   const size_t cls = ClassOf((requested + kUnit - 1) / kUnit);
   *bytes = UnitsOf(cls) * kUnit;
+  void* block;
   if (cls < free_.size() && free_[cls] != nullptr) {
-    void* block = free_[cls];
+    block = free_[cls];
     free_[cls] = *static_cast<void**>(block);
-    return block;
+  } else {
+    // The rest of a chunk too small for this block is left unused (< 2 %).
+    if (next_ == nullptr || static_cast<size_t>(end_ - next_) < *bytes) NewChunk();
+    block = next_;
+    next_ += *bytes;
   }
-  // The rest of a chunk too small for this block is left unused (< 2 %).
-  if (next_ == nullptr || static_cast<size_t>(end_ - next_) < *bytes) NewChunk();
-  void* block = next_;
-  next_ += *bytes;
+  *ref = RefOf(block);
   return block;
 }
 

@@ -6,14 +6,17 @@
 // blocks in size classes of 64-byte units, eight classes per doubling (at most
 // 12.5 % rounding); a freed block goes to its class's free list and is reused
 // for the next node of that class. Chunks are never returned: the footprint is
-// the peak, reported as allocated.
+// the peak, reported as allocated. A block is named by a 27-bit reference
+// (chunk, unit), which the block locator stores instead of a pointer.
 //
 // Thread safety: writer only. Blocks are freed after the model's grace period,
 // so readers never see a block reused under them.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "shared/index/internal/memory.h"
@@ -24,15 +27,28 @@ class NodeArena {
  public:
   static constexpr size_t kChunkBytes = size_t{2} << 20;  // one huge page
   static constexpr size_t kUnit = 64;
+  static constexpr uint32_t kUnitBits = 15;     // 2^15 units of 64 bytes per chunk
+  static constexpr uint32_t kMaxChunks = 4096;  // refs fit 27 bits: 8 GiB of nodes
+  // A block's reference: chunk index << kUnitBits | unit within the chunk.
+  // Never 0 (unit 0 of every chunk holds the chunk's index).
+  using Ref = uint32_t;
 
-  explicit NodeArena(MemoryCounter* memory) : memory_(memory) {}
+  explicit NodeArena(MemoryCounter* memory);
   ~NodeArena();
   NodeArena(const NodeArena&) = delete;
   NodeArena& operator=(const NodeArena&) = delete;
 
-  // 64-byte aligned; *bytes receives the block's size (>= requested).
-  void* Allocate(size_t requested, size_t* bytes);
+  // 64-byte aligned; *bytes receives the block's size (>= requested), *ref
+  // its reference. Throws std::bad_alloc past kMaxChunks.
+  void* Allocate(size_t requested, size_t* bytes, Ref* ref);
   void Free(void* block, size_t bytes);
+
+  // Any thread: the block `ref` names (its chunk is never unmapped while the
+  // arena lives). One load from a small, hot table, no directory.
+  void* Resolve(Ref ref) const {
+    return chunk_bases_[ref >> kUnitBits].load(std::memory_order_acquire) +
+           size_t{ref & ((1u << kUnitBits) - 1)} * kUnit;
+  }
 
   // The class size (bytes) a request of `requested` bytes gets.
   static size_t ClassBytes(size_t requested);
@@ -40,10 +56,12 @@ class NodeArena {
  private:
   static size_t ClassOf(size_t units);
   static size_t UnitsOf(size_t cls);
+  Ref RefOf(const void* block) const;
   void NewChunk();
 
   MemoryCounter* memory_;
-  std::vector<void*> chunks_;
+  std::unique_ptr<std::atomic<char*>[]> chunk_bases_;
+  uint32_t num_chunks_ = 0;
   char* next_ = nullptr;  // bump pointer in the newest chunk
   char* end_ = nullptr;
   // Per class: head of an intrusive list through the freed blocks.
