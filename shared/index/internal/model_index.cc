@@ -611,7 +611,7 @@ void ModelIndex::Match(std::span<const uint64_t> seq, std::vector<WorkerMatch>* 
   out->clear();
   if (seq.empty()) return;
   thread_local NodeReadLog log;
-  const uint32_t phase = grace_.Enter();
+  grace_.Enter();
   bool done = false;
   for (int attempt = 0; attempt < kReadAttempts && !done; ++attempt) {
     // An id-free bracket is short: wait it out by spinning rather than
@@ -639,7 +639,7 @@ void ModelIndex::Match(std::span<const uint64_t> seq, std::vector<WorkerMatch>* 
     MatchOnce(seq, out, nullptr);
     seqlock_.fallback_mu.unlock();
   }
-  grace_.Exit(phase);
+  grace_.Exit();
 }
 
 void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out,
@@ -732,7 +732,7 @@ void ModelIndex::AddStats(IndexStats* stats) const {
 }
 
 void ModelIndex::AppendSources(std::vector<SourceInfo>* out) const {
-  const uint32_t phase = grace_.Enter();
+  grace_.Enter();
   const uint32_t limit = id_limit_.load(std::memory_order_acquire);
   for (uint32_t id = 0; id < limit; ++id) {
     const SourceRecord* rec = records_[id].load(std::memory_order_acquire);
@@ -748,7 +748,7 @@ void ModelIndex::AppendSources(std::vector<SourceInfo>* out) const {
     info.source = rec->key;
     out->push_back(std::move(info));
   }
-  grace_.Exit(phase);
+  grace_.Exit();
 }
 
 }  // namespace kvindex::index::internal

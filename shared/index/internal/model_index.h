@@ -42,6 +42,7 @@
 #include "shared/index/index_types.h"
 #include "shared/index/internal/block_locator.h"
 #include "shared/index/internal/chain_node.h"
+#include "shared/index/internal/grace_period.h"
 #include "shared/index/internal/memory.h"
 #include "shared/index/internal/node_arena.h"
 #include "shared/index/internal/read_sync.h"

@@ -6,25 +6,22 @@
 // the end, so it retries only when a bracket touched a node it read.
 //
 // RemovalSeqlock: a global sequence for source-id frees (Begin/End), plus
-// `fallback_mu`, which the writer holds inside every removal and id free. A reader that failed a
-// few optimistic attempts takes the mutex and so waits for at most one bracket, never for a whole
-// long write. Insertions are not bracketed: a reader whose reads overlapped
-// only insertions observed a subset of the final state, never more.
+// `fallback_mu`, which the writer holds inside every removal and id free. A
+// reader that failed a few optimistic attempts takes the mutex and so waits
+// for at most one bracket, never for a whole long write. Insertions are not
+// bracketed: a reader whose reads overlapped only insertions observed a
+// subset of the final state, never more.
 //
-// GracePeriod: readers Enter/Exit around every use of the published table,
-// nodes and source records; after unpublishing one the writer calls
-// Synchronize, which returns once no reader can still hold it, then frees it.
+// (Safe freeing of what readers may still hold: grace_period.h.)
 //
-// Thread safety: Begin/End/LockRemovals/UnlockRemovals/Synchronize from the
-// single writer thread; the rest from any thread.
+// Thread safety: Begin/End/LockRemovals/UnlockRemovals from the single writer
+// thread; the rest from any thread.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <mutex>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -77,35 +74,6 @@ struct NodeReadLog {
     }
     return true;
   }
-};
-
-class GracePeriod {
- public:
-  uint32_t Enter() const {
-    for (;;) {
-      const uint32_t phase = phase_.load(std::memory_order_seq_cst);
-      readers_[phase].n.fetch_add(1, std::memory_order_seq_cst);
-      if (phase_.load(std::memory_order_seq_cst) == phase) return phase;
-      readers_[phase].n.fetch_sub(1, std::memory_order_release);
-    }
-  }
-  void Exit(uint32_t phase) const { readers_[phase].n.fetch_sub(1, std::memory_order_release); }
-
-  // Writer, after the old pointer is no longer reachable from the index.
-  void Synchronize() {
-    for (int round = 0; round < 2; ++round) {
-      const uint32_t old = phase_.load(std::memory_order_relaxed);
-      phase_.store(old ^ 1, std::memory_order_seq_cst);
-      while (readers_[old].n.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-    }
-  }
-
- private:
-  struct alignas(64) Counter {
-    std::atomic<int64_t> n{0};
-  };
-  mutable std::atomic<uint32_t> phase_{0};
-  mutable Counter readers_[2];
 };
 
 }  // namespace kvindex::index::internal
