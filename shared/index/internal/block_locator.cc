@@ -20,11 +20,11 @@ BlockLocator::~BlockLocator() {
   memory_->Sub(mapped_bytes_);
 }
 
-bool BlockLocator::Insert(uint64_t hash, uint32_t node_id, uint32_t offset) {
+bool BlockLocator::Insert(uint64_t hash, uint32_t node_ref, uint32_t offset) {
   size_t i = Home(hash);
   for (uint32_t d = 0; d <= kMaxDisplacement; ++d) {
     if (slots_[i].load(std::memory_order_relaxed) == 0) {
-      slots_[i].store(Pack(node_id, offset, uint64_t{d} << 16 | (hash & 0xFFFF)),
+      slots_[i].store(Pack(node_ref, offset, uint64_t{d} << 16 | (hash & 0xFFFF)),
                       std::memory_order_release);
       ++used_;
       return true;

@@ -1,8 +1,8 @@
-// BlockLocator: sequence hash -> (node id, offset) of the block in its ChainNode.
+// BlockLocator: sequence hash -> (node reference, offset) of the block in its ChainNode.
 //
 // Open addressing with linear probing over 8-byte slots:
 //
-//   [63:36] node id (28 bits, 0 = empty slot)   [35:24] offset in the node (12 bits)
+//   [63:36] node reference (28 bits; 0 = empty)  [35:24] offset in the node (12 bits)
 //   [23:16] displacement from the home slot      [15:0]  tag (low 16 bits of the hash)
 //
 // The full hash is not stored: it already sits in the node's hash array, and a
@@ -43,7 +43,7 @@ class BlockLocator {
   BlockLocator(const BlockLocator&) = delete;
   BlockLocator& operator=(const BlockLocator&) = delete;
 
-  static uint32_t NodeId(uint64_t slot) { return static_cast<uint32_t>(slot >> 36); }
+  static uint32_t NodeRef(uint64_t slot) { return static_cast<uint32_t>(slot >> 36); }
   static uint32_t Offset(uint64_t slot) { return static_cast<uint32_t>(slot >> 24) & 0xFFF; }
 
   size_t capacity() const { return capacity_; }
@@ -65,7 +65,7 @@ class BlockLocator {
 
   // The slot holding `hash` (its value in *slot), else the empty slot where it
   // would go (*slot = 0); kNotFound when that exceeds kMaxDisplacement.
-  // `is_block(node_id, offset)` says whether that node position holds `hash`.
+  // `is_block(node_ref, offset)` says whether that node position holds `hash`.
   template <typename IsBlock>
   size_t Probe(uint64_t hash, const IsBlock& is_block, uint64_t* slot) const {
     const uint64_t tag = hash & 0xFFFF;
@@ -73,7 +73,7 @@ class BlockLocator {
     for (uint32_t d = 0; d <= kMaxDisplacement; ++d) {
       const uint64_t s = slots_[i].load(std::memory_order_acquire);
       *slot = s;
-      if (s == 0 || ((s & 0xFFFF) == tag && is_block(NodeId(s), Offset(s)))) return i;
+      if (s == 0 || ((s & 0xFFFF) == tag && is_block(NodeRef(s), Offset(s)))) return i;
       i = i + 1 == capacity_ ? 0 : i + 1;
     }
     return kNotFound;
@@ -87,26 +87,26 @@ class BlockLocator {
   }
 
   // Writer: fills the empty slot `i` that Probe returned for `hash`.
-  void Fill(size_t i, uint64_t hash, uint32_t node_id, uint32_t offset) {
+  void Fill(size_t i, uint64_t hash, uint32_t node_ref, uint32_t offset) {
     const size_t home = Home(hash);
     const uint64_t d = i >= home ? i - home : i + capacity_ - home;
-    slots_[i].store(Pack(node_id, offset, d << 16 | (hash & 0xFFFF)), std::memory_order_release);
+    slots_[i].store(Pack(node_ref, offset, d << 16 | (hash & 0xFFFF)), std::memory_order_release);
     ++used_;
   }
   // Writer: adds a block known to be absent. False when its probe run would
   // exceed kMaxDisplacement (the caller grows the table and retries).
-  bool Insert(uint64_t hash, uint32_t node_id, uint32_t offset);
+  bool Insert(uint64_t hash, uint32_t node_ref, uint32_t offset);
   // Writer: points slot `i` at a new position of the same block.
-  void Relabel(size_t i, uint32_t node_id, uint32_t offset) {
+  void Relabel(size_t i, uint32_t node_ref, uint32_t offset) {
     const uint64_t s = slots_[i].load(std::memory_order_relaxed);
-    slots_[i].store(Pack(node_id, offset, s & 0xFFFFFF), std::memory_order_release);
+    slots_[i].store(Pack(node_ref, offset, s & 0xFFFFFF), std::memory_order_release);
   }
   // Writer: removes slot `i` (backward-shift deletion, no tombstones).
   void Erase(size_t i);
 
  private:
-  static uint64_t Pack(uint32_t node_id, uint32_t offset, uint64_t low24) {
-    return uint64_t{node_id} << 36 | uint64_t{offset} << 24 | low24;
+  static uint64_t Pack(uint32_t node_ref, uint32_t offset, uint64_t low24) {
+    return uint64_t{node_ref} << 36 | uint64_t{offset} << 24 | low24;
   }
 
   std::atomic<uint64_t>* slots_ = nullptr;

@@ -1,7 +1,7 @@
 // Anonymous memory for the index's large, randomly read structures (the
-// block locator, the node arena, the node directory): mapped 2 MiB-aligned,
-// huge pages advised, and prefaulted, so lookups neither walk 4 KiB page
-// tables nor meet a first-touch fault that zeroes 2 MiB inside a query.
+// block locator and the node arena): mapped 2 MiB-aligned, huge pages
+// advised, and prefaulted, so lookups neither walk 4 KiB page tables nor meet
+// a first-touch fault that zeroes 2 MiB inside a query.
 #pragma once
 
 #include <cstddef>

@@ -144,7 +144,7 @@ bool ModelIndex::Locate(uint64_t hash, BlockRef* ref, size_t* slot) const {
   const size_t i = locator()->Find(
       hash, [&](uint32_t id, uint32_t off) { return HashIs(id, off, hash); }, &value);
   if (i == BlockLocator::kNotFound) return false;
-  ref->node = const_cast<ChainNode*>(NodeAt(BlockLocator::NodeId(value)));
+  ref->node = const_cast<ChainNode*>(NodeAt(BlockLocator::NodeRef(value)));
   ref->offset = BlockLocator::Offset(value);
   if (slot != nullptr) *slot = i;
   return true;
@@ -386,7 +386,7 @@ size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const
     const size_t slot = locator()->Probe(
         h, [&](uint32_t id, uint32_t off) { return HashIs(id, off, h); }, &value);
     if (value != 0) {
-      if (BlockLocator::NodeId(value) == node->ref) continue;  // repeated within the run
+      if (BlockLocator::NodeRef(value) == node->ref) continue;  // repeated within the run
       break;  // held elsewhere: the caller adds the holder there
     }
     node->hashes()[len] = h;
@@ -663,7 +663,7 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
       found = loc->Find(hash, is_block, &slot);
       if (found == BlockLocator::kNotFound) break;
     }
-    const ChainNode* node = NodeAt(BlockLocator::NodeId(slot));
+    const ChainNode* node = NodeAt(BlockLocator::NodeRef(slot));
     const uint32_t off = BlockLocator::Offset(slot);
     const uint32_t version = node->version.load(std::memory_order_acquire);
     const uint32_t b = node->begin.load(std::memory_order_relaxed);
