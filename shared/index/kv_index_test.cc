@@ -354,6 +354,32 @@ TYPED_TEST(IndexRulesTest, RepeatedAndUnorderedHashesAreASet) {
   EXPECT_EQ(this->index_.Stats().entries[0], 6u);
 }
 
+// Rows are ordered by longest, then worker, then dp_rank, for few and for
+// many distinct lengths (the index orders them two different ways).
+TYPED_TEST(IndexRulesTest, RowsOrderedForFewAndManyDistinctLengths) {
+  for (uint32_t distinct : {3u, 20u}) {
+    TypeParam index;
+    uint64_t seq = 0;
+    std::vector<uint64_t> chain(40);
+    std::iota(chain.begin(), chain.end(), uint64_t{7000} + distinct * 100);
+    for (uint32_t i = 0; i < 40; ++i) {
+      const std::string worker = "w" + std::to_string((i * 7) % 40);
+      const uint32_t length = 1 + i % distinct;
+      ASSERT_TRUE(
+          index.Apply(Stored(worker, Tier::kDevice,
+                             std::vector<uint64_t>(chain.begin(), chain.begin() + length), i % 2),
+                      ++seq));
+    }
+    auto r = index.MatchSequenceHashes("m", chain);
+    ASSERT_TRUE(r.ok());
+    ASSERT_EQ(r->workers.size(), 40u);
+    std::vector<WorkerMatch> sorted = r->workers;
+    SortWorkerMatches(&sorted);
+    EXPECT_EQ(r->workers, sorted) << distinct << " distinct lengths";
+    EXPECT_EQ(r->workers.front().longest, distinct);
+  }
+}
+
 TYPED_TEST(IndexRulesTest, CheckpointRoundTripKeepsDigest) {
   this->Apply(Stored("a", Tier::kDevice, {1, 2, 3}));
   this->Apply(Stored("b", Tier::kExternal, {1, 5}, 4, "z"));

@@ -8,6 +8,7 @@
 
 #include "shared/index/internal/entry_digest.h"
 #include "shared/index/internal/match_accumulator.h"
+#include "shared/index/internal/row_order.h"
 
 namespace kvindex::index::internal {
 namespace {
@@ -704,24 +705,22 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
     k += m;
     if (!alive) break;
   }
-  // Rows in result order: longest desc, then the source's rank; sorting
-  // 64-bit keys (longest, rank, accumulator slot) keeps the sort off the rows.
-  thread_local std::vector<uint64_t> keys;
+  // Rows in result order: longest desc, then the source's rank.
   thread_local uint32_t ids[kMaxSources];
-  keys.clear();
+  RowOrder& order = RowOrder::ThreadLocal();
+  order.Clear();
+  size_t rows = 0;
   acc.Finish(k, [&](uint32_t slot, uint32_t id, uint32_t longest) {
     ids[slot] = id;
-    const uint64_t rank = ranks_[id].load(std::memory_order_relaxed);
-    keys.push_back(uint64_t{~longest} << 32 | rank << 12 | slot);
+    order.Add(longest, ranks_[id].load(std::memory_order_relaxed), slot);
+    ++rows;
   });
-  std::sort(keys.begin(), keys.end());
-  out->reserve(keys.size());
-  for (uint64_t key : keys) {
-    const uint32_t slot = key & 0xFFF;
+  out->reserve(rows);
+  order.ForEach([&](uint32_t slot) {
     const SourceRecord* rec = records_[ids[slot]].load(std::memory_order_acquire);
-    if (rec == nullptr) continue;  // cleared meanwhile; validation fails and retries
+    if (rec == nullptr) return;  // cleared meanwhile; validation fails and retries
     acc.Emplace(slot, rec->key, out);
-  }
+  });
 }
 
 void ModelIndex::AddStats(IndexStats* stats) const {
