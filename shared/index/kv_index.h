@@ -15,8 +15,8 @@
 //
 // Complexity (n = blocks of a query or event, r = rows of a match):
 // Apply stored/removed O(n) expected; cleared / worker_expired O(nodes of the
-// model); match O(nodes entered + n/8 cache lines + r log r), stopping at the
-// first block no source holds; Stats O(models).
+// model); match O(nodes entered + n/8 cache lines + r x distinct lengths),
+// stopping at the first block no source holds; Stats O(models).
 //
 // Thread safety: Apply*/Restore* from ONE writer thread; everything else from
 // any thread concurrently. Readers never block on the writer except, after a
