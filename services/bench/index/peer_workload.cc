@@ -135,12 +135,9 @@ PeerRun RunPeer(index::IndexInterface& index, const PeerStream& stream) {
   uint64_t position = 0;
   uint64_t apply_ns = 0;
   for (const PeerRequest& req : stream.requests) {
-    WarmQuery(req.query);
-    const uint64_t t0 = NowNs();
-    StatusOr<index::MatchResult> r = index.MatchSequenceHashes(kPeerModel, req.query);
-    const uint64_t t1 = NowNs();
-    run.interleaved_ns.push_back(static_cast<uint32_t>(t1 - t0));
-    run.depth_interleaved += DepthOf(r);
+    uint32_t ns = 0;
+    run.depth_interleaved += DepthOf(TimedMatch(index, kPeerModel, req.query, &ns));
+    run.interleaved_ns.push_back(ns);
     const uint64_t t2 = NowNs();
     if (!req.removed.block_hashes.empty()) index.Apply(req.removed, ++position);
     if (!req.stored.block_hashes.empty()) index.Apply(req.stored, ++position);
@@ -153,12 +150,9 @@ PeerRun RunPeer(index::IndexInterface& index, const PeerStream& stream) {
     run.depth_final = 0;
     run.final_warm_ns.clear();
     for (const PeerRequest& req : stream.requests) {
-      WarmQuery(req.query);
-      const uint64_t t0 = NowNs();
-      StatusOr<index::MatchResult> r = index.MatchSequenceHashes(kPeerModel, req.query);
-      const uint64_t t1 = NowNs();
-      run.final_warm_ns.push_back(static_cast<uint32_t>(t1 - t0));
-      run.depth_final += DepthOf(r);
+      uint32_t ns = 0;
+      run.depth_final += DepthOf(TimedMatch(index, kPeerModel, req.query, &ns));
+      run.final_warm_ns.push_back(ns);
     }
   }
   run.stats = index.Stats();

@@ -70,11 +70,9 @@ TraceRun RunTrace(index::IndexInterface& index, const TraceStream& stream, doubl
   PinToCpu(0);
   for (int i = 0; i < 50000; ++i) {
     const std::vector<uint64_t>& q = recent_query(0);
-    WarmQuery(q);
-    const uint64_t q0 = NowNs();
-    auto r = index.MatchSequenceHashes(kTraceModel, q);
-    out.idle_ns.push_back(static_cast<uint32_t>(NowNs() - q0));
-    (void)Depth(r);
+    uint32_t ns = 0;
+    (void)TimedMatch(index, kTraceModel, q, &ns);
+    out.idle_ns.push_back(ns);
   }
 
   std::atomic<size_t> progress{0};
@@ -102,14 +100,9 @@ TraceRun RunTrace(index::IndexInterface& index, const TraceStream& stream, doubl
   out.loaded_ns.reserve(8 << 20);
   while (!done.load(std::memory_order_acquire)) {
     const std::vector<uint64_t>& q = recent_query(progress.load(std::memory_order_acquire));
-    WarmQuery(q);
-    const uint64_t q0 = NowNs();
-    auto r = index.MatchSequenceHashes(kTraceModel, q);
-    const uint64_t q1 = NowNs();
-    if (out.loaded_ns.size() < out.loaded_ns.capacity()) {
-      out.loaded_ns.push_back(static_cast<uint32_t>(q1 - q0));
-    }
-    out.matched_blocks += Depth(r);
+    uint32_t ns = 0;
+    out.matched_blocks += Depth(TimedMatch(index, kTraceModel, q, &ns));
+    if (out.loaded_ns.size() < out.loaded_ns.capacity()) out.loaded_ns.push_back(ns);
   }
   writer.join();
   UnpinCpu();

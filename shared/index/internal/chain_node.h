@@ -79,12 +79,6 @@ struct ChainNode {
     }
     return nullptr;
   }
-  bool HasHolders() const {
-    for (uint32_t g = 0; g < num_groups; ++g) {
-      if (group(g).Any() != 0) return true;
-    }
-    return false;
-  }
   uint32_t size() const {
     return end.load(std::memory_order_relaxed) - begin.load(std::memory_order_relaxed);
   }

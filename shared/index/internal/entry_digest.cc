@@ -24,10 +24,6 @@ std::string DigestPrefix(std::string_view model, const SourceKey& source) {
   return prefix;
 }
 
-uint64_t EntryDigest(std::string_view prefix, Tier tier, uint64_t hash) {
-  return EntryDigestSum(prefix, tier, &hash, 1);
-}
-
 uint64_t EntryDigestSum(std::string_view prefix, Tier tier, const uint64_t* hashes, size_t n) {
   constexpr size_t kStack = 256;
   const size_t len = prefix.size() + 9;

@@ -33,10 +33,10 @@ class MatchAccumulator {
 
   void Reset() { states_.clear(); }
 
-  // Query blocks [k, k + m) are held as `node` says; the first call has k == 0
-  // and fixes the candidate sources. Returns false once no source is alive.
-  bool Add(const ChainNode& node, uint32_t k, uint32_t m) {
-    (void)m;
+  // Query blocks from k up to the next Add (or Finish) are held as `node`
+  // says; the first call has k == 0 and fixes the candidate sources. Returns
+  // false once no source is alive.
+  bool Add(const ChainNode& node, uint32_t k) {
     if (k == 0) return Start(node);
     bool any_alive = false;
     for (State& s : states_) {

@@ -695,7 +695,7 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
       m += 4;
     }
     while (m < limit && h[m] == q[m]) ++m;
-    const bool alive = acc.Add(*node, k, m);
+    const bool alive = acc.Add(*node, k);
     if (k == 0) {
       // The rows' source records: fetch them while the walk goes on.
       acc.ForEachCandidate([&](uint32_t id) {
