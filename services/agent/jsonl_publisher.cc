@@ -39,6 +39,9 @@ std::string PlacementEventJson(const PlacementEvent& event) {
       j["sources"] = std::move(sources);
       break;
     }
+    case PlacementKind::kAgentExpired:
+      j["heartbeat_seq"] = event.heartbeat_seq;
+      break;
   }
   // Worker ids come from configuration, but never let a bad byte abort.
   return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);

@@ -47,6 +47,7 @@ Status Router::Start() {
   api_.reset();
   ingest_.reset();
   apply_.reset();
+  reader_.reset();
   sink_.reset();
   index_.reset();
   probe_.reset();
@@ -60,7 +61,9 @@ Status Router::Start() {
 
   consume::ApplyOptions apply_options;
   apply_options.models = options_.models;
-  apply_ = std::make_unique<consume::ApplyLoop>(sink, index_.get(), probe_.get(), apply_options);
+  reader_ = std::make_unique<consume::InProcessLogReader>(sink);
+  apply_ = std::make_unique<consume::ApplyLoop>(reader_.get(), index_.get(), probe_.get(),
+                                                apply_options);
   KVINDEX_RETURN_IF_ERROR(apply_->Start());
 
   ingest_ = std::make_unique<EmbeddedIngest>(options_.agent, sink, registry_.get());

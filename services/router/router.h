@@ -32,6 +32,7 @@
 #include "services/router/embedded/embedded_ingest.h"
 #include "shared/base/status.h"
 #include "shared/consume/apply_loop.h"
+#include "shared/consume/in_process_log_reader.h"
 #include "shared/consume/router_probe.h"
 #include "shared/http/server.h"
 #include "shared/index/kv_index.h"
@@ -87,6 +88,7 @@ class Router {
   std::unique_ptr<consume::RouterProbe> probe_;
   std::unique_ptr<index::KvIndex> index_;
   std::unique_ptr<InProcessSink> sink_;
+  std::unique_ptr<consume::LogReader> reader_;
   std::unique_ptr<consume::ApplyLoop> apply_;
   std::unique_ptr<EmbeddedIngest> ingest_;
   std::unique_ptr<query::RouterApi> api_;

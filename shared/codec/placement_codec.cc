@@ -22,6 +22,9 @@ constexpr std::string_view kParent = "parent";
 constexpr std::string_view kHashes = "hashes";
 constexpr std::string_view kLeaseMs = "lease_ms";
 constexpr std::string_view kSources = "sources";
+constexpr std::string_view kHeartbeatSeq = "heartbeat_seq";
+constexpr std::string_view kIncarnation = "incarnation";
+constexpr std::string_view kMsgSeq = "msg_seq";
 
 using Packer = msgpack::packer<msgpack::sbuffer>;
 
@@ -34,10 +37,12 @@ void PackEvent(Packer& packer, const PlacementEvent& event) {
   const bool blocks = event.kind == PlacementKind::kStored || event.kind == PlacementKind::kRemoved;
   const bool stored = event.kind == PlacementKind::kStored;
   const bool heartbeat = event.kind == PlacementKind::kHeartbeat;
+  const bool expired = event.kind == PlacementKind::kAgentExpired;
   uint32_t fields = 7;
   if (blocks) fields += 2;
   if (stored) fields += 2;
   if (heartbeat) fields += 2;
+  if (expired) fields += 1;
   packer.pack_map(fields);
   PackString(packer, kKind);
   PackString(packer, PlacementKindName(event.kind));
@@ -80,6 +85,10 @@ void PackEvent(Packer& packer, const PlacementEvent& event) {
       PackString(packer, source.worker);
       packer.pack_uint32(source.dp_rank);
     }
+  }
+  if (expired) {
+    PackString(packer, kHeartbeatSeq);
+    packer.pack_uint64(event.heartbeat_seq);
   }
 }
 
@@ -161,6 +170,8 @@ StatusOr<std::optional<PlacementEvent>> DecodeEvent(const msgpack::object& objec
         KVINDEX_ASSIGN_OR_RETURN(uint64_t hash, AsUint(value.via.array.ptr[j], key));
         event.block_hashes.push_back(hash);
       }
+    } else if (key == kHeartbeatSeq) {
+      KVINDEX_ASSIGN_OR_RETURN(event.heartbeat_seq, AsUint(value, key));
     } else if (key == kLeaseMs) {
       KVINDEX_ASSIGN_OR_RETURN(event.lease_ms, AsUint32(value, key));
     } else if (key == kSources) {
@@ -189,12 +200,21 @@ StatusOr<std::optional<PlacementEvent>> DecodeEvent(const msgpack::object& objec
 
 }  // namespace
 
-void EncodePlacementBatch(std::span<const PlacementEvent> events, std::string* out) {
+void EncodePlacementBatch(std::span<const PlacementEvent> events, std::string* out,
+                          const MessageHeader& header) {
   msgpack::sbuffer buffer(256 + events.size() * 64);
   Packer packer(buffer);
-  packer.pack_map(2);
+  packer.pack_map(header.sequenced() ? 5 : 2);
   PackString(packer, kVersion);
   packer.pack_uint32(kPlacementSchemaVersion);
+  if (header.sequenced()) {
+    PackString(packer, kAgent);
+    PackString(packer, header.agent);
+    PackString(packer, kIncarnation);
+    packer.pack_uint64(header.incarnation);
+    PackString(packer, kMsgSeq);
+    packer.pack_uint64(header.msg_seq);
+  }
   PackString(packer, kEvents);
   packer.pack_array(static_cast<uint32_t>(events.size()));
   for (const PlacementEvent& event : events) PackEvent(packer, event);
@@ -230,11 +250,21 @@ StatusOr<DecodedPlacementBatch> DecodePlacementBatch(std::string_view bytes) {
     } else if (key == kEvents) {
       if (kv.val.type != msgpack::type::ARRAY) return FieldError(key, "must be an array");
       events = &kv.val;
+    } else if (key == kAgent) {
+      KVINDEX_ASSIGN_OR_RETURN(std::string_view agent, AsString(kv.val, key));
+      batch.header.agent = std::string(agent);
+    } else if (key == kIncarnation) {
+      KVINDEX_ASSIGN_OR_RETURN(batch.header.incarnation, AsUint(kv.val, key));
+    } else if (key == kMsgSeq) {
+      KVINDEX_ASSIGN_OR_RETURN(batch.header.msg_seq, AsUint(kv.val, key));
     }
   }
   if (!has_version) return FieldError(kVersion, "is missing");
   if (batch.version == 0) return FieldError(kVersion, "must be >= 1");
   if (events == nullptr) return FieldError(kEvents, "is missing");
+  if (batch.header.sequenced() && batch.header.agent.empty()) {
+    return FieldError(kAgent, "is missing in a sequenced message");
+  }
   batch.events.reserve(events->via.array.size);
   for (uint32_t i = 0; i < events->via.array.size; ++i) {
     KVINDEX_ASSIGN_OR_RETURN(std::optional<PlacementEvent> event,

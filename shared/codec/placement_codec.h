@@ -24,11 +24,28 @@ namespace kvindex::codec {
 // Written into every message as "v". Bump when a field changes meaning.
 inline constexpr uint32_t kPlacementSchemaVersion = 1;
 
-// Appends nothing but the encoded batch to a cleared *out.
-void EncodePlacementBatch(std::span<const PlacementEvent> events, std::string* out);
+// Who sent a message and where it stands in its sender's sequence. Agents
+// number their messages 1, 2, 3, ... per incarnation (a process start), so a
+// router sees a lost or reordered message as a gap in msg_seq and fails
+// closed (consume::AgentTable). Messages that routers append (expiry) carry
+// no sequence: msg_seq 0.
+struct MessageHeader {
+  std::string agent;         // node id of the sending agent; "" = unsequenced
+  uint64_t incarnation = 0;  // the sending process's start, ns since the epoch
+  uint64_t msg_seq = 0;      // 1, 2, 3, ... within the incarnation; 0 = unsequenced
+
+  bool sequenced() const { return msg_seq != 0; }
+  friend bool operator==(const MessageHeader&, const MessageHeader&) = default;
+};
+
+// Writes the encoded batch into *out (replacing its content). The header's
+// fields are written only when header.sequenced().
+void EncodePlacementBatch(std::span<const PlacementEvent> events, std::string* out,
+                          const MessageHeader& header = {});
 
 struct DecodedPlacementBatch {
   uint32_t version = 0;
+  MessageHeader header;
   std::vector<PlacementEvent> events;
   // Events whose "kind" this build does not know (written by a newer agent).
   uint32_t skipped_unknown_kind = 0;

@@ -46,7 +46,12 @@ std::vector<PlacementEvent> SampleEvents() {
   PlacementEvent expired;
   expired.kind = PlacementKind::kWorkerExpired;
   expired.source = {"w9", 0};
-  return {stored, root_stored, removed, cleared, heartbeat, expired};
+
+  PlacementEvent agent_expired;
+  agent_expired.kind = PlacementKind::kAgentExpired;
+  agent_expired.agent = "node-b";
+  agent_expired.heartbeat_seq = 0xFFFFFFFFFFFFull;
+  return {stored, root_stored, removed, cleared, heartbeat, expired, agent_expired};
 }
 
 TEST(PlacementCodecTest, RoundTripsEveryKind) {
@@ -58,6 +63,33 @@ TEST(PlacementCodecTest, RoundTripsEveryKind) {
   EXPECT_EQ(decoded->version, kPlacementSchemaVersion);
   EXPECT_EQ(decoded->skipped_unknown_kind, 0u);
   EXPECT_EQ(decoded->events, events);
+}
+
+TEST(PlacementCodecTest, SequencedHeaderRoundTrips) {
+  const std::vector<PlacementEvent> events = SampleEvents();
+  const MessageHeader header{
+      .agent = "node a.b", .incarnation = 1757500000000000001ull, .msg_seq = 0xFFFFFFFFFFFFFFFFull};
+  std::string bytes;
+  EncodePlacementBatch(events, &bytes, header);
+  auto decoded = DecodePlacementBatch(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->header, header);
+  EXPECT_EQ(decoded->events, events);
+
+  // Unsequenced messages (router expiry decisions) carry no header fields.
+  EncodePlacementBatch(events, &bytes);
+  decoded = DecodePlacementBatch(bytes);
+  ASSERT_TRUE(decoded.ok());
+  EXPECT_FALSE(decoded->header.sequenced());
+  EXPECT_EQ(decoded->header, MessageHeader{});
+}
+
+TEST(PlacementCodecTest, SequencedMessageWithoutAgentIsRejected) {
+  std::string bytes;
+  EncodePlacementBatch({}, &bytes, MessageHeader{.agent = "", .incarnation = 1, .msg_seq = 2});
+  auto decoded = DecodePlacementBatch(bytes);
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_NE(decoded.status().message().find("'agent'"), std::string_view::npos);
 }
 
 TEST(PlacementCodecTest, EmptyBatch) {

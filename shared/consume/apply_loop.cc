@@ -1,7 +1,8 @@
 #include "shared/consume/apply_loop.h"
 
 #include <algorithm>
-#include <chrono>
+
+#include "shared/log/log.h"
 
 namespace kvindex::consume {
 namespace {
@@ -12,18 +13,21 @@ uint64_t NowNs() {
                                    .count());
 }
 
+constexpr std::chrono::milliseconds kMaxOpenRetry{5000};
+
 }  // namespace
 
-ApplyLoop::ApplyLoop(InProcessSink* sink, index::IndexInterface* index, RouterProbe* probe,
+ApplyLoop::ApplyLoop(LogReader* reader, index::IndexInterface* index, RouterProbe* probe,
                      ApplyOptions options)
-    : sink_(sink), index_(index), probe_(probe), options_(std::move(options)) {}
+    : reader_(reader), index_(index), probe_(probe), options_(std::move(options)) {}
 
 ApplyLoop::~ApplyLoop() { Stop(); }
 
 Status ApplyLoop::Start() {
   if (thread_.joinable()) return absl::OkStatus();
   if (options_.batch == 0) return absl::InvalidArgumentError("apply: batch must be > 0");
-  next_position_ = index_->Stats().applied_seq + 1;
+  position_.store(index_->Stats().applied_seq, std::memory_order_release);
+  open_.store(false);
   stop_.store(false);
   thread_ = std::thread([this] { Run(); });
   return absl::OkStatus();
@@ -31,22 +35,28 @@ Status ApplyLoop::Start() {
 
 void ApplyLoop::Stop() {
   if (!thread_.joinable()) return;
-  stop_.store(true);
+  {
+    std::lock_guard lock(stop_mu_);
+    stop_.store(true);
+  }
+  stop_cv_.notify_all();
   thread_.join();
 }
 
 uint64_t ApplyLoop::Pending() const {
-  const uint64_t published = sink_->published();
-  const uint64_t done = processed();
-  return published > done ? published - done : 0;
+  const uint64_t last = reader_->LastKnownPosition();
+  const uint64_t done = position();
+  return last > done ? last - done : 0;
 }
 
-bool ApplyLoop::CaughtUp() const { return Pending() == 0; }
+bool ApplyLoop::CaughtUp() const {
+  return open_.load(std::memory_order_acquire) && position() >= reader_->OpenTarget();
+}
 
 std::vector<ApplyLoop::SourceActivity> ApplyLoop::Activity() const {
   std::vector<SourceActivity> out;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     out.reserve(activity_.size());
     for (const auto& [key, value] : activity_) out.push_back(value);
   }
@@ -55,66 +65,136 @@ std::vector<ApplyLoop::SourceActivity> ApplyLoop::Activity() const {
   return out;
 }
 
+bool ApplyLoop::OpenReader() {
+  auto backoff = options_.open_retry;
+  log::RateLimiter warnings{std::chrono::seconds(10)};
+  while (!stop_.load()) {
+    const Status status = reader_->Open(position() + 1);
+    if (status.ok()) {
+      open_.store(true, std::memory_order_release);
+      return true;
+    }
+    uint64_t suppressed = 0;
+    if (warnings.Allow(&suppressed)) {
+      log::Get("consume")->warn("cannot open the placement log: {} (retrying; {} suppressed)",
+                                status.ToString(), suppressed);
+    }
+    std::unique_lock lock(stop_mu_);
+    stop_cv_.wait_for(lock, backoff, [&] { return stop_.load(); });
+    backoff = std::min(backoff * 2, kMaxOpenRetry);
+  }
+  return false;
+}
+
 void ApplyLoop::Run() {
-  std::vector<PlacementEvent> batch;
-  batch.reserve(options_.batch);
+  if (!OpenReader()) return;
+  LogBatch batch;
+  log::RateLimiter warnings{std::chrono::seconds(10)};
   while (!stop_.load(std::memory_order_relaxed)) {
-    batch.clear();
-    const size_t n = sink_->Drain(&batch, options_.batch, std::chrono::milliseconds(50));
-    if (n == 0) continue;
-    RouterProbe::ApplyTally tally;
-    for (const PlacementEvent& event : batch) {
-      const uint64_t position = next_position_++;
-      bool wanted = options_.models.empty() || event.model.empty() ||
-                    std::find(options_.models.begin(), options_.models.end(), event.model) !=
-                        options_.models.end();
-      bool applied = false;
-      if (wanted) {
-        applied = index_->Apply(event, position);
-      } else {
-        // Keep the position moving so applied_seq still tracks the log.
-        PlacementEvent heartbeat;
-        heartbeat.kind = PlacementKind::kHeartbeat;
-        heartbeat.agent = event.agent;
-        index_->Apply(heartbeat, position);
+    batch.Clear();
+    const Status status = reader_->Read(&batch, options_.batch, std::chrono::milliseconds(50));
+    if (!status.ok()) {
+      if (probe_ != nullptr) probe_->RecordLog(LogOutcome::kReadError, 1);
+      uint64_t suppressed = 0;
+      if (warnings.Allow(&suppressed)) {
+        log::Get("consume")->warn("reading the placement log: {} ({} suppressed)",
+                                  status.ToString(), suppressed);
       }
-      tally.Add(event, applied);
+      std::unique_lock lock(stop_mu_);
+      stop_cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_.load(); });
+      continue;
     }
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      SourceActivity* last = nullptr;  // stable: no insertion until it is reset
-      for (const PlacementEvent& event : batch) {
-        if (event.kind == PlacementKind::kHeartbeat) {
-          last = nullptr;
-          for (const SourceKey& source : event.sources) {
-            auto& entry = activity_[source];
-            entry.source = source;
-            entry.agent = event.agent;
-          }
-          continue;
-        }
-        if (event.kind == PlacementKind::kWorkerExpired) continue;
-        // Consecutive events usually come from the same source (one engine
-        // batch): skip the hash lookup then.
-        if (last == nullptr || !(last->source == event.source)) {
-          last = &activity_[event.source];
-          last->source = event.source;
-        }
-        SourceActivity& entry = *last;
-        if (!event.model.empty()) entry.model = event.model;
-        if (!event.agent.empty()) entry.agent = event.agent;
-        entry.last_event_ns = std::max(entry.last_event_ns, event.timestamp_ns);
-        entry.events += 1;
+    if (batch.messages.empty()) continue;
+    ApplyBatch(batch);
+    RecordActivity(batch);
+  }
+}
+
+void ApplyLoop::ApplyBatch(const LogBatch& batch) {
+  RouterProbe::ApplyTally tally;
+  const auto now = std::chrono::steady_clock::now();
+  uint64_t stale = 0, invalid = 0, expired = 0;
+  for (size_t m = 0; m < batch.messages.size(); ++m) {
+    const LogBatch::Message& message = batch.messages[m];
+    const std::span<const PlacementEvent> events = batch.Events(m);
+    if (message.invalid) ++invalid;
+    clears_.clear();
+    if (agents_.Admit(message, &clears_) == AgentTable::Verdict::kStale) {
+      ++stale;
+      index_->ApplyMessage({}, message.position);  // the position still moves
+      for (const PlacementEvent& event : events) tally.Add(event, false);
+      position_.store(message.position, std::memory_order_release);
+      continue;
+    }
+    // Usually the message's events go to the index as they are; the
+    // rewritten copy exists only when something is cleared, decided or
+    // filtered out.
+    bool rewrite = !clears_.empty();
+    rewritten_.clear();
+    if (rewrite) rewritten_.swap(clears_);
+    for (size_t i = 0; i < events.size(); ++i) {
+      const PlacementEvent& event = events[i];
+      expansion_.clear();
+      const bool pass = agents_.Observe(event, message.position, now, &expansion_);
+      if (event.kind == PlacementKind::kAgentExpired && !expansion_.empty()) ++expired;
+      const bool wanted = options_.models.empty() || event.model.empty() ||
+                          std::find(options_.models.begin(), options_.models.end(), event.model) !=
+                              options_.models.end();
+      if (!rewrite && (!pass || !wanted || !expansion_.empty())) {
+        rewrite = true;
+        rewritten_.insert(rewritten_.end(), events.begin(), events.begin() + i);
       }
+      if (rewrite) {
+        if (pass && wanted) rewritten_.push_back(event);
+        rewritten_.insert(rewritten_.end(), expansion_.begin(), expansion_.end());
+      }
+      tally.Add(event, pass && wanted);
     }
-    processed_.fetch_add(n, std::memory_order_release);
-    if (probe_ != nullptr) {
-      const uint64_t last_ts = batch.back().timestamp_ns;
-      const uint64_t now = NowNs();
-      const double lag =
-          last_ts != 0 && now > last_ts ? static_cast<double>(now - last_ts) / 1e9 : 0.0;
-      probe_->RecordApply(tally, next_position_ - 1, lag);
+    index_->ApplyMessage(rewrite ? std::span<const PlacementEvent>(rewritten_) : events,
+                         message.position);
+    position_.store(message.position, std::memory_order_release);
+  }
+  if (probe_ != nullptr) {
+    if (stale != 0) probe_->RecordLog(LogOutcome::kStale, stale);
+    if (invalid != 0) probe_->RecordLog(LogOutcome::kInvalid, invalid);
+    if (expired != 0) probe_->RecordLog(LogOutcome::kAgentExpired, expired);
+    uint64_t last_ts = 0;
+    for (const PlacementEvent& event : batch.events)
+      last_ts = std::max(last_ts, event.timestamp_ns);
+    const uint64_t wall = NowNs();
+    const double lag =
+        last_ts != 0 && wall > last_ts ? static_cast<double>(wall - last_ts) / 1e9 : 0.0;
+    probe_->RecordApply(tally, batch.messages.back().position, lag);
+  }
+}
+
+void ApplyLoop::RecordActivity(const LogBatch& batch) {
+  MutexLock lock(&mu_);
+  SourceActivity* last = nullptr;  // stable: no insertion until it is reset
+  for (const PlacementEvent& event : batch.events) {
+    if (event.kind == PlacementKind::kHeartbeat) {
+      last = nullptr;
+      for (const SourceKey& source : event.sources) {
+        auto& entry = activity_[source];
+        entry.source = source;
+        entry.agent = event.agent;
+      }
+      continue;
     }
+    if (event.kind == PlacementKind::kWorkerExpired || event.kind == PlacementKind::kAgentExpired) {
+      continue;
+    }
+    // Consecutive events usually come from the same source (one engine
+    // batch): skip the hash lookup then.
+    if (last == nullptr || !(last->source == event.source)) {
+      last = &activity_[event.source];
+      last->source = event.source;
+    }
+    SourceActivity& entry = *last;
+    if (!event.model.empty()) entry.model = event.model;
+    if (!event.agent.empty()) entry.agent = event.agent;
+    entry.last_event_ns = std::max(entry.last_event_ns, event.timestamp_ns);
+    entry.events += 1;
   }
 }
 

@@ -1,29 +1,39 @@
-// ApplyLoop: the single writer of the index. Drains the ordered placement
-// log (InProcessSink in --embedded mode), assigns log positions 1, 2, 3, ...
-// in drain order and applies each event to the index.
+// ApplyLoop: the single writer of the index. Reads the ordered placement log
+// through a LogReader (InProcessLogReader in --embedded mode,
+// JetStreamLogReader for replicated routers: one loop, two logs) and applies
+// each message's events at the message's log position.
 //
 //   InProcessSink sink;
+//   InProcessLogReader reader(&sink);
 //   KvIndex index;
-//   ApplyLoop loop(&sink, &index, &probe, {});
+//   ApplyLoop loop(&reader, &index, &probe, {});
 //   KVINDEX_RETURN_IF_ERROR(loop.Start());
 //   ... loop.CaughtUp() ...
 //   loop.Stop();
 //
+// Per message, in log order: the AgentTable admits it (stale messages are
+// skipped; after a sender gap the agent's sources are cleared first, fail
+// closed), agent_expired events are decided into clears, events of models
+// outside ApplyOptions::models (when set) are left out, and the rest is
+// applied at the message's position, which always advances applied_seq.
 // Besides applying, it remembers per source the agent that announced it and
 // the time of its last event (GET /v1/workers), and reports per-batch counts
-// and lag to the RouterProbe. Events of models outside ApplyOptions::models
-// (when set) are still given a log position but not applied.
+// and lag to the RouterProbe.
+//
+// Threading: Start opens the reader from the apply thread (retrying with
+// backoff while the log is unreachable), so a router starts before its log
+// does. A slow query never stalls apply (the index's readers are lock-free);
+// a slow apply never blocks the log client (the reader bounds what it
+// buffers).
 //
 // Thread safety: Start/Stop from one controlling thread (idempotent; Start
-// after Stop resumes with the next log position). The accessors are safe
-// from any thread.
-//
-// Invariants: log positions are strictly increasing and never reused within
-// one ApplyLoop, so Apply() never sees a position at or below applied_seq
-// (a restarted loop continues from the index's applied_seq).
+// after Stop resumes at applied_seq + 1). The accessors are safe from any
+// thread.
 #pragma once
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <optional>
@@ -32,19 +42,24 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "shared/base/mutex.h"
 #include "shared/base/status.h"
+#include "shared/consume/agent_table.h"
+#include "shared/consume/log_reader.h"
 #include "shared/consume/router_probe.h"
 #include "shared/index/index_interface.h"
 #include "shared/model/source_key.h"
-#include "shared/publish/in_process_sink.h"
 
 namespace kvindex::consume {
 
 struct ApplyOptions {
   // Models to index; empty = every model. Default: empty. Not reloadable.
   std::vector<std::string> models;
-  // Most events applied per drain. Default: 4096.
+  // Most events read per batch. Default: 4096.
   size_t batch = 4096;
+  // Wait between attempts to open an unreachable log (doubles up to 5 s).
+  // Default: 100 ms.
+  std::chrono::milliseconds open_retry{100};
 };
 
 class ApplyLoop {
@@ -57,8 +72,8 @@ class ApplyLoop {
     uint64_t events = 0;         // events applied for it
   };
 
-  // `sink`, `index` and `probe` (nullable) must outlive the loop.
-  ApplyLoop(InProcessSink* sink, index::IndexInterface* index, RouterProbe* probe,
+  // `reader`, `index` and `probe` (nullable) must outlive the loop.
+  ApplyLoop(LogReader* reader, index::IndexInterface* index, RouterProbe* probe,
             ApplyOptions options);
   ~ApplyLoop();
   ApplyLoop(const ApplyLoop&) = delete;
@@ -67,30 +82,44 @@ class ApplyLoop {
   Status Start();
   void Stop();
 
-  // Events drained and applied (or skipped) so far.
-  uint64_t processed() const { return processed_.load(std::memory_order_acquire); }
-  // True when every event published to the sink so far has been processed.
+  // True once the reader is open and every message that was in the log when
+  // it opened has been applied.
   bool CaughtUp() const;
-  // Events published and not processed yet.
+  // Log messages known to exist and not applied yet.
   uint64_t Pending() const;
+  // Log position of the last message processed (applied or skipped).
+  uint64_t position() const { return position_.load(std::memory_order_acquire); }
 
   std::vector<SourceActivity> Activity() const;
+  const AgentTable& agents() const { return agents_; }
+  AgentTable& agents() { return agents_; }
 
  private:
   void Run();
+  bool OpenReader();  // false when stopping
+  void ApplyBatch(const LogBatch& batch);
+  void RecordActivity(const LogBatch& batch);
 
-  InProcessSink* const sink_;
+  LogReader* const reader_;
   index::IndexInterface* const index_;
   RouterProbe* const probe_;
   const ApplyOptions options_;
+  AgentTable agents_;
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> processed_{0};
-  uint64_t next_position_ = 1;  // apply thread only (and Start)
+  std::mutex stop_mu_;
+  std::condition_variable stop_cv_;
+  std::atomic<bool> open_{false};
+  std::atomic<uint64_t> position_{0};
 
-  mutable std::mutex mu_;
-  absl::flat_hash_map<SourceKey, SourceActivity> activity_;  // guarded by mu_
+  // Apply thread only: scratch reused across messages.
+  std::vector<PlacementEvent> clears_;
+  std::vector<PlacementEvent> expansion_;
+  std::vector<PlacementEvent> rewritten_;
+
+  mutable Mutex mu_;
+  absl::flat_hash_map<SourceKey, SourceActivity> activity_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvindex::consume

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <thread>
 
+#include "shared/consume/in_process_log_reader.h"
 #include "shared/index/kv_index.h"
 
 namespace kvindex::consume {
@@ -34,9 +35,10 @@ bool WaitCaughtUp(const ApplyLoop& loop) {
 
 TEST(ApplyLoopTest, AssignsPositionsAndTracksActivity) {
   InProcessSink sink;
+  InProcessLogReader reader(&sink);
   index::KvIndex index;
   RouterProbe probe;
-  ApplyLoop loop(&sink, &index, &probe, {});
+  ApplyLoop loop(&reader, &index, &probe, {});
   ASSERT_TRUE(loop.Start().ok());
   std::vector<PlacementEvent> events = {Stored("w0", {1, 2}), Stored("w1", {1}, Tier::kHost)};
   ASSERT_TRUE(sink.Publish(events).ok());
@@ -64,15 +66,185 @@ TEST(ApplyLoopTest, AssignsPositionsAndTracksActivity) {
 
 TEST(ApplyLoopTest, ModelFilterKeepsPositionsMoving) {
   InProcessSink sink;
+  InProcessLogReader reader(&sink);
   index::KvIndex index;
   ApplyOptions options;
   options.models = {"other"};
-  ApplyLoop loop(&sink, &index, nullptr, options);
+  ApplyLoop loop(&reader, &index, nullptr, options);
   ASSERT_TRUE(loop.Start().ok());
   ASSERT_TRUE(sink.Publish(std::vector<PlacementEvent>{Stored("w0", {1})}).ok());
   ASSERT_TRUE(WaitCaughtUp(loop));
   EXPECT_EQ(index.Stats().applied_seq, 1u);
   EXPECT_EQ(index.Stats().entries[0], 0u);
+}
+
+// A LogReader over a fixed list of messages, as JetStream would deliver
+// them: several events per message, positions with holes.
+class ScriptedReader final : public LogReader {
+ public:
+  void Add(uint64_t position, codec::MessageHeader header, std::vector<PlacementEvent> events,
+           bool invalid = false) {
+    LogBatch::Message m;
+    m.position = position;
+    m.header = std::move(header);
+    m.invalid = invalid;
+    std::lock_guard lock(mu_);
+    for (auto& e : events) log_.events.push_back(std::move(e));
+    m.end = log_.events.size();
+    log_.messages.push_back(m);
+  }
+  Status Open(uint64_t first) override {
+    std::lock_guard lock(mu_);
+    next_ = 0;
+    while (next_ < log_.messages.size() && log_.messages[next_].position < first) ++next_;
+    target_ = log_.messages.empty() ? 0 : log_.messages.back().position;
+    return absl::OkStatus();
+  }
+  Status Read(LogBatch* batch, size_t, std::chrono::milliseconds) override {
+    std::lock_guard lock(mu_);
+    for (; next_ < log_.messages.size(); ++next_) {
+      for (const PlacementEvent& e : log_.Events(next_)) batch->events.push_back(e);
+      LogBatch::Message m = log_.messages[next_];
+      m.end = batch->events.size();
+      batch->messages.push_back(m);
+    }
+    return absl::OkStatus();
+  }
+  uint64_t LastKnownPosition() const override {
+    std::lock_guard lock(mu_);
+    return log_.messages.empty() ? 0 : log_.messages.back().position;
+  }
+  uint64_t OpenTarget() const override {
+    std::lock_guard lock(mu_);
+    return target_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  LogBatch log_;
+  size_t next_ = 0;
+  uint64_t target_ = 0;
+};
+
+codec::MessageHeader Seq(uint64_t msg_seq, uint64_t incarnation = 7) {
+  return {.agent = "node-a", .incarnation = incarnation, .msg_seq = msg_seq};
+}
+
+PlacementEvent Heartbeat(std::vector<SourceKey> sources) {
+  PlacementEvent e;
+  e.kind = PlacementKind::kHeartbeat;
+  e.agent = "node-a";
+  e.lease_ms = 1000;
+  e.sources = std::move(sources);
+  return e;
+}
+
+PlacementEvent Expire(uint64_t heartbeat_seq) {
+  PlacementEvent e;
+  e.kind = PlacementKind::kAgentExpired;
+  e.agent = "node-a";
+  e.heartbeat_seq = heartbeat_seq;
+  return e;
+}
+
+TEST(ApplyLoopTest, MessagesApplyAtTheirStreamPositions) {
+  ScriptedReader reader;
+  reader.Add(3, Seq(1), {Heartbeat({{"w0", 0}}), Stored("w0", {1, 2})});
+  reader.Add(9, Seq(2), {Stored("w0", {3}, Tier::kHost)});
+  index::KvIndex index;
+  ApplyLoop loop(&reader, &index, nullptr, {});
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(WaitCaughtUp(loop));
+  EXPECT_EQ(index.Stats().applied_seq, 9u);
+  EXPECT_EQ(index.Stats().entries[0], 2u);
+  EXPECT_EQ(index.Stats().entries[1], 1u);
+}
+
+TEST(ApplyLoopTest, StaleMessagesAreSkippedAndGapsClearTheAgentsSources) {
+  ScriptedReader reader;
+  reader.Add(1, Seq(1), {Heartbeat({{"w0", 0}}), Stored("w0", {1, 2})});
+  reader.Add(2, Seq(2), {Stored("w1", {5})});
+  reader.Add(3, Seq(1), {Stored("w0", {9})});  // a late retry: stale
+  reader.Add(4, Seq(4), {Stored("w0", {3})});  // msg 3 lost: clear w0 and w1 first
+  index::KvIndex index;
+  RouterProbe probe;
+  ApplyLoop loop(&reader, &index, &probe, {});
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(WaitCaughtUp(loop));
+  EXPECT_EQ(index.Stats().applied_seq, 4u);
+  EXPECT_EQ(index.Stats().entries[0], 1u);  // only block 3 of the message after the gap
+  auto match = index.MatchSequenceHashes("m", std::vector<uint64_t>{3});
+  ASSERT_TRUE(match.ok());
+  ASSERT_EQ(match->workers.size(), 1u);
+  EXPECT_EQ(match->workers[0].source.worker, "w0");
+  auto agents = loop.agents().Agents();
+  ASSERT_EQ(agents.size(), 1u);
+  EXPECT_EQ(agents[0].stale, 1u);
+  EXPECT_EQ(agents[0].gaps, 1u);
+  auto resync = loop.agents().TakeResyncRequests();
+  ASSERT_EQ(resync.size(), 1u);
+  EXPECT_EQ(resync[0].agent, "node-a");
+  EXPECT_EQ(resync[0].position, 4u);
+}
+
+TEST(ApplyLoopTest, ExpiryClearsUnlessANewerHeartbeatPrecedesIt) {
+  ScriptedReader reader;
+  reader.Add(1, Seq(1), {Heartbeat({{"w0", 0}}), Stored("w0", {1, 2})});
+  reader.Add(2, Seq(2), {Heartbeat({{"w0", 0}})});
+  reader.Add(3, {}, {Expire(1)});  // decided on an older heartbeat: ignored
+  reader.Add(4, {}, {Expire(2)});  // expires node-a
+  reader.Add(5, {}, {Expire(2)});  // a second decision changes nothing
+  index::KvIndex index;
+  RouterProbe probe;
+  ApplyLoop loop(&reader, &index, &probe, {});
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(WaitCaughtUp(loop));
+  EXPECT_EQ(index.Stats().applied_seq, 5u);
+  EXPECT_EQ(index.Stats().entries[0], 0u);
+  auto agents = loop.agents().Agents();
+  ASSERT_EQ(agents.size(), 1u);
+  EXPECT_TRUE(agents[0].expired);
+  EXPECT_EQ(agents[0].expiries, 1u);
+}
+
+TEST(ApplyLoopTest, ExpiryAfterTheLastHeartbeatIsIgnoredOnceTheAgentSpeaksAgain) {
+  ScriptedReader reader;
+  reader.Add(1, Seq(1), {Heartbeat({{"w0", 0}}), Stored("w0", {1, 2})});
+  reader.Add(2, Seq(2), {Heartbeat({{"w0", 0}})});
+  reader.Add(3, {}, {Expire(1)});
+  index::KvIndex index;
+  ApplyLoop loop(&reader, &index, nullptr, {});
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(WaitCaughtUp(loop));
+  EXPECT_EQ(index.Stats().entries[0], 2u);
+  EXPECT_FALSE(loop.agents().Agents()[0].expired);
+}
+
+TEST(ApplyLoopTest, UndecodableMessageOfAKnownAgentFailsClosed) {
+  ScriptedReader reader;
+  reader.Add(1, Seq(1), {Heartbeat({{"w0", 0}}), Stored("w0", {1, 2})});
+  reader.Add(2, {.agent = "node-a"}, {}, /*invalid=*/true);
+  index::KvIndex index;
+  ApplyLoop loop(&reader, &index, nullptr, {});
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(WaitCaughtUp(loop));
+  EXPECT_EQ(index.Stats().applied_seq, 2u);
+  EXPECT_EQ(index.Stats().entries[0], 0u);
+}
+
+TEST(ApplyLoopTest, NewIncarnationStartsItsOwnNumbering) {
+  ScriptedReader reader;
+  reader.Add(1, Seq(1, 7), {Heartbeat({{"w0", 0}}), Stored("w0", {1})});
+  reader.Add(2, Seq(2, 7), {Stored("w0", {2})});
+  reader.Add(3, Seq(1, 8), {Stored("w0", {3})});  // restarted agent
+  reader.Add(4, Seq(3, 7), {Stored("w0", {4})});  // the old process, late: stale
+  index::KvIndex index;
+  ApplyLoop loop(&reader, &index, nullptr, {});
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(WaitCaughtUp(loop));
+  EXPECT_EQ(index.Stats().entries[0], 3u);
+  EXPECT_EQ(loop.agents().Agents()[0].gaps, 0u);
+  EXPECT_EQ(loop.agents().Agents()[0].stale, 1u);
 }
 
 }  // namespace

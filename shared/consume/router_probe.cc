@@ -14,6 +14,24 @@ std::string TierLabel(int tier) {
 
 }  // namespace
 
+std::string_view LogOutcomeLabel(LogOutcome outcome) {
+  switch (outcome) {
+    case LogOutcome::kStale:
+      return "stale";
+    case LogOutcome::kInvalid:
+      return "invalid";
+    case LogOutcome::kAgentExpired:
+      return "agent_expired";
+    case LogOutcome::kReadError:
+      return "read_error";
+    case LogOutcome::kExpiryAppended:
+      return "expiry_appended";
+    case LogOutcome::kResyncRequested:
+      return "resync_requested";
+  }
+  return "unknown";
+}
+
 std::string_view EndpointLabel(Endpoint endpoint) {
   switch (endpoint) {
     case Endpoint::kMatch:
@@ -107,8 +125,20 @@ std::vector<prometheus::MetricFamily> RouterProbe::Collect() const {
   }
   out.push_back(std::move(applied));
 
-  auto lag_messages = metrics::GaugeFamily("kvindex_router_apply_lag_messages",
-                                           "Events published to the log and not applied yet");
+  auto log_outcomes = metrics::CounterFamily(
+      "kvindex_router_log_messages_total",
+      "Log messages by outcome other than applied: stale (skipped), invalid (undecodable), "
+      "agent_expired (an agent's sources cleared by liveness), read_error, expiry_appended and "
+      "resync_requested (messages this router appended)");
+  for (int o = 0; o < kNumLogOutcomes; ++o) {
+    metrics::AddSample(log_outcomes, static_cast<double>(log_[o].load()),
+                       {{"outcome", std::string(LogOutcomeLabel(static_cast<LogOutcome>(o)))}});
+  }
+  out.push_back(std::move(log_outcomes));
+
+  auto lag_messages = metrics::GaugeFamily(
+      "kvindex_router_apply_lag_messages",
+      "Log messages (JetStream) or events (embedded) in the log and not applied yet");
   metrics::AddSample(lag_messages, pending_ ? static_cast<double>(pending_()) : 0.0);
   out.push_back(std::move(lag_messages));
 

@@ -51,6 +51,18 @@ class LatencyHistogram {
   std::atomic<uint64_t> sum_ns_{0};
 };
 
+// What happened to log messages besides being applied (one counter each).
+enum class LogOutcome : uint8_t {
+  kStale = 0,            // skipped: at or below its sender's last msg_seq
+  kInvalid = 1,          // payload did not decode (sender's sources cleared)
+  kAgentExpired = 2,     // an agent_expired event that cleared an agent
+  kReadError = 3,        // the log could not be read (retried)
+  kExpiryAppended = 4,   // agent_expired events this router appended
+  kResyncRequested = 5,  // resync requests this router appended
+};
+inline constexpr int kNumLogOutcomes = 6;
+std::string_view LogOutcomeLabel(LogOutcome outcome);
+
 enum class Endpoint : uint8_t { kMatch = 0, kQuery = 1, kState = 2, kWorkers = 3 };
 inline constexpr int kNumEndpoints = 4;
 std::string_view EndpointLabel(Endpoint endpoint);
@@ -74,6 +86,9 @@ class RouterProbe {
   void RecordLookup(Endpoint endpoint, double seconds) {
     lookup_[static_cast<int>(endpoint)].Observe(seconds);
   }
+  void RecordLog(LogOutcome outcome, uint64_t n) {
+    log_[static_cast<int>(outcome)].fetch_add(n, std::memory_order_relaxed);
+  }
   // status class: 2 = 2xx, 4 = 4xx, 5 = 5xx.
   void RecordRequest(Endpoint endpoint, int status);
 
@@ -92,6 +107,7 @@ class RouterProbe {
   std::atomic<double> lag_seconds_{0};
   std::array<LatencyHistogram, kNumEndpoints> lookup_;
   std::atomic<uint64_t> requests_[kNumEndpoints][3] = {};  // 2xx, 4xx, 5xx
+  std::atomic<uint64_t> log_[kNumLogOutcomes] = {};
 };
 
 }  // namespace kvindex::consume

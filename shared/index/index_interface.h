@@ -35,12 +35,20 @@ class IndexInterface {
 
   virtual ~IndexInterface() = default;
 
-  // Applies one placement event at log position `log_position` (strictly
-  // increasing; events at or below the current applied_seq are ignored and
-  // return false, so replay is idempotent). Heartbeats only advance
-  // applied_seq. kWorkerExpired removes every dp_rank of source.worker in every
-  // model. kCleared with an empty model clears the source in every model.
-  virtual bool Apply(const PlacementEvent& event, uint64_t log_position) = 0;
+  // Applies the events of one log message, in order, all at log position
+  // `log_position` (strictly increasing; a message at or below the current
+  // applied_seq is ignored and returns false, so replay is idempotent; an
+  // empty message only advances applied_seq). Heartbeats and agent_expired
+  // only advance applied_seq (liveness is decided by consume::AgentTable,
+  // which turns an expiry into kCleared events). kWorkerExpired removes every
+  // dp_rank of source.worker in every model. kCleared with an empty model
+  // clears the source in every model.
+  virtual bool ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) = 0;
+
+  // One event as its own message at `log_position`.
+  bool Apply(const PlacementEvent& event, uint64_t log_position) {
+    return ApplyMessage(std::span<const PlacementEvent>(&event, 1), log_position);
+  }
 
   // Match by canonical sequence hashes. NotFound if the model is unknown.
   virtual StatusOr<MatchResult> MatchSequenceHashes(std::string_view model,

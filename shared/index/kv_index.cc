@@ -44,9 +44,15 @@ ModelIndex* KvIndex::GetOrCreateModel(std::string_view model) {
   return owned_models_.back().get();
 }
 
-bool KvIndex::Apply(const PlacementEvent& event, uint64_t log_position) {
+bool KvIndex::ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) {
   FlushRestore();
   if (log_position <= applied_seq_.load(std::memory_order_relaxed)) return false;
+  for (const PlacementEvent& event : events) ApplyEvent(event);
+  applied_seq_.store(log_position, std::memory_order_release);
+  return true;
+}
+
+void KvIndex::ApplyEvent(const PlacementEvent& event) {
   switch (event.kind) {
     case PlacementKind::kStored: {
       ModelIndex* m = GetOrCreateModel(event.model);
@@ -70,10 +76,9 @@ bool KvIndex::Apply(const PlacementEvent& event, uint64_t log_position) {
       }
       break;
     case PlacementKind::kHeartbeat:
+    case PlacementKind::kAgentExpired:
       break;
   }
-  applied_seq_.store(log_position, std::memory_order_release);
-  return true;
 }
 
 StatusOr<MatchResult> KvIndex::MatchSequenceHashes(std::string_view model,

@@ -58,7 +58,7 @@ class KvIndex final : public IndexInterface {
   KvIndex(const KvIndex&) = delete;
   KvIndex& operator=(const KvIndex&) = delete;
 
-  bool Apply(const PlacementEvent& event, uint64_t log_position) override;
+  bool ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) override;
   StatusOr<MatchResult> MatchSequenceHashes(std::string_view model,
                                             std::span<const uint64_t> seq_hashes,
                                             const MatchOptions& options = {}) const override;
@@ -72,6 +72,7 @@ class KvIndex final : public IndexInterface {
   void RestoreAppliedSeq(uint64_t log_position) override;
 
  private:
+  void ApplyEvent(const PlacementEvent& event);
   const internal::ModelIndex* FindModel(std::string_view model) const;
   internal::ModelIndex* GetOrCreateModel(std::string_view model);
   // Applies the buffered run of restored entries as one stored event.

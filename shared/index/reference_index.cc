@@ -8,9 +8,14 @@
 
 namespace kvindex::index {
 
-bool ReferenceIndex::Apply(const PlacementEvent& event, uint64_t log_position) {
+bool ReferenceIndex::ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) {
   if (log_position <= applied_seq_) return false;
   applied_seq_ = log_position;
+  for (const PlacementEvent& event : events) ApplyEvent(event);
+  return true;
+}
+
+void ReferenceIndex::ApplyEvent(const PlacementEvent& event) {
   switch (event.kind) {
     case PlacementKind::kStored: {
       Model& model = models_[event.model];
@@ -41,9 +46,9 @@ bool ReferenceIndex::Apply(const PlacementEvent& event, uint64_t log_position) {
       }
       break;
     case PlacementKind::kHeartbeat:
+    case PlacementKind::kAgentExpired:
       break;
   }
-  return true;
 }
 
 StatusOr<MatchResult> ReferenceIndex::MatchSequenceHashes(std::string_view model_name,

@@ -24,7 +24,7 @@ namespace kvindex::index {
 
 class ReferenceIndex : public IndexInterface {
  public:
-  bool Apply(const PlacementEvent& event, uint64_t log_position) override;
+  bool ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) override;
   StatusOr<MatchResult> MatchSequenceHashes(std::string_view model,
                                             std::span<const uint64_t> seq_hashes,
                                             const MatchOptions& options = {}) const override;
@@ -47,6 +47,8 @@ class ReferenceIndex : public IndexInterface {
   virtual void Erase(Model& model, const Entry& entry) { model.entries.erase(entry); }
 
  private:
+  void ApplyEvent(const PlacementEvent& event);
+
   std::map<std::string, Model, std::less<>> models_;
   uint64_t applied_seq_ = 0;
 };

@@ -10,8 +10,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "shared/base/mutex.h"
 #include "shared/ingest/agent_probe.h"
-#include "shared/ingest/internal/mutex.h"
 #include "shared/ingest/internal/strings.h"
 #include "shared/ingest/internal/zmq_util.h"
 #include "shared/ingest/replay_client.h"
@@ -106,7 +106,7 @@ struct AgentPipeline::Impl final : public BatchSink {
 
   // BatchSink: stamps and publishes one engine batch (source threads).
   void PublishBatch(std::vector<PlacementEvent>* events) override {
-    internal::MutexLock lock(&publish_mu);
+    MutexLock lock(&publish_mu);
     const uint64_t now_ns = WallClockNs();
     for (PlacementEvent& event : *events) {
       event.agent = options.node;
@@ -165,7 +165,7 @@ struct AgentPipeline::Impl final : public BatchSink {
       }
     }
     {
-      internal::MutexLock lock(&publish_mu);
+      MutexLock lock(&publish_mu);
       next_event_id = std::max(next_event_id, WallClockNs());
     }
     SessionOptions session_options;
@@ -298,7 +298,7 @@ struct AgentPipeline::Impl final : public BatchSink {
   std::condition_variable stop_cv;
 
   // Serializes stamping + Publish: event_id order = publish order.
-  internal::Mutex publish_mu;
+  Mutex publish_mu;
   uint64_t next_event_id ABSL_GUARDED_BY(publish_mu) = 1;
   log::RateLimiter publish_warnings{std::chrono::seconds(10)};
   log::RateLimiter io_warnings{std::chrono::seconds(10)};

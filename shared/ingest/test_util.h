@@ -115,6 +115,8 @@ class Renderer {
       }
       case PlacementKind::kWorkerExpired:
         return "X";
+      case PlacementKind::kAgentExpired:
+        return "E";
     }
     return "?";
   }

@@ -14,6 +14,8 @@ std::string_view PlacementKindName(PlacementKind kind) {
       return "heartbeat";
     case PlacementKind::kWorkerExpired:
       return "worker_expired";
+    case PlacementKind::kAgentExpired:
+      return "agent_expired";
   }
   return "invalid";
 }

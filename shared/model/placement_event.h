@@ -24,10 +24,15 @@ enum class PlacementKind : uint8_t {
   kCleared = 2,        // source holds nothing in any tier
   kHeartbeat = 3,      // agent is alive; lists its sources and lease
   kWorkerExpired = 4,  // every rank of `source.worker` is gone (liveness expiry)
+  // A router found `agent` silent past its lease after applying its heartbeat
+  // at log position `heartbeat_seq`. Every replica decides at this event's log
+  // position (consume::AgentTable): it clears the agent's sources unless a
+  // newer heartbeat of the agent precedes it in the log.
+  kAgentExpired = 5,
 };
-inline constexpr int kNumPlacementKinds = 5;
+inline constexpr int kNumPlacementKinds = 6;
 
-// "stored", "removed", "cleared", "heartbeat", "worker_expired".
+// "stored", "removed", "cleared", "heartbeat", "worker_expired", "agent_expired".
 std::string_view PlacementKindName(PlacementKind kind);
 
 struct PlacementEvent {
@@ -56,6 +61,10 @@ struct PlacementEvent {
   // kHeartbeat: lease in milliseconds and the sources the agent serves.
   uint32_t lease_ms = 0;
   std::vector<SourceKey> sources;
+
+  // kAgentExpired: log position of the last heartbeat of `agent` that the
+  // deciding router had applied (0: none).
+  uint64_t heartbeat_seq = 0;
 
   friend bool operator==(const PlacementEvent&, const PlacementEvent&) = default;
 };

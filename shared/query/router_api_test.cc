@@ -6,6 +6,7 @@
 #include <chrono>
 #include <thread>
 
+#include "shared/consume/in_process_log_reader.h"
 #include "shared/hashing/canonical_hash.h"
 #include "shared/http/client.h"
 #include "shared/index/kv_index.h"
@@ -87,9 +88,10 @@ class RouterApiTest : public ::testing::Test {
 
   std::string token_ = "t0ken";
   InProcessSink sink_;
+  consume::InProcessLogReader reader_{&sink_};
   index::KvIndex index_;
   consume::RouterProbe probe_;
-  consume::ApplyLoop loop_{&sink_, &index_, &probe_, {}};
+  consume::ApplyLoop loop_{&reader_, &index_, &probe_, {}};
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<RouterApi> api_;
   std::unique_ptr<http::Server> server_;

@@ -17,6 +17,7 @@
 #include "services/bench/http/wrk_output.h"
 #include "shared/config/cli.h"
 #include "shared/consume/apply_loop.h"
+#include "shared/consume/in_process_log_reader.h"
 #include "shared/hashing/canonical_hash.h"
 #include "shared/http/client.h"
 #include "shared/http/server.h"
@@ -265,7 +266,8 @@ int RunHttpBench(int argc, char** argv) {
 
   // 3. In-process: the /v1/match handler (parse + lookup + JSON write).
   InProcessSink sink;
-  consume::ApplyLoop loop(&sink, index.get(), nullptr, {});  // not started: nothing to apply
+  consume::InProcessLogReader reader(&sink);
+  consume::ApplyLoop loop(&reader, index.get(), nullptr, {});  // not started: nothing to apply
   query::ApiContext context;
   context.index = index.get();
   context.apply = &loop;

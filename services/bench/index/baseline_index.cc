@@ -30,11 +30,16 @@ void BaselineIndex::EraseSource(uint32_t id) {
   }
 }
 
-bool BaselineIndex::Apply(const PlacementEvent& event, uint64_t log_position) {
+bool BaselineIndex::ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) {
   std::unique_lock lock(mu_);
   if (log_position <= applied_seq_) return false;
   applied_seq_ = log_position;
-  if (event.model != model_ && !event.model.empty()) return true;
+  for (const PlacementEvent& event : events) ApplyLocked(event);
+  return true;
+}
+
+void BaselineIndex::ApplyLocked(const PlacementEvent& event) {
+  if (event.model != model_ && !event.model.empty()) return;
   const uint32_t tier = static_cast<uint32_t>(event.tier);
   switch (event.kind) {
     case PlacementKind::kStored: {
@@ -75,9 +80,9 @@ bool BaselineIndex::Apply(const PlacementEvent& event, uint64_t log_position) {
       }
       break;
     case PlacementKind::kHeartbeat:
+    case PlacementKind::kAgentExpired:
       break;
   }
-  return true;
 }
 
 StatusOr<MatchResult> BaselineIndex::MatchSequenceHashes(std::string_view model,

@@ -24,7 +24,7 @@ class BaselineIndex final : public index::IndexInterface {
  public:
   explicit BaselineIndex(std::string model);
 
-  bool Apply(const PlacementEvent& event, uint64_t log_position) override;
+  bool ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) override;
   StatusOr<index::MatchResult> MatchSequenceHashes(
       std::string_view model, std::span<const uint64_t> seq_hashes,
       const index::MatchOptions& options = {}) const override;
@@ -37,6 +37,7 @@ class BaselineIndex final : public index::IndexInterface {
   void RestoreAppliedSeq(uint64_t) override {}
 
  private:
+  void ApplyLocked(const PlacementEvent& event);  // mu_ held exclusively
   // Member: source id << 2 | tier.
   using HolderSet = absl::flat_hash_set<uint32_t, absl::Hash<uint32_t>, std::equal_to<uint32_t>,
                                         index::internal::CountingAllocator<uint32_t>>;

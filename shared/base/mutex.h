@@ -1,4 +1,5 @@
-// Mutex: std::mutex with Clang thread-safety annotations.
+// Mutex: std::mutex with Clang thread-safety annotations; the one mutex
+// wrapper of the project (guard fields with ABSL_GUARDED_BY(mu_)).
 //
 // Why not absl::Mutex: Debian's libabsl is not built with ThreadSanitizer
 // instrumentation, so TSan cannot see its synchronization and reports false
@@ -12,7 +13,7 @@
 
 #include "absl/base/thread_annotations.h"
 
-namespace kvindex::ingest::internal {
+namespace kvindex {
 
 class ABSL_LOCKABLE Mutex {
  public:
@@ -34,4 +35,4 @@ class ABSL_SCOPED_LOCKABLE MutexLock {
   Mutex* const mu_;
 };
 
-}  // namespace kvindex::ingest::internal
+}  // namespace kvindex

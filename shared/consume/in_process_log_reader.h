@@ -1,0 +1,37 @@
+// InProcessLogReader: the LogReader over an InProcessSink, the ordered log
+// of `kvindex-router --embedded`. Every event is its own message; positions
+// count events from Open's first_position on, as they are drained.
+//
+//   InProcessSink sink;
+//   InProcessLogReader reader(&sink);
+//   ApplyLoop loop(&reader, &index, &probe, {});
+//
+// Thread safety: as LogReader.
+#pragma once
+
+#include <atomic>
+
+#include "shared/consume/log_reader.h"
+#include "shared/publish/in_process_sink.h"
+
+namespace kvindex::consume {
+
+class InProcessLogReader final : public LogReader {
+ public:
+  // `sink` must outlive the reader.
+  explicit InProcessLogReader(InProcessSink* sink) : sink_(sink) {}
+
+  Status Open(uint64_t first_position) override;
+  Status Read(LogBatch* batch, size_t max_events, std::chrono::milliseconds wait) override;
+  uint64_t LastKnownPosition() const override;
+  uint64_t OpenTarget() const override { return open_target_.load(std::memory_order_acquire); }
+
+ private:
+  InProcessSink* const sink_;
+  // Position of the next drained event minus the sink's drained count at
+  // Open: position(k-th drained event overall) = base_ + k.
+  std::atomic<uint64_t> base_{1};
+  std::atomic<uint64_t> open_target_{0};
+};
+
+}  // namespace kvindex::consume
