@@ -1,0 +1,189 @@
+// A NATS connection with a JetStream context, reconnect policy, auth (user +
+// password, token, NKey seed, creds file), TLS, and connection metrics.
+//
+//   nats::NatsOptions options;
+//   options.url = "nats://10.0.0.1:4222,nats://10.0.0.2:4222";
+//   options.user = "agent";
+//   options.password_file = "/run/secrets/nats-password";
+//   KVINDEX_RETURN_IF_ERROR(nats::LoadSecrets(&options));  // files / env only
+//   KVINDEX_RETURN_IF_ERROR(options.Validate());
+//   KVINDEX_ASSIGN_OR_RETURN(auto connection,
+//       nats::Connection::Connect(options, &registry, "agent", {}, /*retry_initial=*/true));
+//   js_PublishAsync(connection->jetstream(), subject, data, size, nullptr);
+//
+// Secrets (password, token, seed and creds contents) never reach a log line
+// or a Status message: Describe() names only the kind of auth in use.
+//
+// Thread safety: Connection is thread safe (cnats connections are); hooks run
+// on cnats threads and must not block long.
+#pragma once
+
+#include <nats/nats.h>
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/registry.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "shared/base/status.h"
+#include "shared/log/log.h"
+
+namespace kvindex::nats {
+
+struct NatsOptions {
+  // Comma-separated server URLs (nats:// or tls://). Required.
+  std::string url;
+  // Client name shown by the server (connz). Default: "".
+  std::string name;
+  // User for user/password auth. Default: "".
+  std::string user;
+  // Secret: never logged. Filled by LoadSecrets from password_file or
+  // KVINDEX_NATS_PASSWORD. Default: "".
+  std::string password;
+  // File whose first line (trimmed) is the password. Default: "".
+  std::string password_file;
+  // Secret: never logged. Filled by LoadSecrets from token_file or
+  // KVINDEX_NATS_TOKEN. Default: "".
+  std::string token;
+  // File whose first line (trimmed) is the token. Default: "".
+  std::string token_file;
+  // File holding a user NKey seed ("SU..."); the public key is derived.
+  // Default: "".
+  std::string nkey_seed_file;
+  // NATS .creds file (user JWT + seed). Default: "".
+  std::string creds_file;
+  // TLS: CA bundle to verify servers, client certificate and key. TLS is on
+  // when any is set or a URL starts with tls://. Default: "" (each).
+  std::string tls_ca_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Time for one TCP + TLS + CONNECT handshake. Default: 2s.
+  std::chrono::milliseconds connect_timeout{2000};
+  // First reconnect backoff step; doubles per round over the server list,
+  // with jitter. Default: 100ms.
+  std::chrono::milliseconds reconnect_wait{100};
+  // Backoff cap. Default: 2s.
+  std::chrono::milliseconds reconnect_wait_max{2000};
+  // Bytes of publishes buffered while reconnecting; a publish beyond this
+  // fails instead of blocking. Default: 8 MiB.
+  int reconnect_buffer_bytes = 8 << 20;
+
+  bool TlsEnabled() const;
+  // "user/password", "token", "nkey", "creds" or "none".
+  std::string AuthKind() const;
+  // InvalidArgument naming the flag: missing --nats, cert without key, a file
+  // that cannot be read, two auth kinds at once, bad timings.
+  Status Validate() const;
+  // For logs: URLs (credentials in them redacted), name, user, auth kind,
+  // TLS on/off. Never a secret.
+  std::string Describe() const;
+};
+
+// Fills password and token from password_file / token_file (first line,
+// trimmed) or, when still empty, from KVINDEX_NATS_PASSWORD /
+// KVINDEX_NATS_TOKEN. Secrets come from files or the environment only, never
+// from command-line values. InvalidArgument naming the flag when a file
+// cannot be read or is empty.
+Status LoadSecrets(NatsOptions* options);
+
+class Connection {
+ public:
+  // Each optional; called from cnats threads; must not block long.
+  struct Hooks {
+    std::function<void()> on_disconnected;
+    std::function<void()> on_reconnected;
+    // The first connection is up: called inline by Connect when the server
+    // answered at once, or from a cnats thread when a background initial
+    // retry (retry_initial) succeeds.
+    std::function<void()> on_connected;
+    // cnats gave up for good (it does after the same authentication error
+    // twice in a row while reconnecting): the owner must Connect again or
+    // exit. Not called for the close done by ~Connection.
+    std::function<void()> on_closed;
+  };
+
+  // jsOptions defaults for the JetStream context: jsOptions_Init + Wait 5s.
+  // A publisher sets PublishAsync.MaxPending / AckHandler / ErrHandler /
+  // StallWait on top and passes the struct to Connect.
+  static void InitJsOptions(jsOptions* options);
+
+  // Connects (options must have passed Validate; LoadSecrets is the caller's).
+  // With `retry_initial`, a server that is down at start is retried in the
+  // background and Connect returns OK with connected() == false. An
+  // authentication failure at the first attempt is returned as
+  // PermissionDenied either way (never retried silently); later ones are
+  // counted and logged once per 10 s. Unavailable when no server answered
+  // (retry_initial false). `registry` may be null (no metrics); `role`
+  // ("agent" | "router") labels the metrics. `js_options` null means
+  // InitJsOptions defaults; the struct is copied, its closures must outlive
+  // the connection.
+  static StatusOr<std::unique_ptr<Connection>> Connect(const NatsOptions& options,
+                                                       prometheus::Registry* registry,
+                                                       std::string_view role, Hooks hooks,
+                                                       bool retry_initial,
+                                                       const jsOptions* js_options = nullptr);
+
+  // Closes the connection (pending publishes are flushed best effort) and
+  // waits for cnats to deliver its last callback.
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  natsConnection* raw() const { return connection_; }
+  jsCtx* jetstream() const { return jetstream_; }
+  bool connected() const;
+  // True once cnats closed the connection for good (see Hooks::on_closed).
+  bool closed() const;
+  // Authentication failures seen (initial and reconnect); mirrors the metric.
+  uint64_t auth_failures() const { return auth_failures_.load(std::memory_order_relaxed); }
+
+ private:
+  Connection(std::string_view role, Hooks hooks, prometheus::Registry* registry);
+
+  // cnats callbacks; `closure` is the Connection.
+  static void OnDisconnected(natsConnection* nc, void* closure);
+  static void OnReconnected(natsConnection* nc, void* closure);
+  static void OnConnected(natsConnection* nc, void* closure);
+  static void OnClosed(natsConnection* nc, void* closure);
+  static void OnError(natsConnection* nc, natsSubscription* sub, natsStatus err, void* closure);
+  static int64_t ReconnectDelay(natsConnection* nc, int attempts, void* closure);
+
+  // Counts and (rate limited) logs an auth failure when the connection's last
+  // error is one. True when it was.
+  bool CheckAuthFailure(natsConnection* nc, natsStatus status);
+  void SetConnected(bool connected);
+
+  const std::string role_;
+  const Hooks hooks_;
+  const std::shared_ptr<spdlog::logger> logger_;
+  std::chrono::milliseconds reconnect_wait_{100};
+  std::chrono::milliseconds reconnect_wait_max_{2000};
+  natsConnection* connection_ = nullptr;
+  jsCtx* jetstream_ = nullptr;
+  std::atomic<uint64_t> auth_failures_{0};
+  // Set by the destructor before it closes the connection.
+  std::atomic<bool> closing_{false};
+  log::RateLimiter auth_log_limiter_{std::chrono::seconds(10)};
+  log::RateLimiter error_log_limiter_{std::chrono::seconds(10)};
+
+  // Metrics; null without a registry.
+  prometheus::Gauge* connected_gauge_ = nullptr;
+  prometheus::Counter* disconnects_ = nullptr;
+  prometheus::Counter* reconnects_ = nullptr;
+  prometheus::Counter* auth_failures_total_ = nullptr;
+  prometheus::Counter* errors_ = nullptr;
+
+  // Lets the destructor wait until cnats has delivered the closed callback,
+  // after which no callback touches this object.
+  absl::Mutex mu_;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace kvindex::nats

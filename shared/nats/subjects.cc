@@ -1,0 +1,111 @@
+#include "shared/nats/subjects.h"
+#include "shared/nats/internal/strings.h"
+
+namespace kvindex::nats {
+namespace {
+
+constexpr char kHex[] = "0123456789ABCDEF";
+
+bool IsKept(unsigned char c) {
+  return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+}
+
+// Uppercase hex only: one spelling per byte keeps encoded subjects comparable.
+int HexValue(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+std::string EncodeToken(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    if (IsKept(c)) {
+      out.push_back(ch);
+    } else {
+      out.push_back('%');
+      out.push_back(kHex[c >> 4]);
+      out.push_back(kHex[c & 0xF]);
+    }
+  }
+  return out;
+}
+
+StatusOr<std::string> DecodeToken(std::string_view token) {
+  if (token.empty()) return absl::InvalidArgumentError("empty subject token");
+  std::string out;
+  out.reserve(token.size());
+  for (size_t i = 0; i < token.size(); ++i) {
+    const auto c = static_cast<unsigned char>(token[i]);
+    if (IsKept(c)) {
+      out.push_back(token[i]);
+      continue;
+    }
+    if (c != '%') {
+      return absl::InvalidArgumentError(
+          internal::Cat("subject token has a byte that is never encoded at offset ", i));
+    }
+    if (i + 2 >= token.size()) {
+      return absl::InvalidArgumentError(
+          internal::Cat("subject token ends inside an escape at offset ", i));
+    }
+    const int hi = HexValue(token[i + 1]);
+    const int lo = HexValue(token[i + 2]);
+    if (hi < 0 || lo < 0) {
+      return absl::InvalidArgumentError(
+          internal::Cat("subject token has a bad escape at offset ", i));
+    }
+    const auto byte = static_cast<unsigned char>(hi * 16 + lo);
+    if (IsKept(byte)) {
+      return absl::InvalidArgumentError(
+          internal::Cat("subject token escapes a plain byte at offset ", i));
+    }
+    out.push_back(static_cast<char>(byte));
+    i += 2;
+  }
+  return out;
+}
+
+Status ValidatePrefix(std::string_view prefix) {
+  if (prefix.empty()) return absl::InvalidArgumentError("--stream-prefix: empty subject prefix");
+  bool token_empty = true;
+  for (char c : prefix) {
+    if (c == '.') {
+      if (token_empty) break;
+      token_empty = true;
+      continue;
+    }
+    if (!IsKept(static_cast<unsigned char>(c)) && c != '_') {
+      return absl::InvalidArgumentError(internal::Cat(
+          "--stream-prefix: '", prefix, "' may hold only [A-Za-z0-9_-] tokens separated by dots"));
+    }
+    token_empty = false;
+  }
+  if (token_empty) {
+    return absl::InvalidArgumentError(
+        internal::Cat("--stream-prefix: '", prefix, "' has an empty token"));
+  }
+  return absl::OkStatus();
+}
+
+std::string SubjectScheme::StreamSubjects() const { return internal::Cat(prefix, ".>"); }
+
+std::string SubjectScheme::Events(std::string_view model, std::string_view node) const {
+  return internal::Cat(prefix, ".", EncodeToken(model), ".", EncodeToken(node));
+}
+
+std::string SubjectScheme::Agent(std::string_view node) const {
+  return internal::Cat(prefix, "._agent.", EncodeToken(node));
+}
+
+std::string SubjectScheme::Expire(std::string_view node) const {
+  return internal::Cat(prefix, "._expire.", EncodeToken(node));
+}
+
+std::string SubjectScheme::All() const { return StreamSubjects(); }
+
+}  // namespace kvindex::nats

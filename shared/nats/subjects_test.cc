@@ -1,0 +1,75 @@
+#include "shared/nats/subjects.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace kvindex::nats {
+namespace {
+
+void ExpectRoundTrip(const std::string& text) {
+  const std::string token = EncodeToken(text);
+  ASSERT_FALSE(token.empty());
+  EXPECT_NE(token[0], '_') << token;
+  for (char c : token) {
+    const bool allowed = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+                         (c >= '0' && c <= '9') || c == '-' || c == '%';
+    EXPECT_TRUE(allowed) << "byte " << static_cast<int>(static_cast<unsigned char>(c)) << " in "
+                         << token;
+  }
+  auto decoded = DecodeToken(token);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(*decoded, text);
+}
+
+TEST(SubjectsTest, RoundTrips) {
+  for (const std::string text :
+       {"meta-llama/Llama-3.1-8B", "a b", "x.y", "_", "%", "*", ">", "node-1", "A\tB\nC",
+        "modèle/量子", "%41", "__agent", "...", "a>b*c"}) {
+    ExpectRoundTrip(text);
+  }
+  ExpectRoundTrip(std::string("a\0b", 3));
+  std::string every_byte;
+  for (int b = 1; b < 256; ++b) every_byte.push_back(static_cast<char>(b));
+  ExpectRoundTrip(every_byte);
+}
+
+TEST(SubjectsTest, EncodingIsExact) {
+  EXPECT_EQ(EncodeToken("meta-llama/Llama-3.1-8B"), "meta-llama%2FLlama-3%2E1-8B");
+  EXPECT_EQ(EncodeToken("_"), "%5F");
+  EXPECT_EQ(EncodeToken("%"), "%25");
+  EXPECT_EQ(EncodeToken(std::string("\0", 1)), "%00");
+  EXPECT_EQ(EncodeToken("\xff"), "%FF");
+}
+
+TEST(SubjectsTest, DecodeRejectsMalformed) {
+  for (const std::string bad :
+       {"", "%", "%4", "%zz", "%2f", "a.b", "a b", "_x", "*", ">", "%41", "%2D", "abc%"}) {
+    EXPECT_FALSE(DecodeToken(bad).ok()) << "'" << bad << "'";
+  }
+}
+
+TEST(SubjectsTest, Scheme) {
+  SubjectScheme scheme;
+  EXPECT_EQ(scheme.StreamSubjects(), "kvindex.events.>");
+  EXPECT_EQ(scheme.All(), "kvindex.events.>");
+  EXPECT_EQ(scheme.Events("m.1", "n 1"), "kvindex.events.m%2E1.n%201");
+  EXPECT_EQ(scheme.Agent("node_1"), "kvindex.events._agent.node%5F1");
+  EXPECT_EQ(scheme.Expire("n"), "kvindex.events._expire.n");
+  // A model can never collide with a control token.
+  EXPECT_NE(scheme.Events("_agent", "n").substr(0, 22), "kvindex.events._agent.");
+  scheme.prefix = "a.b";
+  EXPECT_EQ(scheme.Events("m", "n"), "a.b.m.n");
+}
+
+TEST(SubjectsTest, ValidatePrefix) {
+  for (const std::string good : {"kvindex.events", "a", "a_b-c.D9", "_x"}) {
+    EXPECT_TRUE(ValidatePrefix(good).ok()) << good;
+  }
+  for (const std::string bad : {"", ".", "a.", ".a", "a..b", "a.*", "a.>", "a b", "a/b", "é"}) {
+    EXPECT_FALSE(ValidatePrefix(bad).ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace kvindex::nats
