@@ -1,9 +1,9 @@
 // kvindex-agent: per-node ingest agent (interfaces.md, "kvindex-agent").
 // Engine ZMQ KV-event streams -> normalized placement events -> output.
 //
-// Outputs: NATS JetStream (--nats) arrives with the distribution issue; until
-// then the agent refuses --nats with exit code 2 instead of pretending, and
-// `--output jsonl` prints every placement event as a JSON line on stdout.
+// Outputs: NATS JetStream (--nats: batched, acknowledged, buffered while NATS
+// is away, snapshots on request; docs/operations.md), or `--output jsonl`,
+// every placement event as a JSON line on stdout.
 // HTTP (--http host:port): /metrics, /healthz, /readyz, /v1/sources.
 // SIGINT/SIGTERM stop it gracefully (sockets closed, output flushed).
 #include <pthread.h>
@@ -11,10 +11,12 @@
 
 #include <prometheus/registry.h>
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "services/agent/jsonl_publisher.h"
@@ -23,6 +25,9 @@
 #include "shared/ingest/agent_pipeline.h"
 #include "shared/log/log.h"
 #include "shared/metrics/metrics.h"
+#include "shared/nats/flags.h"
+#include "shared/publish/jetstream_publisher.h"
+#include "shared/publish/resync_listener.h"
 
 namespace {
 
@@ -64,7 +69,12 @@ int main(int argc, char** argv) {
   config::AddCommonOptions(app, &common);
 
   ingest::AgentOptions options;
-  std::string nats;
+  nats::NatsOptions nats_options;
+  nats::StreamOptions stream_options;
+  nats::StreamFlagText stream_text;
+  JetStreamPublisherOptions publisher_options;
+  std::string batch_delay = "2ms";
+  std::string ack_timeout = "5s";
   std::vector<std::string> sources;
   std::string http_listen;
   std::string output;
@@ -73,8 +83,24 @@ int main(int argc, char** argv) {
   std::string replay_cooldown = "1s";
   std::string heartbeat_interval = "0";
 
-  app.add_option("--nats", nats,
-                 "NATS URL for JetStream publishing (not implemented yet: use --output jsonl)");
+  nats::AddNatsFlags(app, &nats_options);
+  nats::AddStreamFlags(app, &stream_options, &stream_text);
+  app.add_option("--batch-bytes", publisher_options.max_batch_bytes,
+                 "JetStream: a message is sealed at this many bytes of events")
+      ->capture_default_str();
+  app.add_option("--batch-delay", batch_delay,
+                 "JetStream: ... or when its first event waited this long")
+      ->capture_default_str();
+  app.add_option("--max-in-flight", publisher_options.max_in_flight,
+                 "JetStream: messages sent and not acknowledged at most")
+      ->capture_default_str();
+  app.add_option("--buffer-bytes", publisher_options.buffer_bytes,
+                 "JetStream: unacknowledged bytes held while NATS is unreachable; past it the "
+                 "affected sources are republished as snapshots")
+      ->capture_default_str();
+  app.add_option("--ack-timeout", ack_timeout,
+                 "JetStream: a message not acknowledged within this time is sent again")
+      ->capture_default_str();
   app.add_option("--node", options.node, "Agent node id, stamped into every event")->required();
   app.add_option("--source", sources,
                  "Engine source (repeatable): 'worker=w0,engine=vllm|sglang|trtllm,model=M,"
@@ -84,7 +110,8 @@ int main(int argc, char** argv) {
       ->delimiter(';');
   app.add_option("--http", http_listen,
                  "HTTP listen address host:port for /metrics, /healthz, /readyz (empty: off)");
-  app.add_option("--output", output, "Event output: jsonl (one JSON event per line on stdout)")
+  app.add_option("--output", output,
+                 "Event output without --nats: jsonl (one JSON event per line on stdout)")
       ->check(CLI::IsMember({"jsonl"}));
   app.add_option("--lease", lease, "Heartbeat lease announced to routers (e.g. 30s)")
       ->capture_default_str();
@@ -135,18 +162,36 @@ int main(int argc, char** argv) {
   if (Status status = options.Validate(); !status.ok()) {
     return Fail(std::string(status.message()), 2);
   }
-  if (!nats.empty()) {
-    // Never pretend: events given to a publisher that does not exist are lost.
-    return Fail(
-        "--nats: NATS JetStream publishing is not implemented yet in this build; "
-        "use --output jsonl",
-        2);
+  const bool use_nats = !nats_options.url.empty();
+  if (use_nats && !output.empty()) return Fail("--nats and --output exclude each other", 2);
+  if (!use_nats && output != "jsonl") {
+    return Fail("no event output: give --nats URL (JetStream) or --output jsonl", 2);
   }
-  if (output != "jsonl") {
-    return Fail(
-        "no event output: JetStream publishing (--nats) is not implemented yet; "
-        "use --output jsonl",
-        2);
+  if (use_nats) {
+    if (Status s = nats::FinishNatsFlags(stream_text, &nats_options, &stream_options); !s.ok()) {
+      return Fail(std::string(s.message()), 2);
+    }
+    if (Status s = nats::LoadSecrets(&nats_options); !s.ok()) {
+      return Fail(std::string(s.message()), 2);
+    }
+    if (Status s = nats_options.Validate(); !s.ok()) return Fail(std::string(s.message()), 2);
+    for (const Duration& d : {Duration{"--batch-delay", &batch_delay, nullptr},
+                              Duration{"--ack-timeout", &ack_timeout, nullptr}}) {
+      if (!config::ParseDuration(*d.text).ok()) {
+        return Fail(std::string(d.flag) + ": invalid duration '" + *d.text + "'", 2);
+      }
+    }
+    publisher_options.max_delay =
+        std::chrono::duration_cast<std::chrono::microseconds>(*config::ParseDuration(batch_delay));
+    if (publisher_options.max_delay.count() == 0 && batch_delay != "0") {
+      publisher_options.max_delay = std::chrono::microseconds(1);
+    }
+    publisher_options.ack_timeout = *config::ParseDuration(ack_timeout);
+    publisher_options.node = options.node;
+    publisher_options.subjects = stream_options.subjects;
+    if (Status s = publisher_options.Validate(); !s.ok()) {
+      return Fail(std::string(s.message()), 2);
+    }
   }
 
   // Signals are handled by sigwait in this thread; block them before any
@@ -160,8 +205,52 @@ int main(int argc, char** argv) {
 
   auto logger = log::Get("agent");
   prometheus::Registry registry;
-  agent::JsonlPublisher publisher(stdout);
-  ingest::AgentPipeline pipeline(options, &publisher, &registry);
+  std::unique_ptr<nats::Connection> connection;
+  std::unique_ptr<PlacementPublisher> publisher;
+  JetStreamPublisher* jetstream = nullptr;
+  if (use_nats) {
+    auto connected = nats::Connection::Connect(nats_options, &registry, "agent", {},
+                                               /*retry_initial=*/true);
+    if (!connected.ok()) return Fail(std::string(connected.status().message()), 1);
+    connection = std::move(*connected);
+    auto owned =
+        std::make_unique<JetStreamPublisher>(connection->raw(), publisher_options, &registry);
+    jetstream = owned.get();
+    publisher = std::move(owned);
+    logger->info("publishing to JetStream ({}), stream {}, incarnation {}", nats_options.Describe(),
+                 stream_options.name, jetstream->incarnation());
+  } else {
+    publisher = std::make_unique<agent::JsonlPublisher>(stdout);
+  }
+  ingest::AgentPipeline pipeline(options, publisher.get(), &registry);
+  std::unique_ptr<ResyncListener> listener;
+  std::thread nats_setup;
+  std::atomic<bool> stopping{false};
+  if (jetstream != nullptr) {
+    jetstream->SetResyncHandler([&pipeline](const ResyncRequest& request) {
+      pipeline.RequestSnapshots(request.all, request.sources);
+    });
+    if (Status s = jetstream->Start(); !s.ok()) return Fail(std::string(s.message()), 1);
+    listener = std::make_unique<ResyncListener>(
+        connection->jetstream(), stream_options.name, stream_options.subjects.Expire(options.node),
+        [&pipeline] { pipeline.RequestSnapshots(true, {}); });
+    // The stream and the listener need JetStream up; start order must not
+    // matter, so they are retried in the background.
+    nats_setup = std::thread([&] {
+      auto backoff = std::chrono::milliseconds(100);
+      bool stream_ready = false;
+      while (!stopping.load()) {
+        if (!stream_ready) {
+          Status s = nats::EnsureStream(connection->jetstream(), stream_options);
+          stream_ready = s.ok();
+          if (!s.ok()) logger->warn("stream {}: {} (retrying)", stream_options.name, s.ToString());
+        }
+        if (stream_ready && listener->Start().ok()) return;
+        std::this_thread::sleep_for(backoff);
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+      }
+    });
+  }
 
   std::unique_ptr<http::Server> server;
   if (!http_listen.empty()) {
@@ -204,6 +293,8 @@ int main(int argc, char** argv) {
 
   if (Status status = pipeline.Start(); !status.ok()) {
     if (server) server->Stop();
+    stopping.store(true);
+    if (nats_setup.joinable()) nats_setup.join();
     // A malformed endpoint is a flag error (2); an address in use is not (1).
     return Fail(std::string(status.message()),
                 status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1);
@@ -214,7 +305,21 @@ int main(int argc, char** argv) {
   sigwait(&signals, &signal_number);
   logger->info("signal {}: stopping", signal_number);
   pipeline.Stop();
+  stopping.store(true);
+  if (nats_setup.joinable()) nats_setup.join();
+  if (listener) listener->Stop();
   if (server) server->Stop();
-  publisher.Flush().IgnoreError();  // best effort: stdout may be gone at shutdown
+  if (jetstream != nullptr) {
+    // Give JetStream a moment to acknowledge what is queued, then stop.
+    std::thread flusher([&] { jetstream->Flush().IgnoreError(); });
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+    while (jetstream->buffered_bytes() > 0 && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    jetstream->Stop();
+    flusher.join();
+  } else {
+    publisher->Flush().IgnoreError();  // best effort: stdout may be gone at shutdown
+  }
   return 0;
 }

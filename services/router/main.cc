@@ -1,7 +1,7 @@
 // kvindex-router: placement log -> tiered index -> HTTP query API
-// (interfaces.md, "kvindex-router"). Only --embedded (agent pipeline
-// in-process, single node) is implemented; --nats without --embedded exits 2
-// with a clear message until JetStream consumption lands.
+// (interfaces.md, "kvindex-router"). --embedded runs the agent pipeline
+// in-process (single node); --nats consumes the JetStream placement stream
+// (replicated routers, docs/operations.md).
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -18,6 +18,7 @@
 #include "shared/config/cli.h"
 #include "shared/ingest/source_spec.h"
 #include "shared/log/log.h"
+#include "shared/nats/flags.h"
 
 namespace {
 
@@ -46,7 +47,6 @@ int main(int argc, char** argv) {
   config::AddCommonOptions(app, &common);
 
   router::RouterOptions options;
-  std::string nats;
   std::vector<std::string> sources;
   std::string checkpoint_interval = "10s";
   std::string replay_timeout = "2s";
@@ -54,7 +54,13 @@ int main(int argc, char** argv) {
   std::string auth_token;
   std::string node;
 
-  app.add_option("--nats", nats, "NATS URL (JetStream mode; not implemented yet)");
+  nats::AddNatsFlags(app, &options.nats);
+  nats::StreamFlagText stream_text;
+  nats::AddStreamFlags(app, &options.stream, &stream_text);
+  std::string liveness_interval = "250ms";
+  app.add_option("--liveness-interval", liveness_interval,
+                 "JetStream mode: how often agents' heartbeat leases are checked")
+      ->capture_default_str();
   app.add_flag("--embedded", options.embedded,
                "Run the agent pipeline in-process (single node, no NATS)");
   app.add_option("--source", sources,
@@ -87,13 +93,28 @@ int main(int argc, char** argv) {
 
   if (auto exit_code = config::Parse(app, argc, argv)) return *exit_code;
 
-  if (!options.embedded) {
-    return Fail(
-        "JetStream consumption (--nats without --embedded) is not implemented yet; run "
-        "kvindex-router --embedded --source ... --data-dir DIR --http ADDR for a single node",
-        2);
+  if (options.embedded && !options.nats.url.empty()) {
+    return Fail("--embedded and --nats exclude each other (one log per router)", 2);
   }
-  if (sources.empty()) return Fail("--embedded needs at least one --source", 2);
+  if (!options.embedded) {
+    if (options.nats.url.empty()) {
+      return Fail("give --nats URL (replicated routers) or --embedded --source ... (single node)",
+                  2);
+    }
+    if (Status s = nats::FinishNatsFlags(stream_text, &options.nats, &options.stream); !s.ok()) {
+      return Fail(std::string(s.message()), 2);
+    }
+    if (Status s = nats::LoadSecrets(&options.nats); !s.ok()) {
+      return Fail(std::string(s.message()), 2);
+    }
+    auto interval = config::ParseDuration(liveness_interval);
+    if (!interval.ok() || interval->count() <= 0) {
+      return Fail("--liveness-interval: must be a positive duration", 2);
+    }
+    options.liveness_interval = *interval;
+  } else if (sources.empty()) {
+    return Fail("--embedded needs at least one --source", 2);
+  }
   if (auto d = config::ParseDuration(checkpoint_interval); !d.ok()) {
     return Fail("--checkpoint-interval: " + std::string(d.status().message()), 2);
   }
@@ -139,13 +160,20 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   const std::string listen = options.http;
+  const bool options_embedded = options.embedded;
+  const std::string nats_description = options.nats.Describe();
   router::Router router(std::move(options));
   if (Status status = router.Start(); !status.ok()) {
     logger->error("start failed: {}", status.ToString());
     return 1;
   }
-  logger->info("serving on {} (port {}), {} --source values", listen, router.port(),
-               sources.size());
+  if (options_embedded) {
+    logger->info("serving on {} (port {}), {} --source values", listen, router.port(),
+                 sources.size());
+  } else {
+    logger->info("serving on {} (port {}), consuming JetStream ({})", listen, router.port(),
+                 nats_description);
+  }
   std::fprintf(stderr, "kvindex-router: listening on port %u\n", router.port());
 
   int received = 0;

@@ -1,5 +1,8 @@
 #include "services/router/router.h"
 
+#include "shared/codec/placement_codec.h"
+#include "shared/consume/jetstream_log_reader.h"
+
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -9,11 +12,15 @@ namespace kvindex::router {
 Status RouterOptions::Validate() const {
   if (data_dir.empty()) return absl::InvalidArgumentError("--data-dir is required");
   if (!embedded) {
-    return absl::UnimplementedError(
-        "JetStream consumption (--nats without --embedded) is not implemented yet; run "
-        "kvindex-router --embedded --source ... for a single node");
-  }
-  if (agent.sources.empty()) {
+    if (nats.url.empty()) {
+      return absl::InvalidArgumentError("give --nats URL (replicated) or --embedded (single node)");
+    }
+    if (!agent.sources.empty()) {
+      return absl::InvalidArgumentError("--source needs --embedded (with --nats, agents publish)");
+    }
+    KVINDEX_RETURN_IF_ERROR(nats.Validate());
+    KVINDEX_RETURN_IF_ERROR(stream.Validate());
+  } else if (agent.sources.empty()) {
     return absl::InvalidArgumentError("--embedded needs at least one --source");
   }
   http::ServerOptions server;
@@ -22,7 +29,7 @@ Status RouterOptions::Validate() const {
   server.max_body_bytes = max_body_bytes;
   KVINDEX_RETURN_IF_ERROR(server.Validate());
   if (log_capacity == 0) return absl::InvalidArgumentError("log capacity must be > 0");
-  return agent.Validate();
+  return embedded ? agent.Validate() : absl::OkStatus();
 }
 
 Router::Router(RouterOptions options) : options_(std::move(options)) {}
@@ -46,30 +53,70 @@ Status Router::Start() {
   server_.reset();
   api_.reset();
   ingest_.reset();
+  liveness_.reset();
   apply_.reset();
   reader_.reset();
   sink_.reset();
   index_.reset();
   probe_.reset();
   registry_.reset();
+  connection_.reset();
   registry_ = std::make_shared<prometheus::Registry>();
   probe_ = std::make_unique<consume::RouterProbe>();
   index_ = std::make_unique<index::KvIndex>();
-  sink_ = std::make_unique<InProcessSink>(options_.log_capacity);
-  InProcessSink* sink = sink_.get();
   probe_->Bind(index_.get(), [this] { return apply_ ? apply_->Pending() : 0; });
-
   consume::ApplyOptions apply_options;
   apply_options.models = options_.models;
-  reader_ = std::make_unique<consume::InProcessLogReader>(sink);
+
+  if (options_.embedded) {
+    sink_ = std::make_unique<InProcessSink>(options_.log_capacity);
+    reader_ = std::make_unique<consume::InProcessLogReader>(sink_.get());
+  } else {
+    // A NATS server that is down at start is retried in the background; the
+    // apply loop opens the stream (creating it if missing) once it answers.
+    KVINDEX_ASSIGN_OR_RETURN(connection_,
+                             nats::Connection::Connect(options_.nats, registry_.get(), "router", {},
+                                                       /*retry_initial=*/true));
+    consume::JetStreamLogOptions log_options;
+    log_options.stream = options_.stream.name;
+    log_options.subjects = options_.stream.subjects.All();
+    jsCtx* js = connection_->jetstream();
+    const nats::StreamOptions stream = options_.stream;
+    log_options.prepare = [js, stream] { return nats::EnsureStream(js, stream); };
+    reader_ = std::make_unique<consume::JetStreamLogReader>(js, std::move(log_options));
+  }
   apply_ = std::make_unique<consume::ApplyLoop>(reader_.get(), index_.get(), probe_.get(),
                                                 apply_options);
   KVINDEX_RETURN_IF_ERROR(apply_->Start());
 
-  ingest_ = std::make_unique<EmbeddedIngest>(options_.agent, sink, registry_.get());
-  if (Status status = ingest_->Start(); !status.ok()) {
-    apply_->Stop();
-    return status;
+  if (options_.embedded) {
+    ingest_ = std::make_unique<EmbeddedIngest>(options_.agent, sink_.get(), registry_.get());
+    if (Status status = ingest_->Start(); !status.ok()) {
+      apply_->Stop();
+      return status;
+    }
+  } else {
+    jsCtx* js = connection_->jetstream();
+    const nats::SubjectScheme subjects = options_.stream.subjects;
+    auto append = [js, subjects](const std::string& agent, const std::string& msg_id,
+                                 const std::vector<PlacementEvent>& events) -> Status {
+      std::string data;
+      codec::EncodePlacementBatch(events, &data);
+      jsPubOptions pub;
+      jsPubOptions_Init(&pub);
+      pub.MsgId = msg_id.c_str();
+      jsPubAck* ack = nullptr;
+      jsErrCode code = static_cast<jsErrCode>(0);
+      const natsStatus status = js_Publish(&ack, js, subjects.Expire(agent).c_str(), data.data(),
+                                           static_cast<int>(data.size()), &pub, &code);
+      jsPubAck_Destroy(ack);
+      return status == NATS_OK ? absl::OkStatus()
+                               : nats::FromNats(status, "append to the control subject", code);
+    };
+    liveness_ = std::make_unique<consume::LivenessMonitor>(
+        apply_.get(), probe_.get(), std::move(append),
+        consume::LivenessOptions{.interval = options_.liveness_interval});
+    liveness_->Start();
   }
 
   query::ApiContext context;
@@ -77,9 +124,10 @@ Status Router::Start() {
   context.apply = apply_.get();
   context.probe = probe_.get();
   context.registry = registry_.get();
-  EmbeddedIngest* ingest = ingest_.get();
-  context.ingest_ready = [ingest] { return ingest->Ready(); };
-  context.ingest_sources = [ingest] { return ingest->Sources(); };
+  if (EmbeddedIngest* ingest = ingest_.get()) {
+    context.ingest_ready = [ingest] { return ingest->Ready(); };
+    context.ingest_sources = [ingest] { return ingest->Sources(); };
+  }
   for (const ingest::SourceSpec& spec : options_.agent.sources) {
     bool seen = false;
     for (const auto& [model, unused] : context.configured_models) seen |= model == spec.model;
@@ -97,7 +145,8 @@ Status Router::Start() {
   server_ = std::make_unique<http::Server>(server_options);
   api_->Register(*server_);
   if (Status status = server_->Start(); !status.ok()) {
-    ingest_->Stop();
+    if (ingest_) ingest_->Stop();
+    if (liveness_) liveness_->Stop();
     apply_->Stop();
     return status;
   }
@@ -108,9 +157,10 @@ Status Router::Start() {
 void Router::Stop() {
   if (!running_) return;
   server_->Stop();
-  ingest_->Stop();
+  if (ingest_) ingest_->Stop();
+  if (liveness_) liveness_->Stop();
   apply_->Stop();
-  sink_->Close();
+  if (sink_) sink_->Close();
   running_ = false;
 }
 

@@ -1,6 +1,9 @@
-// Router: the kvindex-router façade. Owns the index, the placement log
-// (InProcessSink), the apply loop, the embedded ingest pipeline and the HTTP
-// API, starts them in data-flow order and stops them in reverse.
+// Router: the kvindex-router façade. Owns the index, the placement log, the
+// apply loop and the HTTP API, starts them in data-flow order and stops them
+// in reverse. Two logs, one apply loop: --embedded reads an InProcessSink fed
+// by the in-process agent pipeline; --nats reads the JetStream stream (and
+// runs the LivenessMonitor, which appends expiry decisions and resync
+// requests to it).
 //
 //   RouterOptions options;
 //   options.embedded = true;
@@ -23,6 +26,7 @@
 
 #include <prometheus/registry.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -33,10 +37,13 @@
 #include "shared/base/status.h"
 #include "shared/consume/apply_loop.h"
 #include "shared/consume/in_process_log_reader.h"
+#include "shared/consume/liveness_monitor.h"
 #include "shared/consume/router_probe.h"
 #include "shared/http/server.h"
 #include "shared/index/kv_index.h"
 #include "shared/ingest/agent_pipeline.h"
+#include "shared/nats/connection.h"
+#include "shared/nats/stream.h"
 #include "shared/publish/in_process_sink.h"
 #include "shared/query/router_api.h"
 
@@ -57,8 +64,13 @@ struct RouterOptions {
   std::string auth_token;
   // /metrics requires the token too. Default: false.
   bool metrics_auth = false;
-  // Run the agent pipeline in-process (the only mode implemented). Default: false.
+  // Run the agent pipeline in-process (single node, no NATS). Default: false.
   bool embedded = false;
+  // JetStream mode (embedded false): connection and stream.
+  nats::NatsOptions nats;
+  nats::StreamOptions stream;
+  // How often agents' leases are checked (JetStream mode). Default: 250 ms.
+  std::chrono::milliseconds liveness_interval{250};
   // Agent pipeline options (node, sources, replay timeouts) for embedded mode.
   ingest::AgentOptions agent;
   // Placement log capacity (events) between ingest and apply. Default: 1 << 20.
@@ -89,7 +101,9 @@ class Router {
   std::unique_ptr<index::KvIndex> index_;
   std::unique_ptr<InProcessSink> sink_;
   std::unique_ptr<consume::LogReader> reader_;
+  std::unique_ptr<nats::Connection> connection_;
   std::unique_ptr<consume::ApplyLoop> apply_;
+  std::unique_ptr<consume::LivenessMonitor> liveness_;
   std::unique_ptr<EmbeddedIngest> ingest_;
   std::unique_ptr<query::RouterApi> api_;
   std::unique_ptr<http::Server> server_;

@@ -81,6 +81,7 @@ struct AgentPipeline::Impl final : public BatchSink {
     SessionCounters counters;
     SourceMetrics* metrics = nullptr;
     std::atomic<bool> ready{false};
+    std::atomic<bool> snapshot_wanted{false};
     // Per run; owned by the source's thread while it runs.
     std::unique_ptr<zmq::socket_t> sub;
     std::unique_ptr<ZmqReplayClient> replay;
@@ -226,6 +227,7 @@ struct AgentPipeline::Impl final : public BatchSink {
         WaitUnlessStopping(kPollInterval);
         continue;
       }
+      if (source->snapshot_wanted.exchange(false)) PublishSnapshot(source);
       for (int i = 0; *readable && i < kMaxMessagesPerWake && !stop.load(); ++i) {
         StatusOr<bool> received = internal::ReceiveMultipart(*source->sub, &message);
         if (!received.ok() || !*received) break;
@@ -238,6 +240,15 @@ struct AgentPipeline::Impl final : public BatchSink {
       }
       source->metrics->Sync(source->stats, source->counters, true);
     }
+  }
+
+  void PublishSnapshot(Source* source) {
+    std::vector<PlacementEvent> events;
+    source->session->processor().Snapshot(&events);
+    PublishBatch(&events);
+    snapshots.fetch_add(1, std::memory_order_relaxed);
+    log::Get("ingest")->info("source {}: snapshot published ({} events)", source->label,
+                             events.size());
   }
 
   void PublishHeartbeat() {
@@ -292,6 +303,7 @@ struct AgentPipeline::Impl final : public BatchSink {
   std::unique_ptr<zmq::context_t> context;
   std::thread heartbeat_thread;
   std::atomic<bool> running{false};  // written by the controlling thread
+  std::atomic<uint64_t> snapshots{0};
 
   std::atomic<bool> stop{false};
   std::mutex stop_mu;
@@ -321,6 +333,16 @@ bool AgentPipeline::Ready() const {
   }
   return true;
 }
+
+void AgentPipeline::RequestSnapshots(bool all, const std::vector<SourceKey>& sources) {
+  for (const auto& source : impl_->sources) {
+    bool wanted = all;
+    for (const SourceKey& key : sources) wanted |= key.worker == source->spec.worker;
+    if (wanted) source->snapshot_wanted.store(true);
+  }
+}
+
+uint64_t AgentPipeline::snapshots() const { return impl_->snapshots.load(); }
 
 std::vector<AgentPipeline::SourceStatus> AgentPipeline::Sources() const {
   std::vector<SourceStatus> out;

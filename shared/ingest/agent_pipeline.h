@@ -99,6 +99,14 @@ class AgentPipeline {
   // attempt (successful or not).
   bool Ready() const;
 
+  // Asks the sources to republish their state as snapshots (docs/events.md,
+  // "Source snapshots"): every source when `all`, else those whose worker is
+  // named in `sources`. Each source's own thread publishes its snapshot
+  // within about 100 ms, between two engine batches. Any thread.
+  void RequestSnapshots(bool all, const std::vector<SourceKey>& sources);
+  // Snapshots published since Start.
+  uint64_t snapshots() const;
+
   using SourceStatus = IngestSourceStatus;
   // One entry per configured source, in configuration order.
   std::vector<SourceStatus> Sources() const;

@@ -146,6 +146,7 @@ class SourceSession {
   bool has_seq() const { return has_seq_; }
   uint64_t last_seq() const { return last_seq_; }
   size_t tracked_blocks() const { return processor_.tracked_blocks(); }
+  const normalize::SourceProcessor& processor() const { return processor_; }
 
  private:
   void Apply(uint64_t seq, Frame payload, std::optional<ClearCause> clear_first);

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "shared/hashing/canonical_hash.h"
 #include "shared/normalize/internal/rank_state.h"
 
@@ -128,6 +129,65 @@ PlacementEvent& SourceProcessor::NewPlacement(PlacementKind kind, uint32_t dp_ra
   placement.source.worker = options_.worker;
   placement.source.dp_rank = dp_rank;
   return placement;
+}
+
+void SourceProcessor::Snapshot(std::vector<PlacementEvent>* out, size_t max_hashes) const {
+  if (max_hashes == 0) max_hashes = 1;
+  for (const auto& rank : ranks_) {
+    auto new_event = [&](PlacementKind kind) -> PlacementEvent& {
+      PlacementEvent& e = out->emplace_back();
+      e.kind = kind;
+      e.model = options_.model;
+      e.source.worker = options_.worker;
+      e.source.dp_rank = rank->dp_rank;
+      return e;
+    };
+    new_event(PlacementKind::kCleared);
+    // Parent of each canonical block, where an engine entry knows it.
+    absl::flat_hash_map<uint64_t, uint64_t> parent_of;
+    for (const auto& [engine_hash, entry] : rank->engine) {
+      if (entry.has_parent) parent_of.emplace(entry.canonical, entry.parent);
+    }
+    for (int t = 0; t < kNumTiers; ++t) {
+      // Blocks held in tier t, each emitted after its parent when the parent
+      // is held too, so routers get chains (fewer index nodes) back.
+      absl::flat_hash_map<uint64_t, std::vector<uint64_t>> children;
+      std::vector<uint64_t> roots;
+      for (const auto& [canonical, counts] : rank->canonical) {
+        if (counts[t] == 0) continue;
+        auto parent = parent_of.find(canonical);
+        const bool chained = parent != parent_of.end() && parent->second != canonical &&
+                             rank->canonical.contains(parent->second) &&
+                             rank->canonical.at(parent->second)[t] > 0;
+        if (chained) {
+          children[parent->second].push_back(canonical);
+        } else {
+          roots.push_back(canonical);
+        }
+      }
+      std::sort(roots.begin(), roots.end());  // deterministic output
+      PlacementEvent* current = nullptr;
+      std::vector<uint64_t> stack;
+      for (uint64_t root : roots) {
+        stack.push_back(root);
+        while (!stack.empty()) {
+          const uint64_t block = stack.back();
+          stack.pop_back();
+          if (current == nullptr || current->block_hashes.size() >= max_hashes) {
+            current = &new_event(PlacementKind::kStored);
+            current->tier = static_cast<Tier>(t);
+            current->block_size = options_.block_size;
+          }
+          current->block_hashes.push_back(block);
+          auto kids = children.find(block);
+          if (kids != children.end()) {
+            std::sort(kids->second.begin(), kids->second.end(), std::greater<>());
+            stack.insert(stack.end(), kids->second.begin(), kids->second.end());
+          }
+        }
+      }
+    }
+  }
 }
 
 void SourceProcessor::Cleared(RankState& rank, std::vector<PlacementEvent>* out) {

@@ -109,6 +109,13 @@ class SourceProcessor {
   // kCleared event per rank (ascending dp_rank).
   void ClearAll(std::vector<PlacementEvent>* out);
 
+  // Source snapshot (docs/events.md, "Source snapshots"): appends, per rank,
+  // one kCleared and then kStored events holding exactly the blocks the rank
+  // holds now in each tier, chained parent first where parents are known, at
+  // most `max_hashes` hashes per event. Applied in order after the clear,
+  // they replace the source's state in a router. State is unchanged.
+  void Snapshot(std::vector<PlacementEvent>* out, size_t max_hashes = 65536) const;
+
   // Per-engine-event hook (nullptr = off; no cost when off). Not owned.
   void SetObserver(EventObserver* observer) { observer_ = observer; }
 

@@ -1,0 +1,182 @@
+#include "shared/consume/jetstream_log_reader.h"
+
+#include <string_view>
+
+#include "shared/log/log.h"
+#include "shared/nats/subjects.h"
+
+namespace kvindex::consume {
+namespace {
+
+Status NatsError(natsStatus status, std::string_view what) {
+  std::string text = std::string(what) + ": " + natsStatus_GetText(status);
+  if (const char* last = nats_GetLastError(nullptr); last != nullptr && *last != 0) {
+    text += std::string(" (") + last + ")";
+  }
+  switch (status) {
+    case NATS_NOT_FOUND:
+      return absl::NotFoundError(text);
+    case NATS_TIMEOUT:
+    case NATS_NO_SERVER:
+    case NATS_CONNECTION_CLOSED:
+    case NATS_CONNECTION_DISCONNECTED:
+    case NATS_NOT_YET_CONNECTED:
+    case NATS_NO_RESPONDERS:
+    case NATS_STALE_CONNECTION:
+      return absl::UnavailableError(text);
+    default:
+      return absl::InternalError(text);
+  }
+}
+
+// The sending node is the subject's last token (docs/operations.md,
+// "Subjects"); "" when it does not decode.
+std::string NodeOfSubject(const char* subject) {
+  if (subject == nullptr) return "";
+  const std::string_view s(subject);
+  const size_t dot = s.rfind('.');
+  if (dot == std::string_view::npos) return "";
+  StatusOr<std::string> node = nats::DecodeToken(s.substr(dot + 1));
+  return node.ok() ? *node : "";
+}
+
+}  // namespace
+
+StatusOr<StreamBounds> ReadStreamBounds(jsCtx* js, const std::string& stream) {
+  jsStreamInfo* info = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  const natsStatus status = js_GetStreamInfo(&info, js, stream.c_str(), nullptr, &code);
+  if (status != NATS_OK) {
+    if (code == JSStreamNotFoundErr) return absl::NotFoundError("no stream '" + stream + "'");
+    return NatsError(status, "stream info of '" + stream + "'");
+  }
+  StreamBounds bounds{info->State.FirstSeq, info->State.LastSeq, info->State.Msgs};
+  jsStreamInfo_Destroy(info);
+  return bounds;
+}
+
+JetStreamLogReader::JetStreamLogReader(jsCtx* js, JetStreamLogOptions options)
+    : js_(js), options_(std::move(options)) {}
+
+JetStreamLogReader::~JetStreamLogReader() { Unsubscribe(); }
+
+void JetStreamLogReader::Unsubscribe() {
+  if (sub_ == nullptr) return;
+  natsSubscription_Unsubscribe(sub_);
+  natsSubscription_Destroy(sub_);
+  sub_ = nullptr;
+}
+
+Status JetStreamLogReader::Subscribe(uint64_t first_position) {
+  Unsubscribe();
+  jsSubOptions so;
+  jsSubOptions_Init(&so);
+  so.Stream = options_.stream.c_str();
+  so.Ordered = true;
+  if (first_position > 1) {
+    so.Config.DeliverPolicy = js_DeliverByStartSequence;
+    so.Config.OptStartSeq = first_position;
+  } else {
+    so.Config.DeliverPolicy = js_DeliverAll;
+  }
+  jsErrCode code = static_cast<jsErrCode>(0);
+  natsStatus status = js_SubscribeSync(&sub_, js_, options_.subjects.c_str(), nullptr, &so, &code);
+  if (status != NATS_OK) {
+    sub_ = nullptr;
+    return NatsError(status, "subscribe to stream '" + options_.stream + "'");
+  }
+  status = natsSubscription_SetPendingLimits(sub_, options_.pending_msgs, options_.pending_bytes);
+  if (status != NATS_OK) return NatsError(status, "pending limits");
+  subscriptions_.fetch_add(1, std::memory_order_relaxed);
+  last_progress_ = std::chrono::steady_clock::now();
+  return absl::OkStatus();
+}
+
+Status JetStreamLogReader::Open(uint64_t first_position) {
+  if (first_position == 0) return absl::InvalidArgumentError("log positions start at 1");
+  if (options_.prepare) KVINDEX_RETURN_IF_ERROR(options_.prepare());
+  KVINDEX_ASSIGN_OR_RETURN(StreamBounds bounds, ReadStreamBounds(js_, options_.stream));
+  last_returned_ = first_position - 1;
+  open_target_.store(bounds.last_seq, std::memory_order_release);
+  last_known_.store(std::max(bounds.last_seq, last_returned_), std::memory_order_release);
+  return Subscribe(first_position);
+}
+
+bool JetStreamLogReader::Append(natsMsg* msg, LogBatch* batch) {
+  jsMsgMetaData* meta = nullptr;
+  if (natsMsg_GetMetaData(&meta, msg) != NATS_OK) return false;  // not a stream message
+  const uint64_t position = meta->Sequence.Stream;
+  const uint64_t pending = meta->NumPending;
+  jsMsgMetaData_Destroy(meta);
+  // A restarted consumer may deliver again what was already handed out.
+  if (position <= last_returned_) return false;
+  last_returned_ = position;
+  const uint64_t known = position + pending;
+  if (known > last_known_.load(std::memory_order_relaxed)) {
+    last_known_.store(known, std::memory_order_release);
+  }
+  const std::string_view bytes(natsMsg_GetData(msg),
+                               static_cast<size_t>(natsMsg_GetDataLength(msg)));
+  StatusOr<codec::DecodedPlacementBatch> decoded = codec::DecodePlacementBatch(bytes);
+  LogBatch::Message& message = batch->messages.emplace_back();
+  message.position = position;
+  if (decoded.ok()) {
+    message.header = std::move(decoded->header);
+    for (PlacementEvent& event : decoded->events) batch->events.push_back(std::move(event));
+  } else {
+    static log::RateLimiter warnings{std::chrono::seconds(10)};
+    uint64_t suppressed = 0;
+    if (warnings.Allow(&suppressed)) {
+      log::Get("consume")->warn("log message {} on {} does not decode: {} ({} suppressed)",
+                                position, natsMsg_GetSubject(msg), decoded.status().ToString(),
+                                suppressed);
+    }
+    message.invalid = true;
+    message.header.agent = NodeOfSubject(natsMsg_GetSubject(msg));
+  }
+  message.end = batch->events.size();
+  return true;
+}
+
+Status JetStreamLogReader::CheckStall() {
+  KVINDEX_ASSIGN_OR_RETURN(StreamBounds bounds, ReadStreamBounds(js_, options_.stream));
+  if (bounds.last_seq > last_known_.load(std::memory_order_relaxed)) {
+    last_known_.store(bounds.last_seq, std::memory_order_release);
+  }
+  last_progress_ = std::chrono::steady_clock::now();
+  if (bounds.last_seq <= last_returned_) return absl::OkStatus();
+  log::Get("consume")->warn(
+      "stream '{}' holds messages up to {} but delivery stalled after {}: resubscribing",
+      options_.stream, bounds.last_seq, last_returned_);
+  return Subscribe(last_returned_ + 1);
+}
+
+Status JetStreamLogReader::Read(LogBatch* batch, size_t max_events,
+                                std::chrono::milliseconds wait) {
+  if (sub_ == nullptr) KVINDEX_RETURN_IF_ERROR(Subscribe(last_returned_ + 1));
+  const size_t events_before = batch->events.size();
+  const size_t messages_before = batch->messages.size();
+  int64_t timeout = std::max<int64_t>(1, wait.count());
+  while (batch->events.size() - events_before < max_events) {
+    natsMsg* msg = nullptr;
+    const natsStatus status = natsSubscription_NextMsg(&msg, sub_, timeout);
+    if (status == NATS_TIMEOUT) break;
+    if (status == NATS_SLOW_CONSUMER) continue;  // the ordered consumer restarts by itself
+    if (status != NATS_OK) return NatsError(status, "next log message");
+    Append(msg, batch);
+    natsMsg_Destroy(msg);
+    // After the first message, take only what is already buffered.
+    uint64_t queued = 0;
+    if (natsSubscription_QueuedMsgs(sub_, &queued) != NATS_OK || queued == 0) break;
+    timeout = 1;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (batch->messages.size() > messages_before) {
+    last_progress_ = now;
+  } else if (now - last_progress_ >= options_.stall_check) {
+    return CheckStall();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvindex::consume

@@ -1,0 +1,69 @@
+// LivenessMonitor: the router-local clock side of liveness (semantics.md
+// section 7). The decision itself is made from the log (AgentTable); this
+// thread only proposes it: when an agent's last applied heartbeat is older
+// than its lease by this router's clock, it appends agent_expired(agent,
+// heartbeat position) to the log. Every replica proposes the same message id
+// for the same heartbeat, so JetStream keeps one; each replica then applies
+// it at the same position. It also appends the AgentTable's resync requests
+// (an agent whose messages were lost), so the agent republishes snapshots.
+// Nothing is proposed while the router is still catching up with the log.
+//
+//   LivenessMonitor monitor(&loop, append, {});
+//   monitor.Start(); ... monitor.Stop();
+//
+// Thread safety: Start/Stop from one controlling thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "shared/base/status.h"
+#include "shared/consume/apply_loop.h"
+
+namespace kvindex::consume {
+
+struct LivenessOptions {
+  // How often agents are checked. Default: 250 ms.
+  std::chrono::milliseconds interval{250};
+};
+
+class LivenessMonitor {
+ public:
+  // Appends `events` as one unsequenced log message on the control subject of
+  // `agent`, de-duplicated by `msg_id`.
+  using Append = std::function<Status(const std::string& agent, const std::string& msg_id,
+                                      const std::vector<PlacementEvent>& events)>;
+
+  // `loop` and `probe` (nullable) must outlive the monitor.
+  LivenessMonitor(ApplyLoop* loop, RouterProbe* probe, Append append, LivenessOptions options);
+  ~LivenessMonitor();
+
+  void Start();
+  void Stop();
+  // One check now (tests; the thread calls it every interval).
+  void CheckOnce(std::chrono::steady_clock::time_point now);
+
+ private:
+  void Run();
+
+  ApplyLoop* const loop_;
+  RouterProbe* const probe_;
+  const Append append_;
+  const LivenessOptions options_;
+  // Heartbeat position each agent was last proposed expired at (this thread).
+  absl::flat_hash_map<std::string, uint64_t> proposed_;
+  std::vector<AgentTable::ResyncRequest> resync_;  // not appended yet (this thread)
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+};
+
+}  // namespace kvindex::consume

@@ -1,0 +1,440 @@
+#include "shared/publish/jetstream_publisher.h"
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <algorithm>
+#include <charconv>
+
+#include "shared/log/log.h"
+
+namespace kvindex {
+namespace {
+
+uint64_t WallClockNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+// Encoded size estimate of one event (msgpack: keys, strings, 9 bytes per
+// hash at most). Only bounds batches and the buffer; never exact.
+size_t EstimateBytes(const PlacementEvent& event) {
+  return 128 + event.model.size() + event.source.worker.size() + event.agent.size() +
+         9 * event.block_hashes.size() + 16 * event.sources.size();
+}
+
+constexpr char kMsgIdHeader[] = "Nats-Msg-Id";
+// Overflowed sources still dirty are asked for again after this long.
+constexpr std::chrono::seconds kResyncRetry{5};
+
+}  // namespace
+
+struct JetStreamPublisher::Probe {
+  explicit Probe(prometheus::Registry* registry) {
+    if (registry == nullptr) return;
+    auto counter = [&](const char* name, const char* help) {
+      return &prometheus::BuildCounter().Name(name).Help(help).Register(*registry).Add({});
+    };
+    sent = counter("kvindex_agent_nats_messages_sent_total",
+                   "Placement messages sent to JetStream (retries included)");
+    acked = counter("kvindex_agent_nats_messages_acked_total",
+                    "Placement messages acknowledged by JetStream");
+    retried = counter("kvindex_agent_nats_messages_retried_total",
+                      "Placement messages sent again after a failed or missing acknowledgement");
+    events = counter("kvindex_agent_nats_events_published_total",
+                     "Placement events queued for JetStream");
+    overflow = counter("kvindex_agent_nats_events_overflowed_total",
+                       "Placement events dropped because the publish buffer was full "
+                       "(their sources are republished as snapshots)");
+    resyncs = counter("kvindex_agent_nats_resync_requests_total",
+                      "Snapshot requests the publisher made (after overflow or retries)");
+    buffered = &prometheus::BuildGauge()
+                    .Name("kvindex_agent_nats_buffered_bytes")
+                    .Help("Bytes of placement events queued and not acknowledged yet")
+                    .Register(*registry)
+                    .Add({});
+    latency = &prometheus::BuildHistogram()
+                   .Name("kvindex_agent_nats_publish_latency_seconds")
+                   .Help("Time from sealing a placement message to its JetStream acknowledgement")
+                   .Register(*registry)
+                   .Add({}, prometheus::Histogram::BucketBoundaries{
+                                0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 5});
+  }
+  static void Inc(prometheus::Counter* c, double v = 1) {
+    if (c != nullptr) c->Increment(v);
+  }
+  prometheus::Counter* sent = nullptr;
+  prometheus::Counter* acked = nullptr;
+  prometheus::Counter* retried = nullptr;
+  prometheus::Counter* events = nullptr;
+  prometheus::Counter* overflow = nullptr;
+  prometheus::Counter* resyncs = nullptr;
+  prometheus::Gauge* buffered = nullptr;
+  prometheus::Histogram* latency = nullptr;
+};
+
+Status JetStreamPublisherOptions::Validate() const {
+  if (node.empty()) return absl::InvalidArgumentError("publisher: node id is empty");
+  KVINDEX_RETURN_IF_ERROR(nats::ValidatePrefix(subjects.prefix));
+  if (max_batch_bytes < 1024) {
+    return absl::InvalidArgumentError("publisher: max batch bytes must be >= 1024");
+  }
+  if (max_in_flight == 0) return absl::InvalidArgumentError("publisher: max in flight is 0");
+  if (buffer_bytes < max_batch_bytes) {
+    return absl::InvalidArgumentError("publisher: buffer bytes must be >= max batch bytes");
+  }
+  if (ack_timeout.count() <= 0) return absl::InvalidArgumentError("publisher: ack timeout <= 0");
+  return absl::OkStatus();
+}
+
+JetStreamPublisher::JetStreamPublisher(natsConnection* connection,
+                                       JetStreamPublisherOptions options,
+                                       prometheus::Registry* registry)
+    : connection_(connection),
+      options_(std::move(options)),
+      probe_(std::make_unique<Probe>(registry)) {
+  if (options_.incarnation == 0) options_.incarnation = WallClockNs();
+}
+
+JetStreamPublisher::~JetStreamPublisher() { Stop(); }
+
+void JetStreamPublisher::SetResyncHandler(std::function<void(const ResyncRequest&)> handler) {
+  resync_handler_ = std::move(handler);
+}
+
+Status JetStreamPublisher::Start() {
+  if (running_) return absl::OkStatus();
+  KVINDEX_RETURN_IF_ERROR(options_.Validate());
+  jsOptions js_options;
+  jsOptions_Init(&js_options);
+  js_options.PublishAsync.MaxPending = static_cast<int64_t>(options_.max_in_flight) * 2;
+  js_options.PublishAsync.AckHandler = &JetStreamPublisher::OnAck;
+  js_options.PublishAsync.AckHandlerClosure = this;
+  const natsStatus status = natsConnection_JetStream(&js_, connection_, &js_options);
+  if (status != NATS_OK) {
+    return absl::InternalError(std::string("JetStream context: ") + natsStatus_GetText(status));
+  }
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = false;
+  }
+  running_ = true;
+  sender_ = std::thread([this] { Run(); });
+  return absl::OkStatus();
+}
+
+void JetStreamPublisher::Stop() {
+  if (!running_) return;
+  {
+    std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  progress_.notify_all();
+  sender_.join();
+  running_ = false;
+  size_t unacked = 0;
+  {
+    std::lock_guard lock(mu_);
+    unacked = outbox_.size() + open_.size();
+  }
+  if (unacked > 0) {
+    log::Get("publish")->warn("stopping with {} placement messages not acknowledged", unacked);
+  }
+  // Acknowledgements still arriving see no context user anymore.
+  jsCtx_Destroy(js_);
+  js_ = nullptr;
+}
+
+std::string JetStreamPublisher::SubjectFor(const PlacementEvent& event) const {
+  if (event.model.empty()) return options_.subjects.Agent(options_.node);
+  return options_.subjects.Events(event.model, options_.node);
+}
+
+Status JetStreamPublisher::Publish(std::span<const PlacementEvent> events) {
+  std::unique_lock lock(mu_);
+  if (stopping_ || !running_) return absl::UnavailableError("JetStream publisher is stopped");
+  const auto now = std::chrono::steady_clock::now();
+  uint64_t overflowed = 0;
+  for (const PlacementEvent& event : events) {
+    const bool sourced = event.kind == PlacementKind::kStored ||
+                         event.kind == PlacementKind::kRemoved ||
+                         event.kind == PlacementKind::kCleared;
+    if (sourced && !overflowed_.empty() && overflowed_.contains(event.source)) {
+      if (event.kind != PlacementKind::kCleared) {
+        ++overflowed;
+        continue;
+      }
+      // A clear starts the source afresh (a snapshot, or an engine restart).
+      overflowed_.erase(event.source);
+      requested_.erase(event.source);
+    }
+    const size_t bytes = EstimateBytes(event);
+    const bool control = !sourced;  // heartbeats: tiny, never dropped
+    if (!control && event.kind != PlacementKind::kCleared &&
+        BufferedLocked() + bytes > options_.buffer_bytes) {
+      ++overflowed;
+      overflowed_.insert(event.source);
+      // Fail closed now: routers drop the source until its snapshot arrives.
+      PlacementEvent clear;
+      clear.kind = PlacementKind::kCleared;
+      clear.model = event.model;
+      clear.source = event.source;
+      clear.agent = event.agent;
+      clear.event_id = event.event_id;
+      clear.timestamp_ns = event.timestamp_ns;
+      const std::string subject = SubjectFor(clear);
+      OpenBatch& batch = open_[subject];
+      if (batch.events.empty()) batch.first = now;
+      batch.bytes += EstimateBytes(clear);
+      open_bytes_ += EstimateBytes(clear);
+      batch.events.push_back(std::move(clear));
+      static log::RateLimiter warnings{std::chrono::seconds(10)};
+      uint64_t suppressed = 0;
+      if (warnings.Allow(&suppressed)) {
+        log::Get("publish")->warn(
+            "publish buffer full ({} bytes): source {}:{} dropped until its snapshot ({} "
+            "suppressed)",
+            options_.buffer_bytes, event.source.worker, event.source.dp_rank, suppressed);
+      }
+      continue;
+    }
+    const std::string subject = SubjectFor(event);
+    OpenBatch& batch = open_[subject];
+    if (batch.events.empty()) batch.first = now;
+    batch.events.push_back(event);
+    batch.bytes += bytes;
+    open_bytes_ += bytes;
+    if (batch.bytes >= options_.max_batch_bytes) SealLocked(subject, batch);
+  }
+  Probe::Inc(probe_->events, static_cast<double>(events.size() - overflowed));
+  Probe::Inc(probe_->overflow, static_cast<double>(overflowed));
+  lock.unlock();
+  wake_.notify_one();
+  return absl::OkStatus();
+}
+
+void JetStreamPublisher::SealLocked(const std::string& subject, OpenBatch& batch) {
+  if (batch.events.empty()) return;
+  Outgoing& out = outbox_.emplace_back();
+  out.msg_seq = next_msg_seq_++;
+  out.subject = subject;
+  codec::EncodePlacementBatch(
+      batch.events, &out.data,
+      {.agent = options_.node, .incarnation = options_.incarnation, .msg_seq = out.msg_seq});
+  out.sealed = std::chrono::steady_clock::now();
+  outbox_bytes_ += out.data.size();
+  open_bytes_ -= batch.bytes;
+  batch.events.clear();
+  batch.bytes = 0;
+}
+
+void JetStreamPublisher::SealDueLocked(bool all) {
+  const auto now = std::chrono::steady_clock::now();
+  // Seal in the order batches were opened, so per-source event order holds
+  // across subjects too (a source's events all share one subject anyway).
+  std::vector<std::pair<std::chrono::steady_clock::time_point, std::string>> due;
+  for (auto& [subject, batch] : open_) {
+    if (!batch.events.empty() && (all || now - batch.first >= options_.max_delay)) {
+      due.emplace_back(batch.first, subject);
+    }
+  }
+  std::sort(due.begin(), due.end());
+  for (const auto& [first, subject] : due) SealLocked(subject, open_[subject]);
+}
+
+bool JetStreamPublisher::SendOneLocked(std::unique_lock<std::mutex>& lock) {
+  if (retry_pending_) {
+    // Resend everything unacknowledged, in order, with the same ids.
+    retry_pending_ = false;
+    for (Outgoing& out : outbox_) {
+      if (!out.acked && out.in_flight) {
+        out.in_flight = false;
+        --in_flight_;
+      }
+    }
+  }
+  if (in_flight_ >= options_.max_in_flight) return false;
+  Outgoing* next = nullptr;
+  for (Outgoing& out : outbox_) {
+    if (!out.acked && !out.in_flight) {
+      next = &out;
+      break;
+    }
+  }
+  if (next == nullptr) return false;
+  const bool retry = next->sent != std::chrono::steady_clock::time_point{};
+  next->in_flight = true;
+  next->sent = std::chrono::steady_clock::now();
+  ++in_flight_;
+  const std::string subject = next->subject;
+  const std::string data = next->data;  // the lock is released while sending
+  char id[160];
+  std::snprintf(id, sizeof(id), "%s:%llu:%llu", options_.node.c_str(),
+                static_cast<unsigned long long>(options_.incarnation),
+                static_cast<unsigned long long>(next->msg_seq));
+  lock.unlock();
+  natsMsg* msg = nullptr;
+  natsStatus status =
+      natsMsg_Create(&msg, subject.c_str(), nullptr, data.data(), static_cast<int>(data.size()));
+  if (status == NATS_OK) status = natsMsgHeader_Set(msg, kMsgIdHeader, id);
+  if (status == NATS_OK) {
+    jsPubOptions pub;
+    jsPubOptions_Init(&pub);
+    pub.MaxWait = options_.ack_timeout.count();
+    status = js_PublishMsgAsync(js_, &msg, &pub);
+  }
+  natsMsg_Destroy(msg);  // no-op when the library took it
+  Probe::Inc(probe_->sent);
+  if (retry) Probe::Inc(probe_->retried);
+  lock.lock();
+  if (status != NATS_OK) {
+    // Not sent: it stays first in line and is tried again after a pause.
+    // (`next` is still valid: a deque keeps references on push_back, and an
+    // unsent message is never acknowledged, so never popped.)
+    if (next->in_flight) {
+      next->in_flight = false;
+      --in_flight_;
+    }
+    return false;
+  }
+  return true;
+}
+
+void JetStreamPublisher::OnAck(jsCtx*, natsMsg* msg, jsPubAck* ack, jsPubAckErr* error,
+                               void* closure) {
+  auto* self = static_cast<JetStreamPublisher*>(closure);
+  const char* text = error != nullptr && error->ErrText != nullptr
+                         ? error->ErrText
+                         : (error != nullptr ? natsStatus_GetText(error->Err) : nullptr);
+  self->HandleAck(msg, ack != nullptr && error == nullptr, text);
+  natsMsg_Destroy(msg);
+}
+
+void JetStreamPublisher::HandleAck(natsMsg* msg, bool ok, const char* error_text) {
+  const char* id = nullptr;
+  if (msg == nullptr || natsMsgHeader_Get(msg, kMsgIdHeader, &id) != NATS_OK || id == nullptr) {
+    return;
+  }
+  const std::string_view text(id);
+  const size_t colon = text.rfind(':');
+  uint64_t msg_seq = 0;
+  std::from_chars(text.data() + colon + 1, text.data() + text.size(), msg_seq);
+  std::unique_lock lock(mu_);
+  if (outbox_.empty() || msg_seq < outbox_.front().msg_seq) return;
+  const size_t index = static_cast<size_t>(msg_seq - outbox_.front().msg_seq);
+  if (index >= outbox_.size()) return;
+  Outgoing& out = outbox_[index];
+  if (out.acked || !out.in_flight) return;  // an answer to an earlier send of it
+  out.in_flight = false;
+  --in_flight_;
+  if (!ok) {
+    retry_pending_ = true;
+    resync_all_ = true;
+    static log::RateLimiter warnings{std::chrono::seconds(10)};
+    uint64_t suppressed = 0;
+    if (warnings.Allow(&suppressed)) {
+      log::Get("publish")->warn(
+          "placement message {} not acknowledged: {} (resending; {} "
+          "suppressed)",
+          msg_seq, error_text != nullptr ? error_text : "unknown error", suppressed);
+    }
+  } else {
+    out.acked = true;
+    if (probe_->latency != nullptr) {
+      probe_->latency->Observe(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - out.sealed).count());
+    }
+    Probe::Inc(probe_->acked);
+    while (!outbox_.empty() && outbox_.front().acked) {
+      outbox_bytes_ -= outbox_.front().data.size();
+      outbox_.pop_front();
+      ++acked_;
+    }
+  }
+  lock.unlock();
+  wake_.notify_one();
+  progress_.notify_all();
+}
+
+void JetStreamPublisher::MaybeRequestResyncLocked(std::unique_lock<std::mutex>& lock) {
+  if (!resync_handler_) return;
+  ResyncRequest request;
+  const auto now = std::chrono::steady_clock::now();
+  if (resync_all_ && outbox_.empty()) {
+    resync_all_ = false;
+    request.all = true;
+  } else if (!overflowed_.empty() && BufferedLocked() < options_.buffer_bytes / 2) {
+    if (now - last_request_ >= kResyncRetry) requested_.clear();
+    for (const SourceKey& source : overflowed_) {
+      if (requested_.insert(source).second) request.sources.push_back(source);
+    }
+  }
+  if (!request.all && request.sources.empty()) return;
+  last_request_ = now;
+  Probe::Inc(probe_->resyncs);
+  lock.unlock();
+  resync_handler_(request);
+  lock.lock();
+}
+
+void JetStreamPublisher::Run() {
+  std::unique_lock lock(mu_);
+  while (!stopping_) {
+    SealDueLocked(false);
+    // An acknowledgement the client never reported: treat it as failed.
+    const auto overdue = std::chrono::steady_clock::now() - 2 * options_.ack_timeout;
+    for (const Outgoing& out : outbox_) {
+      if (out.in_flight && out.sent < overdue) {
+        retry_pending_ = true;
+        resync_all_ = true;
+        break;
+      }
+    }
+    const bool connected = natsConnection_Status(connection_) == NATS_CONN_STATUS_CONNECTED;
+    bool sent = false;
+    if (connected) {
+      while (!stopping_ && SendOneLocked(lock)) sent = true;
+      MaybeRequestResyncLocked(lock);
+    }
+    if (probe_->buffered != nullptr) probe_->buffered->Set(static_cast<double>(BufferedLocked()));
+    if (sent) continue;
+    // Sleep until new work, an acknowledgement, or the next batch is due.
+    auto wait = std::chrono::microseconds(connected ? 50'000 : 20'000);
+    const auto now = std::chrono::steady_clock::now();
+    for (const auto& [subject, batch] : open_) {
+      if (batch.events.empty()) continue;
+      const auto due = batch.first + options_.max_delay;
+      wait = std::min(wait, std::chrono::duration_cast<std::chrono::microseconds>(due - now));
+    }
+    if (wait.count() > 0) wake_.wait_for(lock, wait);
+  }
+}
+
+Status JetStreamPublisher::Flush() {
+  std::unique_lock lock(mu_);
+  SealDueLocked(true);
+  const uint64_t target = next_msg_seq_ - 1;
+  wake_.notify_one();
+  progress_.wait(lock,
+                 [&] { return stopping_ || outbox_.empty() || outbox_.front().msg_seq > target; });
+  if (!outbox_.empty() && outbox_.front().msg_seq <= target) {
+    return absl::UnavailableError("JetStream publisher stopped before the flush completed");
+  }
+  return absl::OkStatus();
+}
+
+size_t JetStreamPublisher::buffered_bytes() const {
+  std::lock_guard lock(mu_);
+  return BufferedLocked();
+}
+
+uint64_t JetStreamPublisher::acked() const {
+  std::lock_guard lock(mu_);
+  return acked_;
+}
+
+}  // namespace kvindex

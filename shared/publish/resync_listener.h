@@ -1,0 +1,53 @@
+// ResyncListener: the agent's ear on its control subject
+// (<prefix>._expire.<node>), where routers append expiry decisions and
+// resync requests about this agent. Any new message there means routers may
+// hold less than the agent's truth, so the agent republishes snapshots of
+// its sources. It reads through an ordered JetStream consumer that starts
+// with new messages only and resumes after the last one it saw when the
+// connection comes back, so a request appended while the agent was cut off
+// still reaches it.
+//
+//   ResyncListener listener(connection->jetstream(), "KVINDEX", subjects.Expire(node),
+//                           [&] { pipeline.RequestSnapshots(true, {}); });
+//   KVINDEX_RETURN_IF_ERROR(listener.Start());
+//
+// Thread safety: Start/Stop from one controlling thread; the callback runs on
+// a NATS client thread.
+#pragma once
+
+#include <nats/nats.h>
+
+#include <atomic>
+#include <functional>
+#include <string>
+
+#include "shared/base/status.h"
+
+namespace kvindex {
+
+class ResyncListener {
+ public:
+  ResyncListener(jsCtx* js, std::string stream, std::string subject,
+                 std::function<void()> on_request);
+  ~ResyncListener();
+  ResyncListener(const ResyncListener&) = delete;
+  ResyncListener& operator=(const ResyncListener&) = delete;
+
+  // Unavailable while JetStream cannot be reached (the caller retries).
+  Status Start();
+  void Stop();
+  bool started() const { return sub_ != nullptr; }
+  uint64_t requests() const { return requests_.load(); }
+
+ private:
+  static void OnMessage(natsConnection*, natsSubscription*, natsMsg* msg, void* closure);
+
+  jsCtx* const js_;
+  const std::string stream_;
+  const std::string subject_;
+  const std::function<void()> on_request_;
+  natsSubscription* sub_ = nullptr;
+  std::atomic<uint64_t> requests_{0};
+};
+
+}  // namespace kvindex

@@ -1,0 +1,399 @@
+#!/usr/bin/env python3
+"""Distribution over NATS JetStream, end to end (issue: agents publish,
+replicated routers converge, dead agents expire).
+
+Real processes only: nats-server (one, or a 3-node JetStream cluster) on free
+loopback ports, kvindex-agent --nats, kvindex-router --nats replicas, and an
+embedded router fed the same engines as the reference truth. Every process is
+stopped by its pid, also when a check fails.
+
+Usage: test_distributed.py BIN_DIR SCENARIO
+Scenarios: converge, nats_restart, cluster, agent_killed, late_router,
+agent_returns, overflow, auth
+"""
+
+import json
+import os
+import random
+import signal
+import sys
+import time
+
+import zmq
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import nats_e2e as ne  # noqa: E402
+from nats_e2e import e2e  # noqa: E402
+
+B = 4
+MODEL = "meta/llama 3.1"  # '/', ' ' and '.' exercise the subject token encoding
+
+
+class Workload:
+    """A mixed vLLM event stream for one engine: stored chains with tokens on
+    GPU, placeholder offloads to CPU, stores on DISK, removals per tier, and
+    rare AllBlocksCleared. Keeps the prompts it stored for match checks."""
+
+    def __init__(self, engine, seed):
+        self.engine = engine
+        self.rng = random.Random(seed)
+        self.held = {"GPU": [], "CPU": [], "DISK": []}  # engine hashes
+        self.known = []  # engine hashes announced with tokens (placeholders resolve)
+        self.next_hash = seed * 1_000_000 + 1
+        self.prompts = []
+
+    def _chain(self, blocks):
+        tokens = [self.rng.randrange(1, 50000) for _ in range(blocks * B)]
+        hashes = list(range(self.next_hash, self.next_hash + blocks))
+        self.next_hash += blocks
+        return tokens, hashes
+
+    def batch(self):
+        events = []
+        for _ in range(self.rng.randrange(1, 6)):
+            r = self.rng.random()
+            if r < 0.45 or not self.known:
+                tokens, hashes = self._chain(self.rng.randrange(1, 9))
+                medium = "GPU" if self.rng.random() < 0.8 else "DISK"
+                events.append(self.engine.stored(hashes, tokens, B, medium=medium))
+                self.held[medium] += hashes
+                self.known += hashes
+                if len(self.prompts) < 64:
+                    self.prompts.append(tokens)
+            elif r < 0.65:
+                pick = self.rng.sample(self.known, min(len(self.known), 3))
+                events.append({"type": "BlockStored", "block_hashes": pick,
+                               "parent_block_hash": None, "token_ids": [], "block_size": 0,
+                               "lora_id": None, "medium": "CPU"}
+                              if not self.engine.array_form else
+                              ["BlockStored", pick, None, [], 0, None, "CPU", None,
+                               None, None, None, None])
+                self.held["CPU"] += pick
+            elif r < 0.97:
+                medium = self.rng.choice(["GPU", "CPU", "DISK"])
+                if self.held[medium]:
+                    n = min(len(self.held[medium]), self.rng.randrange(1, 4))
+                    gone = [self.held[medium].pop(self.rng.randrange(len(self.held[medium])))
+                            for _ in range(n)]
+                    events.append(self.engine.removed(gone, medium=medium))
+            else:
+                events.append(self.engine.cleared())
+                self.held = {"GPU": [], "CPU": [], "DISK": []}
+                self.known = []
+        self.engine.publish(events)
+
+    def run(self, batches, pause_every=50, pause=0.002):
+        for i in range(batches):
+            self.batch()
+            if i % pause_every == 0:
+                time.sleep(pause)
+
+
+class Cluster:
+    """Engines + agent + NATS routers + the embedded reference router."""
+
+    def __init__(self, bin_dir, servers, agent_extra=(), router_extra=(), routers=2,
+                 lease="30s"):
+        self.bin_dir = bin_dir
+        self.servers = servers
+        self.url = ",".join(s.url for s in servers)
+        self.ctx = zmq.Context()
+        self.engines = [e2e.Engine(self.ctx), e2e.Engine(self.ctx, dp_rank=1, array_form=True)]
+        self.sources = [self.engines[0].source("w0", MODEL, B),
+                        self.engines[1].source("w1", MODEL, B)]
+        self.agent_port = e2e.free_port()
+        self.agent_extra = ["--http", "127.0.0.1:%d" % self.agent_port, "--lease", lease,
+                            "--heartbeat-interval", "250ms"] + list(agent_extra)
+        self.agent = ne.Agent(bin_dir, self.url, "node-a", self.sources, self.agent_extra)
+        self.router_extra = list(router_extra)
+        self.routers = [ne.NatsRouter(bin_dir, self.url, self.router_extra)
+                        for _ in range(routers)]
+        self.reference = e2e.Router(bin_dir, self.sources)
+        self.loads = [Workload(self.engines[0], 1), Workload(self.engines[1], 2)]
+        self.extra = []
+
+    def start(self):
+        for r in self.routers:
+            r.start()
+        self.agent.start()
+        self.reference.start()
+        for r in self.routers:
+            r.wait_ready(60)
+        self.reference.wait_ready(30)
+        e2e.wait_for(self.agent_ready, 30, "agent /readyz")
+        return self
+
+    def agent_ready(self):
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", self.agent_port, timeout=2)
+        try:
+            conn.request("GET", "/readyz")
+            return conn.getresponse().status == 200
+        finally:
+            conn.close()
+
+    def agent_metrics(self):
+        import http.client
+        conn = http.client.HTTPConnection("127.0.0.1", self.agent_port, timeout=2)
+        try:
+            conn.request("GET", "/metrics")
+            return conn.getresponse().read().decode()
+        finally:
+            conn.close()
+
+    def drive(self, batches):
+        for _ in range(batches // 50):
+            for load in self.loads:
+                load.run(50)
+
+    def settle(self, routers=None, timeout=60):
+        """Nudges the engines until every router equals the reference."""
+        routers = routers or self.routers
+        deadline = time.monotonic() + timeout
+        while True:
+            for engine in self.engines:
+                engine.nudge()
+            want = self.reference.json("GET", "/v1/state")["digest"]
+            try:
+                states = ne.same_digest(routers, want, timeout=3)
+                return want, states
+            except AssertionError:
+                if time.monotonic() > deadline:
+                    raise AssertionError("routers %s, reference %s" % (
+                        [r.state() for r in routers], self.reference.json("GET", "/v1/state")))
+
+    def check_matches(self, routers=None):
+        routers = routers or self.routers
+        prompts = self.loads[0].prompts[:16] + self.loads[1].prompts[:16]
+        for tokens in prompts:
+            body = {"model": MODEL, "tokens": tokens}
+            want = self.reference.match(body)["workers"]
+            for r in routers:
+                got = r.match(body)["workers"]
+                assert got == want, (got, want)
+
+    def cleanup(self):
+        for p in [self.agent, self.reference] + self.routers + self.extra:
+            try:
+                p.cleanup()
+            except Exception as error:  # keep stopping the others
+                print("cleanup:", error)
+        for engine in self.engines:
+            engine.close()
+        for s in self.servers:
+            s.cleanup()
+        self.ctx.term()
+
+
+def scenario_converge(bin_dir):
+    """(a) one agent, two routers, a mixed stream: equal digests and answers,
+    equal to the embedded router fed the same engines."""
+    c = Cluster(bin_dir, [ne.NatsServer().start()])
+    try:
+        c.start()
+        c.drive(600)
+        digest, states = c.settle()
+        assert states[0]["entries"]["device"] > 0 and states[0]["entries"]["host"] > 0, states
+        assert states[0]["entries"]["disk"] > 0, states
+        c.check_matches()
+        print("converge: digest %s at applied_seq %d, entries %s" % (
+            digest, states[0]["applied_seq"], states[0]["entries"]))
+    finally:
+        c.cleanup()
+
+
+def scenario_nats_restart(bin_dir):
+    """(b) nats-server killed and restarted mid-stream (file storage)."""
+    server = ne.NatsServer().start()
+    c = Cluster(bin_dir, [server])
+    try:
+        c.start()
+        c.drive(300)
+        server.kill()
+        c.drive(200)  # published while NATS is down: buffered by the agent
+        time.sleep(1)
+        server.start()
+        c.drive(300)
+        digest, states = c.settle(timeout=90)
+        c.check_matches()
+        print("nats_restart: digest %s at applied_seq %d" % (digest, states[0]["applied_seq"]))
+    finally:
+        c.cleanup()
+
+
+def scenario_cluster(bin_dir):
+    """(c) a 3-node JetStream cluster, R3 stream, one server killed mid-stream."""
+    cps = [e2e.free_port() for _ in range(3)]
+    servers = [ne.NatsServer("n%d" % i, cps[i], [cps[j] for j in range(3) if j != i])
+               for i in range(3)]
+    for s in servers:
+        s.start()
+    c = Cluster(bin_dir, servers, agent_extra=["--stream-replicas", "3"],
+                router_extra=["--stream-replicas", "3"])
+    try:
+        c.start()
+        c.drive(300)
+        servers[0].kill()
+        c.drive(300)
+        digest, states = c.settle(timeout=120)
+        c.check_matches()
+        print("cluster: digest %s at applied_seq %d with n0 down" % (digest,
+                                                                     states[0]["applied_seq"]))
+    finally:
+        c.cleanup()
+
+
+def scenario_agent_killed(bin_dir):
+    """(d) an agent killed: its sources expire on both routers at the same
+    applied_seq."""
+    c = Cluster(bin_dir, [ne.NatsServer().start()], lease="2s")
+    try:
+        c.start()
+        c.drive(200)
+        c.settle()
+        c.agent.kill()
+        states = ne.wait_state(c.routers, lambda ss: all(sum(s["entries"].values()) == 0
+                                                         for s in ss), 30,
+                               "the dead agent's entries gone")
+        states = ne.same_digest(c.routers)
+        assert states[0]["digest"] == e2e.digest([]), states
+        for r in c.routers:
+            text = r.request("GET", "/metrics")[2]
+            assert 'kvindex_router_log_messages_total{outcome="agent_expired"} 1' in text, text
+        print("agent_killed: expired at applied_seq %d on both routers" %
+              states[0]["applied_seq"])
+    finally:
+        c.cleanup()
+
+
+def scenario_late_router(bin_dir):
+    """(e) a router started after 100k+ events catches up to the same digest."""
+    c = Cluster(bin_dir, [ne.NatsServer().start()])
+    try:
+        c.start()
+        before = c.routers[0].state()["applied_seq"]
+        events = 0
+        while events < 100_000:
+            c.drive(500)
+            text = c.routers[0].request("GET", "/metrics")[2]
+            events = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                         if line.startswith("kvindex_router_events_applied_total{"))
+        digest, _ = c.settle()
+        late = ne.NatsRouter(bin_dir, c.url)
+        c.extra.append(late)
+        start = time.monotonic()
+        late.start().wait_ready(120)
+        elapsed = time.monotonic() - start
+        digest, states = c.settle(c.routers + [late])
+        print("late_router: %d events (log positions %d..%d) replayed to ready in %.2fs, "
+              "digest %s" % (events, before, states[0]["applied_seq"], elapsed, digest))
+    finally:
+        c.cleanup()
+
+
+def scenario_agent_returns(bin_dir):
+    """(f) an expired agent that comes back restores exactly its sources."""
+    c = Cluster(bin_dir, [ne.NatsServer().start()], lease="2s")
+    try:
+        c.start()
+        c.drive(200)
+        want, _ = c.settle()
+        c.agent.send_signal(signal.SIGSTOP)
+        ne.wait_state(c.routers, lambda ss: all(sum(s["entries"].values()) == 0 for s in ss),
+                      30, "the silent agent's entries gone")
+        c.agent.send_signal(signal.SIGCONT)
+        digest, states = c.settle(timeout=60)
+        assert digest == want
+        c.drive(100)
+        digest, states = c.settle()
+        c.check_matches()
+        assert "kvindex_agent_nats" in c.agent_metrics()
+        print("agent_returns: restored to %s at applied_seq %d" % (digest,
+                                                                 states[0]["applied_seq"]))
+    finally:
+        c.cleanup()
+
+
+def scenario_overflow(bin_dir):
+    """(g) NATS unreachable long enough to overflow the agent's buffer: after
+    recovery the affected sources equal the engines' truth."""
+    server = ne.NatsServer().start()
+    c = Cluster(bin_dir, [server],
+                agent_extra=["--batch-bytes", "4096", "--buffer-bytes", "16384"])
+    try:
+        c.start()
+        c.drive(200)
+        c.settle()
+        server.kill()
+        c.drive(600)
+        server.start()
+        digest, states = c.settle(timeout=90)
+        c.check_matches()
+        metrics = c.agent_metrics()
+        overflowed = [l for l in metrics.splitlines()
+                      if l.startswith("kvindex_agent_nats_events_overflowed_total")]
+        assert overflowed and float(overflowed[0].split()[-1]) > 0, overflowed
+        print("overflow: %s; recovered to %s" % (overflowed[0], digest))
+    finally:
+        c.cleanup()
+
+
+def scenario_auth(bin_dir):
+    """(h) user/password and token auth: clients without or with wrong
+    credentials are rejected and counted; no secret appears in any log."""
+    password = "s3cret-pass-%d" % os.getpid()
+    server = ne.NatsServer(config='authorization { user: kv, password: "%s" }\n' % password)
+    server.start()
+    tmp = server.dir
+    good = os.path.join(tmp, "password")
+    bad = os.path.join(tmp, "wrong")
+    with open(good, "w") as f:
+        f.write(password + "\n")
+    with open(bad, "w") as f:
+        f.write("not-" + password + "\n")
+    procs = []
+    try:
+        # Without credentials and with a wrong password: rejected, exit != 0.
+        for extra in ([], ["--nats-user", "kv", "--nats-password-file", bad]):
+            r = ne.NatsRouter(bin_dir, server.url, extra)
+            procs.append(r)
+            r.start()
+            code = r.proc.wait(timeout=30)
+            logs = r.logs()
+            assert code != 0, logs
+            assert "uthoriz" in logs or "ermission" in logs, logs
+            assert password not in logs
+        # The right password from a file, and from the environment.
+        c = Cluster(bin_dir, [server], agent_extra=["--nats-user", "kv",
+                                                    "--nats-password-file", good],
+                    router_extra=["--nats-user", "kv"], routers=1)
+        c.routers[0].env["KVINDEX_NATS_PASSWORD"] = password
+        c.servers = []  # the server is cleaned up below
+        try:
+            c.start()
+            c.drive(100)
+            c.settle()
+            for p in [c.agent] + c.routers:
+                assert password not in p.logs(), p.logs()
+        finally:
+            c.cleanup()
+        print("auth: wrong and missing credentials rejected; right ones served")
+    finally:
+        for p in procs:
+            p.cleanup()
+        server.cleanup()
+
+
+SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items()
+             if name.startswith("scenario_")}
+
+
+def main():
+    bin_dir, name = sys.argv[1], sys.argv[2]
+    start = time.monotonic()
+    SCENARIOS[name](bin_dir)
+    print("%s passed in %.1fs" % (name, time.monotonic() - start))
+
+
+if __name__ == "__main__":
+    main()
