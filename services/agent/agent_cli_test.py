@@ -66,12 +66,15 @@ for args in (["--bogus"], ["--source", SOURCE, "--output", "jsonl"],
     check(r.returncode == 2, "exit code for %s: %r" % (args, r))
     check(r.stderr.strip().count("\n") == 0 and r.stderr.strip(), "one-line error for %s: %r" % (args, r.stderr))
 
-# --nats: refuses clearly until JetStream publishing lands.
-r = run(["--nats", "nats://127.0.0.1:4222", "--node", "n", "--source", SOURCE])
-check(r.returncode == 2 and "not implemented" in r.stderr, "--nats: %r" % (r,))
+# --nats: one output at a time, and bad NATS settings are flag errors (the
+# JetStream path itself is covered by tests/distributed).
+r = run(["--nats", "nats://127.0.0.1:4222", "--node", "n", "--source", SOURCE, "--output", "jsonl"])
+check(r.returncode == 2 and "exclude" in r.stderr, "--nats with --output: %r" % (r,))
 r = run([], env={"KVINDEX_NATS": "nats://127.0.0.1:4222", "KVINDEX_NODE": "n",
-                 "KVINDEX_SOURCE": SOURCE})
-check(r.returncode == 2 and "not implemented" in r.stderr, "KVINDEX_NATS: %r" % (r,))
+                 "KVINDEX_SOURCE": SOURCE, "KVINDEX_STREAM_REPLICAS": "0"})
+check(r.returncode == 2 and "replicas" in r.stderr, "KVINDEX_STREAM_REPLICAS=0: %r" % (r,))
+r = run(["--node", "n", "--source", SOURCE])
+check(r.returncode == 2 and "--nats" in r.stderr, "no output: %r" % (r,))
 
 
 def stored_batch(i, ts=1.0):

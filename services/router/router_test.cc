@@ -60,8 +60,12 @@ TEST(RouterTest, BusyPortFailsCleanly) {
 
 TEST(RouterTest, Validate) {
   RouterOptions options = TestOptions();
-  options.embedded = false;
-  EXPECT_EQ(options.Validate().code(), absl::StatusCode::kUnimplemented);
+  options.embedded = false;  // and no --nats URL
+  EXPECT_EQ(options.Validate().code(), absl::StatusCode::kInvalidArgument);
+  options.nats.url = "nats://127.0.0.1:4222";  // --source needs --embedded
+  EXPECT_EQ(options.Validate().code(), absl::StatusCode::kInvalidArgument);
+  options.agent.sources.clear();
+  EXPECT_TRUE(options.Validate().ok()) << options.Validate();
   options = TestOptions();
   options.data_dir.clear();
   EXPECT_EQ(options.Validate().code(), absl::StatusCode::kInvalidArgument);

@@ -86,6 +86,8 @@ class RouterProbe {
   void RecordLookup(Endpoint endpoint, double seconds) {
     lookup_[static_cast<int>(endpoint)].Observe(seconds);
   }
+  // Age of the newest applied event when it was applied, in seconds.
+  double lag_seconds() const { return lag_seconds_.load(std::memory_order_relaxed); }
   void RecordLog(LogOutcome outcome, uint64_t n) {
     log_[static_cast<int>(outcome)].fetch_add(n, std::memory_order_relaxed);
   }

@@ -264,6 +264,11 @@ void RouterApi::State(const http::Request&, http::Response& response) const {
   w.Field("sources", stats.sources);
   w.Key("ready");
   w.Bool(Ready(nullptr));
+  // Lag behind the log: messages known and not applied, and the age of the
+  // newest applied event when it was applied.
+  w.Field("lag_messages", context_.apply->Pending());
+  w.Key("lag_seconds");
+  w.Double(context_.probe != nullptr ? context_.probe->lag_seconds() : 0.0);
   w.Key("models");
   w.BeginArray();
   for (const std::string& model : context_.index->Models()) w.String(model);

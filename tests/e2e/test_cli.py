@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """kvindex-router command line: --help/--version, one-line errors with exit 2
-on bad flags, the not-yet-implemented NATS mode, environment variables for
+on bad flags, the NATS mode's flag errors, environment variables for
 flags, and --data-dir creation.
 
 Usage: test_cli.py BIN_DIR
@@ -39,14 +39,16 @@ def main():
         out = run([router, "--bogus-flag"])
         assert out.returncode == 2 and len(out.stderr.strip().splitlines()) == 1, out
 
-        out = run([router, "--nats", "nats://127.0.0.1:4222", "--data-dir", tmp,
+        out = run([router, "--nats", "nats://127.0.0.1:4222", "--embedded", "--data-dir", tmp,
                    "--http", "127.0.0.1:0"])
-        assert out.returncode == 2, out
-        assert "not implemented yet" in out.stderr and "--embedded" in out.stderr, out.stderr
+        assert out.returncode == 2 and "exclude" in out.stderr, out
+        out = run([router, "--data-dir", tmp, "--http", "127.0.0.1:0"])
+        assert out.returncode == 2 and "--nats" in out.stderr and "--embedded" in out.stderr, out
 
         # Flags from the environment: KVINDEX_<FLAG>.
-        out = run([router], env={"KVINDEX_NATS": "nats://127.0.0.1:4222", "KVINDEX_DATA_DIR": tmp})
-        assert out.returncode == 2 and "not implemented yet" in out.stderr, out
+        out = run([router], env={"KVINDEX_NATS": "nats://127.0.0.1:4222", "KVINDEX_DATA_DIR": tmp,
+                                 "KVINDEX_STREAM_REPLICAS": "0"})
+        assert out.returncode == 2 and "replicas" in out.stderr, out
 
         out = run([router, "--embedded", "--data-dir", tmp])
         assert out.returncode == 2 and "--source" in out.stderr, out
