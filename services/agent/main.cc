@@ -318,6 +318,10 @@ int main(int argc, char** argv) {
     }
     jetstream->Stop();
     flusher.join();
+    // Close NATS while the publisher still exists: the client may report the
+    // last outstanding acknowledgements to it while closing.
+    listener.reset();
+    connection.reset();
   } else {
     publisher->Flush().IgnoreError();  // best effort: stdout may be gone at shutdown
   }

@@ -56,11 +56,11 @@ Status Router::Start() {
   liveness_.reset();
   apply_.reset();
   reader_.reset();
+  connection_.reset();
   sink_.reset();
   index_.reset();
   probe_.reset();
   registry_.reset();
-  connection_.reset();
   registry_ = std::make_shared<prometheus::Registry>();
   probe_ = std::make_unique<consume::RouterProbe>();
   index_ = std::make_unique<index::KvIndex>();

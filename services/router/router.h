@@ -99,9 +99,11 @@ class Router {
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<consume::RouterProbe> probe_;
   std::unique_ptr<index::KvIndex> index_;
+  // Declared before the reader and the monitor: they use its subscriptions
+  // and context, so they must go first.
+  std::unique_ptr<nats::Connection> connection_;
   std::unique_ptr<InProcessSink> sink_;
   std::unique_ptr<consume::LogReader> reader_;
-  std::unique_ptr<nats::Connection> connection_;
   std::unique_ptr<consume::ApplyLoop> apply_;
   std::unique_ptr<consume::LivenessMonitor> liveness_;
   std::unique_ptr<EmbeddedIngest> ingest_;
