@@ -9,7 +9,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache clang clang-format
   libclang-rt-14-dev git
   # messaging and storage
-  libnats-dev nats-server libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev
+  libnats-dev nats-server libssl-dev openssl libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev
   # libraries
   prometheus-cpp-dev libcivetweb-dev libxxhash-dev libabsl-dev libcli11-dev
   libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev
