@@ -144,8 +144,11 @@ int main(int argc, char** argv) {
     std::chrono::milliseconds* out;
   };
   std::chrono::milliseconds lease_ms{0};
+  std::chrono::milliseconds batch_delay_ms{0};
   for (const Duration& d :
        {Duration{"--lease", &lease, &lease_ms},
+        Duration{"--batch-delay", &batch_delay, &batch_delay_ms},
+        Duration{"--ack-timeout", &ack_timeout, &publisher_options.ack_timeout},
         Duration{"--replay-timeout", &replay_timeout, &options.replay_timeout},
         Duration{"--replay-cooldown", &replay_cooldown, &options.replay_cooldown},
         Duration{"--heartbeat-interval", &heartbeat_interval, &options.heartbeat_interval}}) {
@@ -175,18 +178,11 @@ int main(int argc, char** argv) {
       return Fail(std::string(s.message()), 2);
     }
     if (Status s = nats_options.Validate(); !s.ok()) return Fail(std::string(s.message()), 2);
-    for (const Duration& d : {Duration{"--batch-delay", &batch_delay, nullptr},
-                              Duration{"--ack-timeout", &ack_timeout, nullptr}}) {
-      if (!config::ParseDuration(*d.text).ok()) {
-        return Fail(std::string(d.flag) + ": invalid duration '" + *d.text + "'", 2);
-      }
-    }
-    publisher_options.max_delay =
-        std::chrono::duration_cast<std::chrono::microseconds>(*config::ParseDuration(batch_delay));
-    if (publisher_options.max_delay.count() == 0 && batch_delay != "0") {
+    publisher_options.max_delay = batch_delay_ms;
+    // A delay below 1 ms (truncated to 0) still waits for a batch a little.
+    if (batch_delay_ms.count() == 0 && batch_delay != "0") {
       publisher_options.max_delay = std::chrono::microseconds(1);
     }
-    publisher_options.ack_timeout = *config::ParseDuration(ack_timeout);
     publisher_options.node = options.node;
     publisher_options.subjects = stream_options.subjects;
     if (Status s = publisher_options.Validate(); !s.ok()) {

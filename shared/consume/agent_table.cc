@@ -4,7 +4,7 @@
 
 namespace kvindex::consume {
 
-void AgentTable::AppendClears(const Agent& agent, const std::string& name,
+void AgentTable::AppendClears(const AgentState& agent, const std::string& name,
                               std::vector<PlacementEvent>* clears) {
   for (const SourceKey& source : agent.sources) {
     PlacementEvent& clear = clears->emplace_back();
@@ -14,7 +14,7 @@ void AgentTable::AppendClears(const Agent& agent, const std::string& name,
   }
 }
 
-void AgentTable::FailClosed(Agent& agent, const std::string& name, uint64_t position,
+void AgentTable::FailClosed(AgentState& agent, const std::string& name, uint64_t position,
                             std::vector<PlacementEvent>* clears) {
   agent.gaps += 1;
   AppendClears(agent, name, clears);
@@ -32,7 +32,7 @@ AgentTable::Verdict AgentTable::Admit(const LogBatch::Message& message,
     return Verdict::kApply;  // nothing to apply but its position
   }
   if (!header.sequenced()) return Verdict::kApply;
-  Agent& agent = agents_[header.agent];
+  AgentState& agent = agents_[header.agent];
   if (header.incarnation < agent.incarnation ||
       (header.incarnation == agent.incarnation && header.msg_seq <= agent.last_msg_seq)) {
     agent.stale += 1;
@@ -67,7 +67,7 @@ bool AgentTable::Observe(const PlacementEvent& event, uint64_t position,
     case PlacementKind::kHeartbeat: {
       if (event.agent.empty()) return true;
       MutexLock lock(&mu_);
-      Agent& agent = agents_[event.agent];
+      AgentState& agent = agents_[event.agent];
       agent.last_heartbeat_position = position;
       agent.lease_ms = event.lease_ms;
       agent.expired = false;
@@ -79,7 +79,7 @@ bool AgentTable::Observe(const PlacementEvent& event, uint64_t position,
       MutexLock lock(&mu_);
       auto it = agents_.find(event.agent);
       if (it == agents_.end()) return false;
-      Agent& agent = it->second;
+      AgentState& agent = it->second;
       // A heartbeat applied after the one the deciding router saw: alive.
       if (agent.expired || agent.last_heartbeat_position > event.heartbeat_seq) return false;
       agent.expired = true;
@@ -108,17 +108,8 @@ std::vector<AgentTable::AgentView> AgentTable::Agents() const {
     out.reserve(agents_.size());
     for (const auto& [name, agent] : agents_) {
       AgentView& view = out.emplace_back();
+      static_cast<AgentState&>(view) = agent;
       view.agent = name;
-      view.incarnation = agent.incarnation;
-      view.last_msg_seq = agent.last_msg_seq;
-      view.last_heartbeat_position = agent.last_heartbeat_position;
-      view.lease_ms = agent.lease_ms;
-      view.expired = agent.expired;
-      view.sources.assign(agent.sources.begin(), agent.sources.end());
-      view.gaps = agent.gaps;
-      view.stale = agent.stale;
-      view.expiries = agent.expiries;
-      view.heartbeat_seen = agent.heartbeat_seen;
     }
   }
   std::sort(out.begin(), out.end(),

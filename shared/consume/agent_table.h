@@ -44,19 +44,22 @@ class AgentTable {
  public:
   enum class Verdict { kApply, kStale };
 
-  struct AgentView {
-    std::string agent;
+  struct AgentState {
     uint64_t incarnation = 0;
     uint64_t last_msg_seq = 0;
     uint64_t last_heartbeat_position = 0;  // 0: no heartbeat applied yet
     uint32_t lease_ms = 0;
     bool expired = false;
-    std::vector<SourceKey> sources;  // sorted
-    uint64_t gaps = 0;               // messages after a gap, and undecodable ones
-    uint64_t stale = 0;              // messages skipped as stale
-    uint64_t expiries = 0;           // agent_expired events that cleared it
+    // Ordered, so clears go out in one order on every replica.
+    absl::btree_set<SourceKey> sources;
+    uint64_t gaps = 0;      // messages after a gap, and undecodable ones
+    uint64_t stale = 0;     // messages skipped as stale
+    uint64_t expiries = 0;  // agent_expired events that cleared it
     // Router-local; not part of the replicated state.
     std::chrono::steady_clock::time_point heartbeat_seen{};
+  };
+  struct AgentView : AgentState {
+    std::string agent;
   };
 
   // Checks a message's sender sequence before its events are applied. On a
@@ -84,25 +87,13 @@ class AgentTable {
   std::vector<ResyncRequest> TakeResyncRequests();
 
  private:
-  struct Agent {
-    uint64_t incarnation = 0;
-    uint64_t last_msg_seq = 0;
-    uint64_t last_heartbeat_position = 0;
-    uint32_t lease_ms = 0;
-    bool expired = false;
-    absl::btree_set<SourceKey> sources;  // ordered: clears go out in one order everywhere
-    uint64_t gaps = 0;
-    uint64_t stale = 0;
-    uint64_t expiries = 0;
-    std::chrono::steady_clock::time_point heartbeat_seen{};
-  };
-  static void AppendClears(const Agent& agent, const std::string& name,
+  static void AppendClears(const AgentState& agent, const std::string& name,
                            std::vector<PlacementEvent>* clears);
-  void FailClosed(Agent& agent, const std::string& name, uint64_t position,
+  void FailClosed(AgentState& agent, const std::string& name, uint64_t position,
                   std::vector<PlacementEvent>* clears) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   mutable Mutex mu_;
-  absl::flat_hash_map<std::string, Agent> agents_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, AgentState> agents_ ABSL_GUARDED_BY(mu_);
   std::vector<ResyncRequest> resync_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -65,6 +65,11 @@ std::vector<ApplyLoop::SourceActivity> ApplyLoop::Activity() const {
   return out;
 }
 
+void ApplyLoop::SleepUnlessStopping(std::chrono::milliseconds duration) {
+  std::unique_lock lock(stop_mu_);
+  stop_cv_.wait_for(lock, duration, [&] { return stop_.load(); });
+}
+
 bool ApplyLoop::OpenReader() {
   auto backoff = options_.open_retry;
   log::RateLimiter warnings{std::chrono::seconds(10)};
@@ -79,8 +84,7 @@ bool ApplyLoop::OpenReader() {
       log::Get("consume")->warn("cannot open the placement log: {} (retrying; {} suppressed)",
                                 status.ToString(), suppressed);
     }
-    std::unique_lock lock(stop_mu_);
-    stop_cv_.wait_for(lock, backoff, [&] { return stop_.load(); });
+    SleepUnlessStopping(backoff);
     backoff = std::min(backoff * 2, kMaxOpenRetry);
   }
   return false;
@@ -100,8 +104,7 @@ void ApplyLoop::Run() {
         log::Get("consume")->warn("reading the placement log: {} ({} suppressed)",
                                   status.ToString(), suppressed);
       }
-      std::unique_lock lock(stop_mu_);
-      stop_cv_.wait_for(lock, std::chrono::milliseconds(100), [&] { return stop_.load(); });
+      SleepUnlessStopping(std::chrono::milliseconds(100));
       continue;
     }
     if (batch.messages.empty()) continue;

@@ -97,6 +97,7 @@ class ApplyLoop {
  private:
   void Run();
   bool OpenReader();  // false when stopping
+  void SleepUnlessStopping(std::chrono::milliseconds duration);
   void ApplyBatch(const LogBatch& batch);
   void RecordActivity(const LogBatch& batch);
 

@@ -4,11 +4,7 @@ namespace kvindex::consume {
 
 Status InProcessLogReader::Open(uint64_t first_position) {
   if (first_position == 0) return absl::InvalidArgumentError("log positions start at 1");
-  const uint64_t drained = sink_->drained();
-  base_.store(first_position - drained, std::memory_order_release);
-  // Whatever was published before Open is the backlog to catch up with.
-  open_target_.store(first_position - 1 + (sink_->published() - drained),
-                     std::memory_order_release);
+  base_.store(first_position - sink_->drained(), std::memory_order_release);
   return absl::OkStatus();
 }
 

@@ -30,10 +30,8 @@ class InProcessLogReader final : public LogReader {
 
  private:
   InProcessSink* const sink_;
-  // Position of the next drained event minus the sink's drained count at
-  // Open: position(k-th drained event overall) = base_ + k.
+  // The k-th event the sink ever drained (k from 0) is at position base_ + k.
   std::atomic<uint64_t> base_{1};
-  std::atomic<uint64_t> open_target_{0};
 };
 
 }  // namespace kvindex::consume

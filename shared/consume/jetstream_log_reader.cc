@@ -3,31 +3,11 @@
 #include <string_view>
 
 #include "shared/log/log.h"
+#include "shared/nats/stream.h"
 #include "shared/nats/subjects.h"
 
 namespace kvindex::consume {
 namespace {
-
-Status NatsError(natsStatus status, std::string_view what) {
-  std::string text = std::string(what) + ": " + natsStatus_GetText(status);
-  if (const char* last = nats_GetLastError(nullptr); last != nullptr && *last != 0) {
-    text += std::string(" (") + last + ")";
-  }
-  switch (status) {
-    case NATS_NOT_FOUND:
-      return absl::NotFoundError(text);
-    case NATS_TIMEOUT:
-    case NATS_NO_SERVER:
-    case NATS_CONNECTION_CLOSED:
-    case NATS_CONNECTION_DISCONNECTED:
-    case NATS_NOT_YET_CONNECTED:
-    case NATS_NO_RESPONDERS:
-    case NATS_STALE_CONNECTION:
-      return absl::UnavailableError(text);
-    default:
-      return absl::InternalError(text);
-  }
-}
 
 // The sending node is the subject's last token (docs/operations.md,
 // "Subjects"); "" when it does not decode.
@@ -41,19 +21,6 @@ std::string NodeOfSubject(const char* subject) {
 }
 
 }  // namespace
-
-StatusOr<StreamBounds> ReadStreamBounds(jsCtx* js, const std::string& stream) {
-  jsStreamInfo* info = nullptr;
-  jsErrCode code = static_cast<jsErrCode>(0);
-  const natsStatus status = js_GetStreamInfo(&info, js, stream.c_str(), nullptr, &code);
-  if (status != NATS_OK) {
-    if (code == JSStreamNotFoundErr) return absl::NotFoundError("no stream '" + stream + "'");
-    return NatsError(status, "stream info of '" + stream + "'");
-  }
-  StreamBounds bounds{info->State.FirstSeq, info->State.LastSeq, info->State.Msgs};
-  jsStreamInfo_Destroy(info);
-  return bounds;
-}
 
 JetStreamLogReader::JetStreamLogReader(jsCtx* js, JetStreamLogOptions options)
     : js_(js), options_(std::move(options)) {}
@@ -83,10 +50,10 @@ Status JetStreamLogReader::Subscribe(uint64_t first_position) {
   natsStatus status = js_SubscribeSync(&sub_, js_, options_.subjects.c_str(), nullptr, &so, &code);
   if (status != NATS_OK) {
     sub_ = nullptr;
-    return NatsError(status, "subscribe to stream '" + options_.stream + "'");
+    return nats::FromNats(status, "subscribe to stream '" + options_.stream + "'", code);
   }
   status = natsSubscription_SetPendingLimits(sub_, options_.pending_msgs, options_.pending_bytes);
-  if (status != NATS_OK) return NatsError(status, "pending limits");
+  if (status != NATS_OK) return nats::FromNats(status, "pending limits");
   subscriptions_.fetch_add(1, std::memory_order_relaxed);
   last_progress_ = std::chrono::steady_clock::now();
   return absl::OkStatus();
@@ -95,7 +62,7 @@ Status JetStreamLogReader::Subscribe(uint64_t first_position) {
 Status JetStreamLogReader::Open(uint64_t first_position) {
   if (first_position == 0) return absl::InvalidArgumentError("log positions start at 1");
   if (options_.prepare) KVINDEX_RETURN_IF_ERROR(options_.prepare());
-  KVINDEX_ASSIGN_OR_RETURN(StreamBounds bounds, ReadStreamBounds(js_, options_.stream));
+  KVINDEX_ASSIGN_OR_RETURN(nats::StreamState bounds, nats::GetStreamState(js_, options_.stream));
   last_returned_ = first_position - 1;
   open_target_.store(bounds.last_seq, std::memory_order_release);
   last_known_.store(std::max(bounds.last_seq, last_returned_), std::memory_order_release);
@@ -139,7 +106,7 @@ bool JetStreamLogReader::Append(natsMsg* msg, LogBatch* batch) {
 }
 
 Status JetStreamLogReader::CheckStall() {
-  KVINDEX_ASSIGN_OR_RETURN(StreamBounds bounds, ReadStreamBounds(js_, options_.stream));
+  KVINDEX_ASSIGN_OR_RETURN(nats::StreamState bounds, nats::GetStreamState(js_, options_.stream));
   if (bounds.last_seq > last_known_.load(std::memory_order_relaxed)) {
     last_known_.store(bounds.last_seq, std::memory_order_release);
   }
@@ -162,7 +129,7 @@ Status JetStreamLogReader::Read(LogBatch* batch, size_t max_events,
     const natsStatus status = natsSubscription_NextMsg(&msg, sub_, timeout);
     if (status == NATS_TIMEOUT) break;
     if (status == NATS_SLOW_CONSUMER) continue;  // the ordered consumer restarts by itself
-    if (status != NATS_OK) return NatsError(status, "next log message");
+    if (status != NATS_OK) return nats::FromNats(status, "next log message");
     Append(msg, batch);
     natsMsg_Destroy(msg);
     // After the first message, take only what is already buffered.

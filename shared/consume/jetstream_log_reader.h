@@ -85,13 +85,4 @@ class JetStreamLogReader final : public LogReader {
   std::atomic<uint64_t> subscriptions_{0};
 };
 
-// The stream's first and last sequence (NotFound when it does not exist,
-// Unavailable when JetStream does not answer).
-struct StreamBounds {
-  uint64_t first_seq = 0;
-  uint64_t last_seq = 0;
-  uint64_t messages = 0;
-};
-StatusOr<StreamBounds> ReadStreamBounds(jsCtx* js, const std::string& stream);
-
 }  // namespace kvindex::consume

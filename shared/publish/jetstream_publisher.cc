@@ -139,7 +139,8 @@ void JetStreamPublisher::Stop() {
   size_t unacked = 0;
   {
     std::lock_guard lock(mu_);
-    unacked = outbox_.size() + open_.size();
+    unacked = outbox_.size();
+    for (const auto& [subject, batch] : open_) unacked += batch.events.empty() ? 0 : 1;
   }
   if (unacked > 0) {
     log::Get("publish")->warn("stopping with {} placement messages not acknowledged", unacked);
@@ -186,12 +187,7 @@ Status JetStreamPublisher::Publish(std::span<const PlacementEvent> events) {
       clear.agent = event.agent;
       clear.event_id = event.event_id;
       clear.timestamp_ns = event.timestamp_ns;
-      const std::string subject = SubjectFor(clear);
-      OpenBatch& batch = open_[subject];
-      if (batch.events.empty()) batch.first = now;
-      batch.bytes += EstimateBytes(clear);
-      open_bytes_ += EstimateBytes(clear);
-      batch.events.push_back(std::move(clear));
+      AppendLocked(clear, EstimateBytes(clear), now);
       static log::RateLimiter warnings{std::chrono::seconds(10)};
       uint64_t suppressed = 0;
       if (warnings.Allow(&suppressed)) {
@@ -202,19 +198,24 @@ Status JetStreamPublisher::Publish(std::span<const PlacementEvent> events) {
       }
       continue;
     }
-    const std::string subject = SubjectFor(event);
-    OpenBatch& batch = open_[subject];
-    if (batch.events.empty()) batch.first = now;
-    batch.events.push_back(event);
-    batch.bytes += bytes;
-    open_bytes_ += bytes;
-    if (batch.bytes >= options_.max_batch_bytes) SealLocked(subject, batch);
+    AppendLocked(event, bytes, now);
   }
   Probe::Inc(probe_->events, static_cast<double>(events.size() - overflowed));
   Probe::Inc(probe_->overflow, static_cast<double>(overflowed));
   lock.unlock();
   wake_.notify_one();
   return absl::OkStatus();
+}
+
+void JetStreamPublisher::AppendLocked(const PlacementEvent& event, size_t bytes,
+                                      std::chrono::steady_clock::time_point now) {
+  const std::string subject = SubjectFor(event);
+  OpenBatch& batch = open_[subject];
+  if (batch.events.empty()) batch.first = now;
+  batch.events.push_back(event);
+  batch.bytes += bytes;
+  open_bytes_ += bytes;
+  if (batch.bytes >= options_.max_batch_bytes) SealLocked(subject, batch);
 }
 
 void JetStreamPublisher::SealLocked(const std::string& subject, OpenBatch& batch) {
@@ -270,16 +271,15 @@ bool JetStreamPublisher::SendOneLocked(std::unique_lock<std::mutex>& lock) {
   next->in_flight = true;
   next->sent = std::chrono::steady_clock::now();
   ++in_flight_;
-  const std::string subject = next->subject;
-  const std::string data = next->data;  // the lock is released while sending
   char id[160];
   std::snprintf(id, sizeof(id), "%s:%llu:%llu", options_.node.c_str(),
                 static_cast<unsigned long long>(options_.incarnation),
                 static_cast<unsigned long long>(next->msg_seq));
-  lock.unlock();
+  // The message copies the payload; the lock is released while sending.
   natsMsg* msg = nullptr;
-  natsStatus status =
-      natsMsg_Create(&msg, subject.c_str(), nullptr, data.data(), static_cast<int>(data.size()));
+  natsStatus status = natsMsg_Create(&msg, next->subject.c_str(), nullptr, next->data.data(),
+                                     static_cast<int>(next->data.size()));
+  lock.unlock();
   if (status == NATS_OK) status = natsMsgHeader_Set(msg, kMsgIdHeader, id);
   if (status == NATS_OK) {
     jsPubOptions pub;

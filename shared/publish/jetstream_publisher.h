@@ -134,6 +134,9 @@ class JetStreamPublisher final : public PlacementPublisher {
 
   void Run();
   std::string SubjectFor(const PlacementEvent& event) const;
+  // Adds one event to its subject's open batch, sealing it when full.
+  void AppendLocked(const PlacementEvent& event, size_t bytes,
+                    std::chrono::steady_clock::time_point now);   // mu_ held
   void SealLocked(const std::string& subject, OpenBatch& batch);  // mu_ held
   void SealDueLocked(bool all);                                   // mu_ held
   size_t BufferedLocked() const { return open_bytes_ + outbox_bytes_; }

@@ -163,32 +163,11 @@ class NatsRouter(e2e.Router):
         with open(os.path.join(self.logdir, "stderr")) as f:
             return f.read()
 
-    def wait_ready(self, timeout=30):
-        def ready():
-            if self.proc.poll() is not None:
-                raise AssertionError("router exited with %s: %s" % (self.proc.returncode,
-                                                                      self.logs()))
-            return self.request("GET", "/readyz")[0] == 200
-        e2e.wait_for(ready, timeout, "GET /readyz == 200")
-        return self
-
-    def stop(self, sig=signal.SIGTERM, timeout=20):
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        code = self.proc.wait(timeout=timeout)
+    def close_output(self):
         self.err.close()
-        self.proc = None
-        return code
 
     def cleanup(self):
-        if self.proc is not None:
-            self.proc.kill()
-            self.proc.wait()
-            self.err.close()
-            self.proc = None
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+        super().cleanup()
         shutil.rmtree(self.logdir, ignore_errors=True)
 
     def state(self):

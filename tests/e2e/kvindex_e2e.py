@@ -216,11 +216,15 @@ class Router:
                                      stderr=subprocess.PIPE, text=True)
         return self
 
+    def logs(self):
+        """What the exited process wrote to stderr."""
+        return self.proc.stderr.read()
+
     def wait_ready(self, timeout=30):
         def ready():
             if self.proc.poll() is not None:
                 raise AssertionError("router exited with %s: %s" % (self.proc.returncode,
-                                                                      self.proc.stderr.read()))
+                                                                      self.logs()))
             return self.request("GET", "/readyz")[0] == 200
         wait_for(ready, timeout, "GET /readyz == 200")
         return self
@@ -236,15 +240,20 @@ class Router:
             self.proc.kill()
             self.proc.wait()
             raise AssertionError("router did not stop within %ds of signal %d" % (timeout, sig))
-        self.proc.stdout.close()
-        self.proc.stderr.close()
+        self.close_output()
         self.proc = None
         return code
+
+    def close_output(self):
+        self.proc.stdout.close()
+        self.proc.stderr.close()
 
     def cleanup(self):
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
+            self.close_output()
+            self.proc = None
         if self.owns_dir:
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
