@@ -8,6 +8,7 @@
 // SIGINT/SIGTERM stop it gracefully (sockets closed, output flushed).
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <prometheus/registry.h>
 #include <CLI/CLI.hpp>
@@ -61,6 +62,8 @@ std::string SourcesJson(const kvindex::ingest::AgentPipeline& pipeline) {
 }
 
 }  // namespace
+
+static std::atomic<bool> nats_closed{false};
 
 int main(int argc, char** argv) {
   using namespace kvindex;
@@ -205,7 +208,14 @@ int main(int argc, char** argv) {
   std::unique_ptr<PlacementPublisher> publisher;
   JetStreamPublisher* jetstream = nullptr;
   if (use_nats) {
-    auto connected = nats::Connection::Connect(nats_options, &registry, "agent", {},
+    // A connection the client library closed for good (refused credentials
+    // or TLS) does not come back: stop, and exit 1 so the supervisor sees it.
+    nats::Connection::Hooks hooks;
+    hooks.on_closed = [] {
+      nats_closed.store(true);
+      kill(getpid(), SIGTERM);
+    };
+    auto connected = nats::Connection::Connect(nats_options, &registry, "agent", std::move(hooks),
                                                /*retry_initial=*/true);
     if (!connected.ok()) return Fail(std::string(connected.status().message()), 1);
     connection = std::move(*connected);
@@ -320,6 +330,10 @@ int main(int argc, char** argv) {
     connection.reset();
   } else {
     publisher->Flush().IgnoreError();  // best effort: stdout may be gone at shutdown
+  }
+  if (nats_closed.load()) {
+    logger->error("stopped: the NATS connection was closed for good (see above)");
+    return 1;
   }
   return 0;
 }

@@ -12,6 +12,9 @@
 #if KVINDEX_BENCH_HAVE_HTTP
 #include "services/bench/http/http_bench.h"
 #endif
+#if KVINDEX_BENCH_HAVE_E2E
+#include "services/bench/e2e/e2e_bench.h"
+#endif
 
 namespace {
 
@@ -25,6 +28,10 @@ constexpr kvindex::config::Subcommand kSubcommands[] = {
 #endif
 #if KVINDEX_BENCH_HAVE_HTTP
     {"http", "/v1/match over HTTP next to the in-process lookup", kvindex::bench::RunHttpBench},
+#endif
+#if KVINDEX_BENCH_HAVE_E2E
+    {"e2e", "engines -> agent -> JetStream -> router -> /v1/match, next to --embedded",
+     kvindex::bench::RunE2eBench},
 #endif
 };
 

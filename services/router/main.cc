@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -159,6 +160,13 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // A NATS connection the client library closed for good (refused
+  // credentials or TLS) does not come back: exit 1 so the supervisor sees it.
+  static std::atomic<bool> nats_closed{false};
+  options.on_nats_closed = [] {
+    nats_closed.store(true);
+    kill(getpid(), SIGTERM);
+  };
   const std::string listen = options.http;
   const bool options_embedded = options.embedded;
   const std::string nats_description = options.nats.Describe();
@@ -180,6 +188,10 @@ int main(int argc, char** argv) {
   sigwait(&signals, &received);
   logger->info("signal {} received, shutting down", received);
   router.Stop();
+  if (nats_closed.load()) {
+    logger->error("stopped: the NATS connection was closed for good (see above)");
+    return 1;
+  }
   logger->info("stopped");
   return 0;
 }

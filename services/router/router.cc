@@ -74,9 +74,11 @@ Status Router::Start() {
   } else {
     // A NATS server that is down at start is retried in the background; the
     // apply loop opens the stream (creating it if missing) once it answers.
+    nats::Connection::Hooks hooks;
+    hooks.on_closed = options_.on_nats_closed;
     KVINDEX_ASSIGN_OR_RETURN(connection_,
-                             nats::Connection::Connect(options_.nats, registry_.get(), "router", {},
-                                                       /*retry_initial=*/true));
+                             nats::Connection::Connect(options_.nats, registry_.get(), "router",
+                                                       std::move(hooks), /*retry_initial=*/true));
     consume::JetStreamLogOptions log_options;
     log_options.stream = options_.stream.name;
     log_options.subjects = options_.stream.subjects.All();

@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -69,6 +70,10 @@ struct RouterOptions {
   // JetStream mode (embedded false): connection and stream.
   nats::NatsOptions nats;
   nats::StreamOptions stream;
+  // Called (from a NATS thread) when the client library closed the
+  // connection for good (e.g. authentication or TLS refused while
+  // reconnecting): the router cannot recover by itself. Default: none.
+  std::function<void()> on_nats_closed;
   // How often agents' leases are checked (JetStream mode). Default: 250 ms.
   std::chrono::milliseconds liveness_interval{250};
   // Agent pipeline options (node, sources, replay timeouts) for embedded mode.

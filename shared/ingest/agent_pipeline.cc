@@ -246,7 +246,7 @@ struct AgentPipeline::Impl final : public BatchSink {
     std::vector<PlacementEvent> events;
     source->session->processor().Snapshot(&events);
     PublishBatch(&events);
-    snapshots.fetch_add(1, std::memory_order_relaxed);
+    probe.CountSnapshot();
     log::Get("ingest")->info("source {}: snapshot published ({} events)", source->label,
                              events.size());
   }
@@ -303,7 +303,6 @@ struct AgentPipeline::Impl final : public BatchSink {
   std::unique_ptr<zmq::context_t> context;
   std::thread heartbeat_thread;
   std::atomic<bool> running{false};  // written by the controlling thread
-  std::atomic<uint64_t> snapshots{0};
 
   std::atomic<bool> stop{false};
   std::mutex stop_mu;
@@ -341,8 +340,6 @@ void AgentPipeline::RequestSnapshots(bool all, const std::vector<SourceKey>& sou
     if (wanted) source->snapshot_wanted.store(true);
   }
 }
-
-uint64_t AgentPipeline::snapshots() const { return impl_->snapshots.load(); }
 
 std::vector<AgentPipeline::SourceStatus> AgentPipeline::Sources() const {
   std::vector<SourceStatus> out;

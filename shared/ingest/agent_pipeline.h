@@ -103,9 +103,8 @@ class AgentPipeline {
   // "Source snapshots"): every source when `all`, else those whose worker is
   // named in `sources`. Each source's own thread publishes its snapshot
   // within about 100 ms, between two engine batches. Any thread.
+  // Counted in kvindex_agent_snapshots_total.
   void RequestSnapshots(bool all, const std::vector<SourceKey>& sources);
-  // Snapshots published since Start.
-  uint64_t snapshots() const;
 
   using SourceStatus = IngestSourceStatus;
   // One entry per configured source, in configuration order.

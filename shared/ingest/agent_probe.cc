@@ -74,6 +74,10 @@ AgentProbe::AgentProbe(prometheus::Registry* registry) : registry_(registry) {
                             "Publish calls that failed (and were retried)", {});
   heartbeats_ =
       Counter(registry_, "kvindex_agent_heartbeats_total", "Agent heartbeats published", {});
+  snapshots_ = Counter(registry_, "kvindex_agent_snapshots_total",
+                       "Source snapshots published (cleared + the full current set), on a router's "
+                       "or the publisher's request",
+                       {});
 }
 
 SourceMetrics* AgentProbe::AddSource(const std::string& source_label, wire::EngineKind engine) {
@@ -163,6 +167,10 @@ void AgentProbe::ObservePublish(double seconds, size_t events, bool ok) {
 
 void AgentProbe::SetPending(size_t events) {
   if (pending_ != nullptr) pending_->Set(static_cast<double>(events));
+}
+
+void AgentProbe::CountSnapshot() {
+  if (snapshots_ != nullptr) snapshots_->Increment();
 }
 
 void AgentProbe::CountHeartbeat() {

@@ -32,6 +32,7 @@
 //   kvindex_agent_publish_pending_events                      gauge: events awaiting publish
 //   kvindex_agent_published_events_total / kvindex_agent_publish_errors_total
 //   kvindex_agent_heartbeats_total
+//   kvindex_agent_snapshots_total
 //
 // Thread safety: AddSource before the sources' threads start. Each
 // SourceMetrics is synced by one thread; the agent-level handles are
@@ -102,6 +103,7 @@ class AgentProbe {
   void ObservePublish(double seconds, size_t events, bool ok);
   void SetPending(size_t events);
   void CountHeartbeat();
+  void CountSnapshot();
 
  private:
   prometheus::Registry* const registry_;
@@ -111,6 +113,7 @@ class AgentProbe {
   prometheus::Counter* published_ = nullptr;
   prometheus::Counter* publish_errors_ = nullptr;
   prometheus::Counter* heartbeats_ = nullptr;
+  prometheus::Counter* snapshots_ = nullptr;
 };
 
 }  // namespace kvindex::ingest

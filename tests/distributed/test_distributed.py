@@ -9,13 +9,15 @@ stopped by its pid, also when a check fails.
 
 Usage: test_distributed.py BIN_DIR SCENARIO
 Scenarios: converge, nats_restart, cluster, agent_killed, late_router,
-agent_returns, overflow, auth
+agent_returns, overflow, auth, tls
 """
 
 import json
 import os
 import random
+import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -307,7 +309,9 @@ def scenario_agent_returns(bin_dir):
         c.drive(100)
         digest, states = c.settle()
         c.check_matches()
-        assert "kvindex_agent_nats" in c.agent_metrics()
+        snapshots = [l for l in c.agent_metrics().splitlines()
+                     if l.startswith("kvindex_agent_snapshots_total")]
+        assert snapshots and float(snapshots[0].split()[-1]) >= 2, snapshots  # both sources
         print("agent_returns: restored to %s at applied_seq %d" % (digest,
                                                                  states[0]["applied_seq"]))
     finally:
@@ -382,6 +386,59 @@ def scenario_auth(bin_dir):
         for p in procs:
             p.cleanup()
         server.cleanup()
+
+
+def make_certs(directory):
+    """A CA, a server certificate for 127.0.0.1 and a client certificate,
+    made with the openssl CLI (Debian openssl)."""
+    def openssl(*args):
+        subprocess.run(["openssl"] + list(args), check=True, cwd=directory,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=kvindex-ca",
+            "-keyout", "ca.key", "-out", "ca.pem")
+    with open(os.path.join(directory, "san.ext"), "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth,clientAuth\n")
+    for name in ("server", "client"):
+        openssl("req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=%s" % name,
+                "-keyout", name + ".key", "-out", name + ".csr")
+        openssl("x509", "-req", "-in", name + ".csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+                "-CAcreateserial", "-days", "1", "-extfile", "san.ext", "-out", name + ".pem")
+    return {n: os.path.join(directory, n) for n in
+            ("ca.pem", "server.pem", "server.key", "client.pem", "client.key")}
+
+
+def scenario_tls(bin_dir):
+    """(h) TLS with client certificates: a client without its certificate is
+    rejected; agent and routers with CA, certificate and key converge."""
+    import tempfile
+    certs_dir = tempfile.mkdtemp(prefix="kvindex-certs-")
+    certs = make_certs(certs_dir)
+    server = ne.NatsServer(config=(
+        'tls {\n  cert_file: "%s"\n  key_file: "%s"\n  ca_file: "%s"\n  verify: true\n}\n' %
+        (certs["server.pem"], certs["server.key"], certs["ca.pem"])))
+    server.start()
+    with_ca = ["--nats-tls-ca", certs["ca.pem"]]
+    with_cert = with_ca + ["--nats-tls-cert", certs["client.pem"], "--nats-tls-key",
+                           certs["client.key"]]
+    rejected = ne.NatsRouter(bin_dir, server.url, with_ca)
+    try:
+        rejected.start()
+        code = rejected.proc.wait(timeout=30)
+        assert code != 0, rejected.logs()
+        c = Cluster(bin_dir, [server], agent_extra=with_cert, router_extra=with_cert, routers=2)
+        c.servers = []  # the server is cleaned up below
+        try:
+            c.start()
+            c.drive(200)
+            digest, _ = c.settle()
+            c.check_matches()
+        finally:
+            c.cleanup()
+        print("tls: a client without its certificate rejected; with it, digest %s" % digest)
+    finally:
+        rejected.cleanup()
+        server.cleanup()
+        shutil.rmtree(certs_dir, ignore_errors=True)
 
 
 SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items()
