@@ -225,7 +225,13 @@ StatusOr<DecodedPlacementBatch> DecodePlacementBatch(std::string_view bytes) {
   msgpack::object_handle handle;
   try {
     std::size_t offset = 0;
-    handle = msgpack::unpack(bytes.data(), bytes.size(), offset);
+    // Every element takes at least one byte, so no honest container is
+    // longer than the message; without the limits a corrupt length header
+    // would have msgpack reserve up to 2^32 elements (64 GiB) up front.
+    const size_t n = bytes.size();
+    const msgpack::unpack_limit limits(/*array=*/n, /*map=*/n / 2, /*str=*/n, /*bin=*/n,
+                                       /*ext=*/n, /*depth=*/16);
+    handle = msgpack::unpack(bytes.data(), bytes.size(), offset, nullptr, nullptr, limits);
     if (offset != bytes.size()) {
       return absl::InvalidArgumentError("placement batch: trailing bytes at offset " +
                                         std::to_string(offset));

@@ -92,6 +92,23 @@ TEST(PlacementCodecTest, SequencedMessageWithoutAgentIsRejected) {
   EXPECT_NE(decoded.status().message().find("'agent'"), std::string_view::npos);
 }
 
+// A corrupt length header must not make the decoder reserve memory for
+// elements the message cannot hold (array32 of 2^32 - 1, map32 likewise).
+// Without the limits a Release build still answers InvalidArgument (the
+// 64 GiB reservation is virtual, or bad_alloc is caught); under ASan the
+// reservation aborts the test, which is how the sanitizer stage catches it.
+TEST(PlacementCodecTest, HugeLengthHeadersAreRejectedWithoutAllocating) {
+  const std::string v_events = std::string("\x82\xa1v\x01\xa6") + "events";
+  for (const std::string& bytes :
+       {v_events + std::string("\xdd\xff\xff\xff\xff", 5),         // events: array32
+        std::string("\xdf\xff\xff\xff\xff\xa1v\x01", 8),           // top level: map32
+        v_events + std::string("\x91\xdb\xff\xff\xff\xff", 6)}) {  // an event: str32
+    auto decoded = DecodePlacementBatch(bytes);
+    ASSERT_FALSE(decoded.ok());
+    EXPECT_EQ(decoded.status().code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
 TEST(PlacementCodecTest, EmptyBatch) {
   std::string bytes;
   EncodePlacementBatch({}, &bytes);
