@@ -48,6 +48,7 @@ struct Options {
   uint32_t block_size = 16;
   uint64_t window_blocks = 100000;  // blocks an engine holds before it removes the oldest
   std::string nats;                 // empty: start a nats-server
+  std::string batch_delay = "2ms";  // the agent's --batch-delay
   bool json = false;
 };
 
@@ -470,6 +471,8 @@ StatusOr<PathFigures> RunJetStream(const Options& o, double duration_s, const st
   JetStreamPublisherOptions po;
   po.node = "bench-agent";
   po.subjects = stream.subjects;
+  po.max_delay =
+      std::chrono::duration_cast<std::chrono::microseconds>(*config::ParseDuration(o.batch_delay));
   JetStreamPublisher publisher(connection->raw(), po, &registry);
   ingest::AgentOptions ao;
   ao.node = "bench-agent";
@@ -519,12 +522,16 @@ int RunE2eBench(int argc, char** argv) {
   app.add_option("--window-blocks", o.window_blocks,
                  "Blocks an engine holds before it removes its oldest chain")
       ->capture_default_str();
+  app.add_option("--batch-delay", o.batch_delay,
+                 "The agent's batch delay (as kvindex-agent --batch-delay)")
+      ->capture_default_str();
   app.add_option("--nats", o.nats, "NATS URL (default: start a nats-server on a free port)");
   app.add_flag("--json", o.json, "Print one JSON object");
   if (auto exit_code = config::Parse(app, argc, argv)) return *exit_code;
   auto duration = config::ParseDuration(o.duration);
-  if (!duration.ok() || duration->count() <= 0 || o.rate <= 0 || o.engines == 0 ||
-      o.blocks_per_event == 0 || o.block_size == 0 || o.throughput_ops < o.blocks_per_event * 4) {
+  if (!duration.ok() || duration->count() <= 0 || !config::ParseDuration(o.batch_delay).ok() ||
+      o.rate <= 0 || o.engines == 0 || o.blocks_per_event == 0 || o.block_size == 0 ||
+      o.throughput_ops < o.blocks_per_event * 4) {
     std::fprintf(stderr,
                  "kvindex-bench e2e: need --duration, --rate, --engines, --blocks-per-event, "
                  "--block-size > 0 and --throughput-ops >= 4 events\n");
@@ -565,6 +572,7 @@ int RunE2eBench(int argc, char** argv) {
     out["engines"] = o.engines;
     out["blocks_per_event"] = o.blocks_per_event;
     out["throughput_ops"] = o.throughput_ops;
+    out["batch_delay"] = o.batch_delay;
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf(
