@@ -13,12 +13,13 @@
 //   ... router.port() ...
 //   router.Stop();
 //
-// Start order: data dir -> index -> apply loop -> ingest -> HTTP. Stop:
-// HTTP -> ingest -> apply loop (which drains what ingest published). A
-// restart (Stop then Start, or a new process) rebuilds from the engines'
-// replay buffers: every source starts cleared and asks its engine for
-// everything from seq 0 (semantics.md section 3); RocksDB checkpoints in
-// data_dir come with a later issue.
+// Start order: data dir -> index -> (NATS connection) -> apply loop ->
+// ingest or liveness monitor -> HTTP. Stop: HTTP -> ingest / monitor ->
+// apply loop. A restart (Stop then Start, or a new process) starts from an
+// empty index: embedded, every source starts cleared and asks its engine for
+// everything from seq 0 (semantics.md section 3); with --nats, the stream is
+// read again from position 1. RocksDB checkpoints in data_dir come with a
+// later issue.
 //
 // Thread safety: Start/Stop from one controlling thread, both idempotent.
 // Accessors from any thread while running.
