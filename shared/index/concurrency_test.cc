@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <random>
 #include <string>
@@ -200,6 +201,8 @@ TEST(ConcurrencyTest, ReadersNeverOvercountWhileOneWriterApplies) {
   for (const auto& v : first_violation) EXPECT_TRUE(v.empty()) << v;
   EXPECT_EQ(violations.load(), 0u);
   EXPECT_GT(reads.load(), 0u);
+  // Readers saw rows: an index whose reads return no workers must fail here.
+  EXPECT_GT(nonzero.load(), 0u);
   // The final state equals the script's final state (everything cleared).
   const IndexStats stats = index.Stats();
   EXPECT_EQ(stats.entries[0] + stats.entries[1] + stats.entries[2] + stats.entries[3], 0u);
@@ -258,10 +261,17 @@ TEST(ConcurrencyTest, LongWalksNeverCombineTwoStates) {
     apply(PlacementKind::kRemoved, "a", {chain.back()});
     apply(PlacementKind::kStored, "a", {chain.front()});
   }
+  // The index now rests in "all but the last": let the readers see it, so a
+  // reader that never reports the chain is caught below.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (partial.load() == 0 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   stop.store(true, std::memory_order_release);
   for (auto& t : readers) t.join();
   EXPECT_EQ(full.load(), 0u) << "a reader combined two states into a chain no state held";
   EXPECT_GT(reads.load(), 0u);
+  EXPECT_GT(partial.load(), 0u) << "readers never saw the chain all but its last block";
   RecordProperty("reads", static_cast<int>(reads.load()));
   RecordProperty("reads_in_state_all_but_last", static_cast<int>(partial.load()));
 }
