@@ -55,23 +55,27 @@ TEST(JsonlPublisherTest, WritesOneLinePerEventAndRoot) {
   std::FILE* file = std::tmpfile();
   ASSERT_NE(file, nullptr);
   JsonlPublisher publisher(file);
+  // A stored event with a parent, a removal, and a stored event at the root.
   std::vector<PlacementEvent> events(3);
+  events[0].parent_hash = 42;
   events[1].kind = PlacementKind::kRemoved;
   events[2].parent_hash.reset();
   ASSERT_TRUE(publisher.Publish(events).ok());
   ASSERT_TRUE(publisher.Flush().ok());
   std::rewind(file);
   char line[4096];
-  int lines = 0;
+  std::vector<nlohmann::json> lines;
   while (std::fgets(line, sizeof(line), file) != nullptr) {
-    const auto j = nlohmann::json::parse(line);
-    EXPECT_TRUE(j.contains("kind"));
-    if (j["kind"] == "stored") {
-      EXPECT_TRUE(j["parent_hash"].is_null());
-    }
-    ++lines;
+    lines.push_back(nlohmann::json::parse(line));
   }
-  EXPECT_EQ(lines, 3);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["kind"], "stored");
+  EXPECT_EQ(lines[0]["parent_hash"].get<uint64_t>(), 42u);
+  EXPECT_EQ(lines[1]["kind"], "removed");
+  EXPECT_FALSE(lines[1].contains("parent_hash"));
+  EXPECT_EQ(lines[2]["kind"], "stored");
+  ASSERT_TRUE(lines[2].contains("parent_hash"));
+  EXPECT_TRUE(lines[2]["parent_hash"].is_null());
   std::fclose(file);
 }
 
