@@ -101,10 +101,9 @@ std::shared_ptr<spdlog::logger> Get(const std::string& subsystem) {
   return logger;
 }
 
-bool RateLimiter::Allow(uint64_t* suppressed) {
-  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                          std::chrono::steady_clock::now().time_since_epoch())
-                          .count();
+bool RateLimiter::Allow(uint64_t* suppressed, std::chrono::steady_clock::time_point at) {
+  const int64_t now =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count();
   int64_t next = next_allowed_ns_.load(std::memory_order_relaxed);
   const int64_t step = std::chrono::duration_cast<std::chrono::nanoseconds>(interval_).count();
   while (now >= next) {

@@ -42,7 +42,9 @@ class RateLimiter {
   explicit RateLimiter(std::chrono::steady_clock::duration interval) : interval_(interval) {}
   // True when a message may be logged now; *suppressed gets the number of
   // calls held back since the last allowed one.
-  bool Allow(uint64_t* suppressed);
+  bool Allow(uint64_t* suppressed) { return Allow(suppressed, std::chrono::steady_clock::now()); }
+  // The same at a given time (tests drive the clock).
+  bool Allow(uint64_t* suppressed, std::chrono::steady_clock::time_point now);
 
  private:
   const std::chrono::steady_clock::duration interval_;

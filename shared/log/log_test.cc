@@ -2,8 +2,6 @@
 
 #include <gtest/gtest.h>
 
-#include <thread>
-
 namespace kvindex::log {
 namespace {
 
@@ -29,15 +27,20 @@ TEST(LogTest, JsonLinesAreEscaped) {
 TEST(LogTest, SameLoggerForSameSubsystem) { EXPECT_EQ(Get("a").get(), Get("a").get()); }
 
 TEST(RateLimiterTest, FirstAllowedThenSuppressedAndCounted) {
-  RateLimiter limiter(std::chrono::hours(1));
+  using std::chrono::seconds;
+  RateLimiter limiter(seconds(10));
+  const auto t0 = std::chrono::steady_clock::now();
   uint64_t suppressed = 99;
-  EXPECT_TRUE(limiter.Allow(&suppressed));
+  EXPECT_TRUE(limiter.Allow(&suppressed, t0));
   EXPECT_EQ(suppressed, 0u);
-  for (int i = 0; i < 5; ++i) EXPECT_FALSE(limiter.Allow(&suppressed));
-  RateLimiter fast(std::chrono::nanoseconds(1));
-  EXPECT_TRUE(fast.Allow(&suppressed));
-  std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  EXPECT_TRUE(fast.Allow(&suppressed));
+  for (int i = 1; i <= 5; ++i) EXPECT_FALSE(limiter.Allow(&suppressed, t0 + seconds(i)));
+  EXPECT_FALSE(limiter.Allow(&suppressed, t0 + seconds(10) - std::chrono::nanoseconds(1)));
+  // The next interval: allowed, and told how many were held back.
+  EXPECT_TRUE(limiter.Allow(&suppressed, t0 + seconds(10)));
+  EXPECT_EQ(suppressed, 6u);
+  EXPECT_FALSE(limiter.Allow(&suppressed, t0 + seconds(11)));
+  EXPECT_TRUE(limiter.Allow(&suppressed, t0 + seconds(25)));
+  EXPECT_EQ(suppressed, 1u);
 }
 
 }  // namespace
