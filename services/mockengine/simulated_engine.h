@@ -42,6 +42,9 @@ class SimulatedEngine {
 
   size_t device_blocks() const { return device_.size(); }
   size_t host_blocks() const { return host_.size(); }
+  // The engine hashes each tier holds now (any order): the engine's truth.
+  std::vector<uint64_t> device_hashes() const { return device_.Hashes(); }
+  std::vector<uint64_t> host_hashes() const { return host_.Hashes(); }
 
  private:
   struct Lru {
@@ -52,6 +55,7 @@ class SimulatedEngine {
     void Insert(uint64_t hash);
     uint64_t PopLeastRecent();
     size_t size() const { return where.size(); }
+    std::vector<uint64_t> Hashes() const { return {order.begin(), order.end()}; }
   };
 
   uint64_t EngineHash(std::optional<uint64_t> parent, std::span<const uint32_t> block) const;
