@@ -347,4 +347,11 @@ Status ParseMatchRequest(std::string_view body, RequestDialect dialect, MatchReq
   return ParseWithSimdjson(body, dialect, out);
 }
 
+Status internal::ParseMatchRequestWithSimdjson(std::string_view body, RequestDialect dialect,
+                                               MatchRequest* out) {
+  if (body.empty()) return Invalid("empty request body: expected a JSON object");
+  out->Clear();
+  return ParseWithSimdjson(body, dialect, out);
+}
+
 }  // namespace kvindex::query

@@ -52,4 +52,11 @@ enum class RequestDialect : uint8_t {
 // InvalidArgument with a message naming the problem.
 Status ParseMatchRequest(std::string_view body, RequestDialect dialect, MatchRequest* out);
 
+namespace internal {
+// The simdjson path alone, without the fast scanner in front (tests compare
+// the two on the same bodies). Same contract as ParseMatchRequest.
+Status ParseMatchRequestWithSimdjson(std::string_view body, RequestDialect dialect,
+                                     MatchRequest* out);
+}  // namespace internal
+
 }  // namespace kvindex::query

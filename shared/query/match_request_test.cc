@@ -163,8 +163,17 @@ TEST(MatchRequestTest, FastScannerShapes) {
 namespace kvindex::query {
 namespace {
 
+bool SameRequest(const MatchRequest& a, const MatchRequest& b) {
+  return a.model == b.model && a.has_tokens == b.has_tokens &&
+         a.has_local_hashes == b.has_local_hashes && a.tokens == b.tokens &&
+         a.local_hashes == b.local_hashes && a.lora_name == b.lora_name &&
+         a.cache_salt == b.cache_salt && a.max_blocks == b.max_blocks;
+}
+
 // Bad input never crashes: random mutations of valid bodies either parse or
-// yield InvalidArgument.
+// yield InvalidArgument, and the answer (value or error code) is the one the
+// simdjson path alone gives, so the fast scanner never accepts what simdjson
+// rejects nor reads a different value.
 TEST(MatchRequestTest, MutatedBodiesNeverCrash) {
   const std::vector<std::string> seeds = {
       R"({"model":"m","tokens":[1,22,333,4444,55555,666666,7777777,88888888,999999999]})",
@@ -172,7 +181,8 @@ TEST(MatchRequestTest, MutatedBodiesNeverCrash) {
       R"({"model_name":"m","token_ids":[1,2,3],"lora_name":null})",
   };
   std::mt19937 rng(11);
-  MatchRequest r;
+  MatchRequest r, slow;
+  int accepted = 0;
   for (int round = 0; round < 20000; ++round) {
     std::string body = seeds[rng() % seeds.size()];
     const int edits = 1 + static_cast<int>(rng() % 4);
@@ -193,7 +203,17 @@ TEST(MatchRequestTest, MutatedBodiesNeverCrash) {
     const RequestDialect dialect = (rng() & 1) ? RequestDialect::kMatch : RequestDialect::kQuery;
     Status s = Parse(body, &r, dialect);
     EXPECT_TRUE(s.ok() || s.code() == absl::StatusCode::kInvalidArgument) << body;
+    std::string padded = body;
+    padded.append(64, '\0');
+    Status reference = internal::ParseMatchRequestWithSimdjson(
+        std::string_view(padded.data(), body.size()), dialect, &slow);
+    ASSERT_EQ(s.code(), reference.code()) << body << "\nfast: " << s << "\nsimdjson: " << reference;
+    if (s.ok()) {
+      ++accepted;
+      EXPECT_TRUE(SameRequest(r, slow)) << body;
+    }
   }
+  EXPECT_GT(accepted, 100);  // some mutations keep the body valid: both paths were compared
 }
 
 }  // namespace
