@@ -169,10 +169,8 @@ int RunPeerWorkload(const Options& opt, const std::vector<trace::TraceRequest>& 
 
   bool ok = true;
   nlohmann::json checks;
-  std::vector<PeerCheck> list = PeerHashVectorChecks();
-  if (config.IsReference()) {
-    for (const PeerCheck& c : PeerChecks(stream, ours_run)) list.push_back(c);
-  }
+  std::vector<PeerCheck> list;
+  if (config.IsReference()) list = PeerChecks(stream, ours_run);
   // Whatever the configuration, the baseline must agree with kvindex.
   list.push_back(
       {"baseline_depth_interleaved", base_run.depth_interleaved, ours_run.depth_interleaved});

@@ -178,29 +178,4 @@ std::vector<PeerCheck> PeerChecks(const PeerStream& stream, const PeerRun& run) 
   };
 }
 
-std::vector<PeerCheck> PeerHashVectorChecks() {
-  const uint64_t l00 = PeerLocal(0, 0, 0);
-  const uint64_t s00 = PeerChain(kPeerSeqRoot, l00);
-  uint64_t s = kPeerSeqRoot;
-  uint64_t l31 = 0;
-  for (uint64_t i = 0; i < 32; ++i) {
-    l31 = PeerLocal(0, 0, i);
-    s = PeerChain(s, l31);
-  }
-  const uint64_t s031 = s;
-  const uint64_t l10 = PeerLocal(0, 1, 0);
-  const uint64_t s32 = PeerChain(s031, l10);
-  const uint64_t ld1 = PeerLocal(1, 0, 0);
-  return {
-      {"vector_local_d0_h0_i0", l00, 0x2ff145472e2746d6ull},
-      {"vector_seq_d0_h0_i0", s00, 0x403c2973c5f099b1ull},
-      {"vector_local_d0_h0_i31", l31, 0x53fa36015a1f6352ull},
-      {"vector_seq_d0_h0_i31", s031, 0x8b06455e69089df5ull},
-      {"vector_local_d0_h1_i0", l10, 0x6b07b7d0a7afe795ull},
-      {"vector_seq_k32", s32, 0x8087a290540601d5ull},
-      {"vector_local_d1_h0_i0", ld1, 0x5011d7e41485a44bull},
-      {"vector_seq_d1_h0_i0", PeerChain(kPeerSeqRoot, ld1), 0xed1685d7f67a008dull},
-  };
-}
-
 }  // namespace kvindex::bench

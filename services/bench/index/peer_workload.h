@@ -74,7 +74,5 @@ struct PeerCheck {
   bool ok() const { return got == want; }
 };
 std::vector<PeerCheck> PeerChecks(const PeerStream& stream, const PeerRun& run);
-// Test vectors of the hash functions (peer-workload.md "Hashes").
-std::vector<PeerCheck> PeerHashVectorChecks();
 
 }  // namespace kvindex::bench
