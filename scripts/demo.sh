@@ -12,7 +12,7 @@ bash scripts/install-deps.sh
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "${KVINDEX_JOBS:-2}" --target kvindex-router kvindex-mockengine kvindex-ctl
 
-TRACE="${KVINDEX_TRACE:-../shared/data/mooncake/conversation_trace.jsonl}"
+TRACE="${KVINDEX_TRACE:-data/mooncake/conversation_trace.jsonl}"
 if [ ! -f "$TRACE" ]; then
   echo "demo: trace not found at $TRACE (set KVINDEX_TRACE)" >&2
   exit 1

@@ -1,4 +1,4 @@
-// Reads Mooncake-format request traces (../shared/data/mooncake/): one JSON
+// Reads Mooncake-format request traces (data/mooncake/): one JSON
 // object per line with "timestamp" (ms), "input_length", "output_length" and
 // "hash_ids" (each id stands for one 512-token block of prefix). Used by the
 // mock engines and the benchmarks.

@@ -24,12 +24,12 @@ inline std::vector<uint32_t> GoldenTokens() {
   return tokens;
 }
 
-// Directory of the golden vectors: $KVINDEX_SOURCE_DIR/../shared/data/wire-vectors
-// (set by ctest), else the checkout layout /work/shared/data/wire-vectors.
+// Directory of the golden vectors: $KVINDEX_SOURCE_DIR/data/wire-vectors (set
+// by ctest), else data/wire-vectors below the working directory.
 inline std::string GoldenDir() {
   const char* source = std::getenv("KVINDEX_SOURCE_DIR");
-  if (source != nullptr) return std::string(source) + "/../shared/data/wire-vectors";
-  return "/work/shared/data/wire-vectors";
+  if (source != nullptr) return std::string(source) + "/data/wire-vectors";
+  return "data/wire-vectors";
 }
 
 inline std::vector<uint8_t> ReadGolden(const std::string& name) {

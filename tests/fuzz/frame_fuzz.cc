@@ -6,7 +6,7 @@
 // Two input shapes:
 //  - empty: every embedded golden vector (below) through the payload path;
 //  - starting with a msgpack fixarray byte (0x90-0x9f): the whole input is one
-//    engine payload (the golden vectors in shared/data/wire-vectors are
+//    engine payload (the golden vectors in data/wire-vectors are
 //    direct seeds), delivered through every path: start-up replay in both
 //    layouts, live, repeated seq (restart), gap + replay, replay gap, epoch
 //    change;
@@ -14,7 +14,7 @@
 //    structured; payloads built here, golden vectors, or fuzz bytes), replay
 //    replies and topic splits.
 // Build: cmake -DKVINDEX_FUZZ=ON -DKVINDEX_SANITIZE=ON with clang;
-// run: build/fuzz/frame_fuzz /work/shared/data/wire-vectors
+// run: build/fuzz/frame_fuzz data/wire-vectors
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <cstdint>
@@ -42,7 +42,7 @@ std::string Seq(uint64_t seq) {
   return std::string(reinterpret_cast<const char*>(bytes), sizeof(bytes));
 }
 
-// The golden wire vectors (/work/shared/data/wire-vectors, wire-formats.md),
+// The golden wire vectors (data/wire-vectors, docs/wire-format.md),
 // embedded so every run is seeded with them whatever corpus it gets.
 // A2_legacy_array_engine_shaped.msgpack
 constexpr uint8_t kGolden0[] = {

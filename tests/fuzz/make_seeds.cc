@@ -4,7 +4,7 @@
 // 2-element envelopes, unknown tags and keys, lora / cache_salt, locality).
 // Each seed is one config byte (see batch_decoder_fuzzer.cc) + one payload.
 //
-//   kvindex_fuzz_seeds ../shared/data/wire-vectors tests/fuzz/seeds/batch_decoder_fuzzer
+//   kvindex_fuzz_seeds data/wire-vectors tests/fuzz/seeds/batch_decoder_fuzzer
 #include <cstdio>
 #include <fstream>
 #include <iterator>

@@ -54,7 +54,7 @@ for binary in "${build}"/fuzz/*; do
   [[ -d "${root}/tests/fuzz/seeds/${name}" ]] && dirs+=("${root}/tests/fuzz/seeds/${name}")
   # The golden engine payloads seed every target (read-only: libFuzzer adds
   # new inputs to the first directory only).
-  [[ -d "${root}/../shared/data/wire-vectors" ]] && dirs+=("${root}/../shared/data/wire-vectors")
+  [[ -d "${root}/data/wire-vectors" ]] && dirs+=("${root}/data/wire-vectors")
   log="${build}/fuzz-${name}.log"
   echo "== ${name}: ${seconds}s (log ${log})"
   if "${binary}" "${args[@]}" "${dirs[@]}" >"${log}" 2>&1; then

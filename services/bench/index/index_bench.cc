@@ -23,7 +23,7 @@ namespace {
 
 struct Options {
   std::string workload = "trace";
-  std::string trace = "../shared/data/mooncake/conversation_trace.jsonl";
+  std::string trace = "data/mooncake/conversation_trace.jsonl";
   bool json = false;
   uint32_t workers = 64;
   size_t requests = 0;

@@ -1,7 +1,7 @@
 // Input files of `kvindex-ctl decode`: raw payloads or ZMQ frame captures.
 //
 // Raw (default): the whole file is one msgpack KVEventBatch payload (the
-// third ZMQ frame), e.g. ../shared/data/wire-vectors/*.msgpack.
+// third ZMQ frame), e.g. data/wire-vectors/*.msgpack.
 //
 // Frames (--frames): a capture of ZMQ messages as the engine sent them. The
 // file is a sequence of frames, each a 4-byte big-endian length followed by
