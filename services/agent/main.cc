@@ -105,10 +105,11 @@ int main(int argc, char** argv) {
                  "JetStream: a message not acknowledged within this time is sent again")
       ->capture_default_str();
   app.add_option("--node", options.node, "Agent node id, stamped into every event")->required();
-  app.add_option("--source", sources,
-                 "Engine source (repeatable): 'worker=w0,engine=vllm|sglang|trtllm,model=M,"
-                 "block_size=16,pub=[bind:]tcp://HOST:PORT[,replay=tcp://HOST:PORT]"
-                 "[,dp_ranks=N]'. In the environment, separate several with ';'")
+  app.add_option(
+         "--source", sources,
+         "Engine source (repeatable): 'worker=w0,engine=vllm|sglang|trtllm,model=M,"
+         "block_size=16,pub=[bind:]tcp://HOST:PORT[,replay=tcp://HOST:PORT]"
+         "[,dp_ranks=N][,report_mode=exact|full]'. In the environment, separate several with ';'")
       ->required()
       ->delimiter(';');
   app.add_option("--http", http_listen,

@@ -42,7 +42,8 @@ StatusOr<std::string> ShiftPort(std::string_view endpoint, uint32_t offset) {
 StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
   SourceSpec spec;
   bool have_worker = false, have_engine = false, have_model = false, have_block_size = false,
-       have_pub = false, have_replay = false, have_dp_ranks = false, have_dp_rank = false;
+       have_pub = false, have_replay = false, have_dp_ranks = false, have_dp_rank = false,
+       have_report_mode = false;
   uint32_t dp_ranks = 1;
   auto error = [&](std::string_view what) {
     return absl::InvalidArgumentError(internal::Cat("--source '", text, "': ", what));
@@ -105,6 +106,12 @@ StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
         return error(internal::Cat("invalid dp_rank '", value, "'"));
       }
       spec.dp_rank = static_cast<uint32_t>(*n);
+    } else if (key == "report_mode") {
+      if (!once(&have_report_mode)) return error("repeated key 'report_mode'");
+      if (value != "exact" && value != "full") {
+        return error(internal::Cat("invalid report_mode '", value, "' (exact, full)"));
+      }
+      spec.report_full = value == "full";
     } else {
       return error(internal::Cat("unknown key '", key, "'"));
     }
@@ -141,6 +148,7 @@ std::string FormatSourceSpec(const SourceSpec& spec) {
                     ",pub=", spec.pub_bind ? kBindPrefix : std::string_view(), spec.pub_endpoint);
   if (!spec.replay_endpoint.empty()) out += internal::Cat(",replay=", spec.replay_endpoint);
   if (spec.dp_rank != 0) out += internal::Cat(",dp_rank=", spec.dp_rank);
+  if (spec.report_full) out += ",report_mode=full";
   return out;
 }
 

@@ -42,6 +42,10 @@ struct SourceSpec {
   std::string replay_endpoint;
   // Data-parallel rank of this publisher. Default: 0.
   uint32_t dp_rank = 0;
+  // report_mode=full: the engine re-announces reused blocks (vLLM
+  // kv_cache_report_mode="full"); device-tier counts saturate at 1
+  // (semantics.md section 3). Default: exact (report_mode=exact).
+  bool report_full = false;
 
   friend bool operator==(const SourceSpec&, const SourceSpec&) = default;
 };

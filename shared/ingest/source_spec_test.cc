@@ -40,6 +40,21 @@ TEST(SourceSpecTest, BindPrefixAndNoReplay) {
   EXPECT_TRUE(s.replay_endpoint.empty());
 }
 
+TEST(SourceSpecTest, ReportMode) {
+  const std::string base = "worker=w0,engine=vllm,model=m,block_size=16,pub=tcp://127.0.0.1:5557";
+  auto exact = ParseSourceSpec(base);
+  ASSERT_TRUE(exact.ok());
+  EXPECT_FALSE((*exact)[0].report_full);
+  auto full = ParseSourceSpec(base + ",report_mode=full");
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_TRUE((*full)[0].report_full);
+  EXPECT_EQ(FormatSourceSpec((*full)[0]), base + ",report_mode=full");
+  EXPECT_FALSE(ParseSourceSpec(base + ",report_mode=exact").value()[0].report_full);
+  auto bad = ParseSourceSpec(base + ",report_mode=sometimes");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("report_mode"), std::string_view::npos);
+}
+
 TEST(SourceSpecTest, DpRanksExpandOnConsecutivePorts) {
   auto specs = ParseSourceSpec(
       "worker=w0,engine=trtllm,model=M,block_size=16,pub=tcp://10.0.0.1:5557,"

@@ -301,9 +301,11 @@ void SourceProcessor::Stored(RankState& rank, const EngineEvent& event,
 
 void SourceProcessor::Increment(RankState& rank, EngineEntry& entry, Tier tier, uint32_t index) {
   const int t = static_cast<int>(tier);
-  ++entry.counts[t];
+  // Re-announcing sources: a device copy already held is refreshed, not added.
+  const bool saturate = options_.report_full && tier == Tier::kDevice;
+  if (!saturate || entry.counts[t] == 0) ++entry.counts[t];
   uint32_t& count = rank.canonical[entry.canonical][t];
-  const bool published = ++count == 1;
+  const bool published = (saturate && count != 0) ? false : ++count == 1;
   if (published) {
     new_blocks_.push_back({index, entry.canonical, entry.parent, entry.has_parent});
   }

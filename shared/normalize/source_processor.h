@@ -74,6 +74,12 @@ struct SourceOptions {
   // string it points to must outlive the processor. Default: group 0,
   // "full_attention".
   GroupFilter group;
+  // The engine re-announces blocks it reuses from its prefix cache (vLLM
+  // kv_cache_report_mode="full"): on the device tier a store of a block the
+  // rank already holds there is a refresh, so the count saturates at 1 and
+  // the first removal removes it (semantics.md section 3, "Re-announcing
+  // sources"). Exact counting would keep reused blocks forever. Default: false.
+  bool report_full = false;
   // Capacity hint: engine blocks a rank is expected to hold across its
   // tiers (e.g. the engine's GPU block count). The per-rank maps are sized
   // for it up front, so steady state never rehashes. 0 = grow on demand.

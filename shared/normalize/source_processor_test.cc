@@ -215,6 +215,37 @@ TEST(SourceProcessorTest, RemovalWithoutStoreCountsBlocks) {
   EXPECT_EQ(h.Dropped(DropReason::kBlockNotFound), 2u);
 }
 
+// ---- re-announcing sources (report_mode=full) -----------------------------
+
+// vLLM with kv_cache_report_mode="full" stores a prefix-cache hit again but
+// removes the physical block once. Exact counting keeps it forever (the
+// overcount this option exists for); with report_full the first removal
+// removes it, on the device tier only.
+TEST(SourceProcessorTest, ReportFullSaturatesDeviceCountsAtOne) {
+  const std::vector<uint32_t> tokens = TokenRange(1, kB);
+  const std::vector<uint64_t> canonical = Canonical(tokens);
+  auto run = [&](bool full) {
+    SourceOptions options = Harness::Defaults();
+    options.report_full = full;
+    Harness h(options);
+    h.Apply({Store({7}, tokens)});
+    // The re-announcement (a reuse) and a host copy of the same block.
+    EXPECT_TRUE(h.Apply({Store({7}, tokens)}).empty());
+    EXPECT_EQ(h.Apply({Store({7}, {}, std::nullopt, "CPU")}).size(), 1u);
+    std::vector<PlacementEvent> removed = h.Apply({Remove({7}, "GPU")});
+    // The host copy counts exactly in both modes: two stores, one removal.
+    h.Apply({Store({7}, {}, std::nullopt, "CPU")});
+    EXPECT_TRUE(h.Apply({Remove({7}, "CPU")}).empty());
+    return removed;
+  };
+  EXPECT_TRUE(run(false).empty()) << "exact counting: still held after its only removal";
+  const std::vector<PlacementEvent> removed = run(true);
+  ASSERT_EQ(removed.size(), 1u);
+  EXPECT_EQ(removed[0].kind, PlacementKind::kRemoved);
+  EXPECT_EQ(removed[0].tier, Tier::kDevice);
+  EXPECT_THAT(removed[0].block_hashes, ElementsAreArray(canonical));
+}
+
 // ---- map and array forms, every hash encoding ----------------------------
 
 TEST(SourceProcessorTest, MapAndArrayFormsAndHashEncodingsNormalizeIdentically) {
