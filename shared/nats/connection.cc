@@ -271,13 +271,16 @@ StatusOr<std::unique_ptr<Connection>> Connection::Connect(const NatsOptions& opt
       Setter(natsOptions_SetClosedCB(o, &Connection::OnClosed, self), "callbacks"));
   KVINDEX_RETURN_IF_ERROR(
       Setter(natsOptions_SetErrorHandler(o, &Connection::OnError, self), "callbacks"));
-  if (retry_initial) {
+  // The first attempt is always synchronous: cnats clears the error of a
+  // failed first attempt as soon as its background retry starts, so bad
+  // credentials could otherwise pass for an unreachable server.
+  natsConnection* nc = nullptr;
+  natsStatus s = natsConnection_Connect(&nc, o);
+  if (retry_initial && (s == NATS_NO_SERVER || s == NATS_TIMEOUT || s == NATS_IO_ERROR)) {
     KVINDEX_RETURN_IF_ERROR(Setter(
         natsOptions_SetRetryOnFailedConnect(o, true, &Connection::OnConnected, self), "retry"));
+    s = natsConnection_Connect(&nc, o);
   }
-
-  natsConnection* nc = nullptr;
-  const natsStatus s = natsConnection_Connect(&nc, o);
   if (s != NATS_OK && s != NATS_NOT_YET_CONNECTED) {
     // cnats released the connection without callbacks; `connection` is unused.
     Status status = FromNats(s, internal::Cat("connect to NATS (", options.Describe(), ")"));
@@ -295,16 +298,6 @@ StatusOr<std::unique_ptr<Connection>> Connection::Connect(const NatsOptions& opt
   }
   connection->connection_ = nc;
   if (s == NATS_NOT_YET_CONNECTED) {
-    // The first attempt may have been refused for bad credentials rather
-    // than an unreachable server; that must not turn into silent retries.
-    const char* last = nullptr;
-    natsConnection_GetLastError(nc, &last);
-    if (last != nullptr && IsAuthText(last)) {
-      connection->CheckAuthFailure(nullptr, NATS_CONNECTION_AUTH_FAILED);
-      const std::string text = last;
-      return absl::PermissionDeniedError(
-          internal::Cat("connect to NATS (", options.Describe(), "): ", text));
-    }
     connection->logger_->warn("NATS not reachable yet ({}); retrying in the background",
                               options.Describe());
   } else {
