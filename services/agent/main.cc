@@ -1,4 +1,4 @@
-// kvindex-agent: per-node ingest agent (interfaces.md, "kvindex-agent").
+// kvindex-agent: per-node ingest agent (docs/operations.md).
 // Engine ZMQ KV-event streams -> normalized placement events -> output.
 //
 // Outputs: NATS JetStream (--nats: batched, acknowledged, buffered while NATS

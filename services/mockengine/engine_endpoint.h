@@ -1,5 +1,5 @@
 // EngineEndpoint: the sockets of one simulated engine publisher, exactly as
-// wire-formats.md describes them: a PUB socket sending [topic, seq (8 B BE),
+// docs/wire-format.md section 1 describes them: a PUB socket sending [topic, seq (8 B BE),
 // payload] and an optional ROUTER replay socket that answers
 // ["", start_seq] with the buffered batches and an end marker.
 //

@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   auto logger = kvindex::log::Get("mockengine");
-  // --wire picks the producer's encoding (wire-formats.md).
+  // --wire picks the producer's encoding (docs/wire-format.md).
   kvindex::wire::EncodeOptions encoding;
   if (o.wire == "vllm-array") encoding.form = kvindex::wire::EventForm::kArray;
   if (o.wire == "sglang") encoding.hashes = kvindex::wire::HashEncoding::kSigned;

@@ -7,7 +7,7 @@
 namespace kvindex::hashing {
 namespace {
 
-// Vectors from ../shared/reference/semantics.md section 2 (block size 4).
+// Vectors from docs/semantics.md section 2 (block size 4).
 TEST(CanonicalHashTest, PinnedSeeds) {
   EXPECT_EQ(kRootSeed, 1337u);
   EXPECT_EQ(LocalHashSeed("", ""), 1337u);

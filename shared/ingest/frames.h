@@ -1,5 +1,5 @@
-// Frame validation for engine KV-event messages (wire-formats.md, Transport
-// and Replay).
+// Frame validation for engine KV-event messages (transport and replay:
+// docs/wire-format.md section 1).
 //
 // Live messages on the PUB/SUB stream are exactly three frames
 // `[topic, seq (8 B big-endian), payload]`. Replay replies on the DEALER

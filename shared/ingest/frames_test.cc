@@ -20,7 +20,7 @@ TEST(FramesTest, SeqIsBigEndian) {
 }
 
 TEST(FramesTest, ParsesGoldenLiveFrames) {
-  // wire-formats.md: a batch with seq 0 on topic "kv-events".
+  // docs/wire-format.md section 1: a batch with seq 0 on topic "kv-events".
   const std::string topic = "kv-events", seq(8, '\0'), payload = "\x93";
   const Frame frames[3] = {AsFrame(topic), AsFrame(seq), AsFrame(payload)};
   LiveMessage m;

@@ -1,5 +1,5 @@
 // ZmqReplayClient: the DEALER side of an engine's replay ROUTER socket
-// (wire-formats.md, Replay).
+// (docs/wire-format.md section 1, "Replay").
 //
 // Each Fetch opens a fresh DEALER socket, sends ["", start_seq (8 B BE)] and
 // reads replies of either layout (["", topic, seq, payload] or

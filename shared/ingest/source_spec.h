@@ -1,5 +1,5 @@
 // SourceSpec: one engine publisher the agent subscribes to, and the parser of
-// the `--source` flag (interfaces.md, kvindex-agent).
+// the `--source` flag (`kvindex-agent --help`, docs/operations.md).
 //
 //   KVINDEX_ASSIGN_OR_RETURN(std::vector<SourceSpec> specs,
 //       ParseSourceSpec("worker=w0,engine=vllm,model=M,block_size=16,"

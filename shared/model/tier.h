@@ -1,7 +1,7 @@
 // Storage tiers and the engine vocabulary that maps onto them.
 //
 // The mapping tables (medium, locality, attention group) live in tier.cc,
-// once, exactly as ../shared/reference/semantics.md section 3 states them.
+// once, exactly as docs/semantics.md section 3 states them.
 // Everything that normalizes engine events calls these functions; nothing
 // else spells a medium string.
 #pragma once

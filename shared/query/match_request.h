@@ -24,7 +24,7 @@
 
 namespace kvindex::query {
 
-// Largest token list accepted (interfaces.md): beyond -> 400.
+// Largest token list accepted (docs/api.md, "Limits"): beyond -> 400.
 inline constexpr size_t kMaxTokens = 1'000'000;
 
 struct MatchRequest {

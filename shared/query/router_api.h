@@ -1,5 +1,5 @@
-// RouterApi: the HTTP handlers of kvindex-router (interfaces.md, "Router HTTP
-// API"; docs/api.md has examples):
+// RouterApi: the HTTP handlers of kvindex-router (docs/api.md, with
+// examples):
 //   POST /v1/match   per-source prefix match (semantics.md section 5)
 //   POST /query      the same match in the Mooncake indexer RFC shape that
 //                    Dynamo's standalone indexer serves (compatibility)

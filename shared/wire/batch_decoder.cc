@@ -48,7 +48,7 @@ using internal::MsgType;
 using internal::MsgTypeName;
 using internal::Reader;
 
-// Every field name kvindex decodes (wire-formats.md field tables).
+// Every field name kvindex decodes (docs/wire-format.md section 3 tables).
 enum class Field : uint8_t {
   kType,
   kBlockHashes,

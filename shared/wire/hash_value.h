@@ -1,4 +1,4 @@
-// Engine block hashes -> one uint64 bit pattern (wire-formats.md "Hash values").
+// Engine block hashes -> one uint64 bit pattern (docs/wire-format.md section 4).
 //
 // Engines put block hashes on the wire as msgpack uint64 (vLLM default),
 // signed int64 (SGLang, often negative), or 32-byte bin / str (vLLM with

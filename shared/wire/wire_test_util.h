@@ -1,5 +1,5 @@
 // Test helpers shared by the wire, normalize and ctl tests: golden-vector
-// loading and the facts the vectors encode (wire-formats.md "Golden vectors").
+// loading and the facts the vectors encode (data/README.md, "wire-vectors").
 // Header-only; test code only.
 #pragma once
 

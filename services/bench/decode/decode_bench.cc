@@ -147,7 +147,7 @@ int RunDecodeBench(int argc, char** argv) {
   WorkloadOptions gpu_options = mix_options;
   gpu_options.cpu_offload = false;
   gpu_options.max_events_per_batch = 1;
-  gpu_options.gpu_capacity_blocks = 127626;  // vLLM example worker (anchors.md)
+  gpu_options.gpu_capacity_blocks = 127626;  // GPU blocks of vLLM's example worker
   const Workload gpu = GenerateWorkload(gpu_options);
 
   // Rounds are interleaved (every measurement once per round) so that noise

@@ -246,7 +246,7 @@ int RunIndexBench(int argc, char** argv) {
       "kvindex-bench index: apply throughput, lookup latency and bytes per entry of the "
       "tiered index next to an in-run hash-map baseline",
       "kvindex-bench index"};
-  app.add_option("--workload", opt.workload, "trace or peer (../shared/reference/peer-workload.md)")
+  app.add_option("--workload", opt.workload, "trace or peer (docs/benchmarks.md)")
       ->check(CLI::IsMember({"trace", "peer"}));
   app.add_option("--trace", opt.trace, "Mooncake trace (JSON lines with hash_ids)");
   app.add_flag("--json", opt.json, "print one JSON object instead of the text report");

@@ -3,8 +3,8 @@
 // run, on two workloads:
 //   --workload trace  Mooncake conversation trace through a simulated tiered
 //                     cluster; lookups under a 50%-of-capacity writer thread.
-//   --workload peer   ../shared/reference/peer-workload.md exactly; verifies its
-//                     checksums and fails when they differ.
+//   --workload peer   the peer workload (docs/benchmarks.md, "Peer workload")
+//                     exactly; verifies its checksums and fails when they differ.
 // `--json` prints one JSON object instead of the text report.
 //
 //   kvindex-bench index --workload peer --json

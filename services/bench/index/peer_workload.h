@@ -1,4 +1,4 @@
-// The peer workload (../shared/reference/peer-workload.md), implemented
+// The peer workload (docs/benchmarks.md, "Peer workload"), implemented
 // exactly: synthetic hashes over the Mooncake conversation trace, 64 simulated
 // engines with leaf-first LRU, one query + removed + stored event per request.
 // Its published checksums prove the stream is the one NVIDIA Dynamo's index
@@ -18,7 +18,7 @@ namespace kvindex::bench {
 
 inline constexpr char kPeerModel[] = "peer";
 
-// peer-workload.md hash functions.
+// The workload's hash functions (docs/benchmarks.md, "Peer workload").
 uint64_t PeerMix64(uint64_t z);
 uint64_t PeerLocal(uint64_t copy, uint64_t hash_id, uint64_t block);
 uint64_t PeerChain(uint64_t parent, uint64_t local);
@@ -66,7 +66,7 @@ struct PeerRun {
 // Single thread: query (timed), removed event, stored event (apply timed).
 PeerRun RunPeer(index::IndexInterface& index, const PeerStream& stream);
 
-// The published checks (peer-workload.md "Checks"); each line is "name ok" or
+// The published checks (docs/benchmarks.md, "Peer workload"); each line is "name ok" or
 // "name got X want Y".
 struct PeerCheck {
   std::string name;

@@ -1,5 +1,5 @@
 // kvindex-ctl match | state | workers: talk to a running kvindex-router's
-// HTTP API (interfaces.md) and print a readable table, or the raw JSON with
+// HTTP API (docs/api.md) and print a readable table, or the raw JSON with
 // --json for scripts.
 //
 //   kvindex-ctl match --router http://127.0.0.1:8080 --model M --tokens 1,2,3,4

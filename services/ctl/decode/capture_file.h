@@ -6,7 +6,7 @@
 // Frames (--frames): a capture of ZMQ messages as the engine sent them. The
 // file is a sequence of frames, each a 4-byte big-endian length followed by
 // that many bytes; every 3 consecutive frames form one message
-// [topic, seq (8 bytes, big-endian), payload] (wire-formats.md "Transport").
+// [topic, seq (8 bytes, big-endian), payload] (docs/wire-format.md section 1).
 // An empty file holds no messages. docs/wire-format.md documents the format.
 //
 // Errors name the byte offset inside the file.

@@ -1,5 +1,5 @@
 // `kvindex-ctl decode`: decode engine KV-event payloads and show how the
-// agent would normalize them (interfaces.md "kvindex-ctl").
+// agent would normalize them (docs/wire-format.md sections 7-8).
 //
 //   kvindex-ctl decode --engine vllm|sglang|trtllm [--block-size N] [--frames]
 //                      [--model M] [--worker W] [--dp-rank R] [--stats] FILE...

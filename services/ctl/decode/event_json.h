@@ -1,5 +1,5 @@
 // EventJsonWriter: the output of `kvindex-ctl decode`, one JSON object per
-// decoded engine event (interfaces.md), written by observing a
+// decoded engine event (docs/wire-format.md section 8), written by observing a
 // SourceProcessor (shared/normalize/event_observer.h).
 //
 // Keys: file, batch, event, offset (byte offset of the event in the file),
