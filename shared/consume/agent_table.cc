@@ -117,6 +117,18 @@ std::vector<AgentTable::AgentView> AgentTable::Agents() const {
   return out;
 }
 
+void AgentTable::Restore(const std::vector<AgentView>& agents,
+                         std::chrono::steady_clock::time_point now) {
+  MutexLock lock(&mu_);
+  agents_.clear();
+  resync_.clear();
+  for (const AgentView& view : agents) {
+    AgentState& agent = agents_[view.agent];
+    agent = static_cast<const AgentState&>(view);
+    agent.heartbeat_seen = now;
+  }
+}
+
 std::vector<AgentTable::ResyncRequest> AgentTable::TakeResyncRequests() {
   MutexLock lock(&mu_);
   std::vector<ResyncRequest> out;

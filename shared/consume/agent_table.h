@@ -78,6 +78,11 @@ class AgentTable {
 
   std::vector<AgentView> Agents() const;  // sorted by agent
 
+  // Replaces the table with a checkpoint's (apply thread, before the first
+  // message). The router-local heartbeat time restarts at `now`: a restarted
+  // router grants every agent a full lease before proposing its expiry.
+  void Restore(const std::vector<AgentView>& agents, std::chrono::steady_clock::time_point now);
+
   // Agents whose sources were cleared for a gap since the last call, with
   // the log position of the decision (the router asks them for snapshots).
   struct ResyncRequest {

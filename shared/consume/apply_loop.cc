@@ -41,6 +41,7 @@ void ApplyLoop::Stop() {
   }
   stop_cv_.notify_all();
   thread_.join();
+  RunWriterTasks();  // one handed over as the thread ended
 }
 
 uint64_t ApplyLoop::Pending() const {
@@ -66,8 +67,37 @@ std::vector<ApplyLoop::SourceActivity> ApplyLoop::Activity() const {
 }
 
 void ApplyLoop::SleepUnlessStopping(std::chrono::milliseconds duration) {
+  {
+    std::unique_lock lock(stop_mu_);
+    stop_cv_.wait_for(lock, duration, [&] { return stop_.load() || task_pending_.load(); });
+  }
+  RunWriterTasks();
+}
+
+void ApplyLoop::RunOnWriter(const std::function<void()>& task) {
+  std::lock_guard one_at_a_time(task_mu_);
   std::unique_lock lock(stop_mu_);
-  stop_cv_.wait_for(lock, duration, [&] { return stop_.load(); });
+  if (!thread_.joinable() || stop_.load()) {
+    lock.unlock();
+    task();
+    return;
+  }
+  task_ = &task;
+  task_pending_.store(true);
+  stop_cv_.notify_all();
+  // The writer runs it within one read wait (50 ms) or sleep; Stop runs it
+  // after the thread ended.
+  task_done_cv_.wait(lock, [&] { return task_ == nullptr; });
+}
+
+void ApplyLoop::RunWriterTasks() {
+  if (!task_pending_.load(std::memory_order_acquire)) return;
+  std::unique_lock lock(stop_mu_);
+  if (task_ == nullptr) return;
+  (*task_)();
+  task_ = nullptr;
+  task_pending_.store(false);
+  task_done_cv_.notify_all();
 }
 
 bool ApplyLoop::OpenReader() {
@@ -107,9 +137,11 @@ void ApplyLoop::Run() {
       SleepUnlessStopping(std::chrono::milliseconds(100));
       continue;
     }
-    if (batch.messages.empty()) continue;
-    ApplyBatch(batch);
-    RecordActivity(batch);
+    if (!batch.messages.empty()) {
+      ApplyBatch(batch);
+      RecordActivity(batch);
+    }
+    RunWriterTasks();
   }
 }
 
@@ -121,6 +153,14 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
     const LogBatch::Message& message = batch.messages[m];
     const std::span<const PlacementEvent> events = batch.Events(m);
     if (message.invalid) ++invalid;
+    if (const uint64_t expected = position() + 1; message.position > expected) {
+      // The log no longer holds what came between (retention, or a purge):
+      // the senders' own numbering shows what was lost, and AgentTable
+      // clears and resyncs those agents.
+      log::Get("consume")->warn("placement log positions {}..{} are gone; resyncing from {}",
+                                expected, message.position - 1, message.position);
+      if (probe_ != nullptr) probe_->RecordLog(LogOutcome::kPositionGap, 1);
+    }
     clears_.clear();
     if (agents_.Admit(message, &clears_) == AgentTable::Verdict::kStale) {
       ++stale;

@@ -35,6 +35,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -90,6 +91,12 @@ class ApplyLoop {
   // Log position of the last message processed (applied or skipped).
   uint64_t position() const { return position_.load(std::memory_order_acquire); }
 
+  // Runs `task` on the writer thread between two batches (or right here when
+  // the loop is not running) and returns once it ran: the index and the
+  // agent table hold still for it (a checkpoint capture). Apply pauses for
+  // as long as `task` runs.
+  void RunOnWriter(const std::function<void()>& task);
+
   std::vector<SourceActivity> Activity() const;
   const AgentTable& agents() const { return agents_; }
   AgentTable& agents() { return agents_; }
@@ -100,6 +107,7 @@ class ApplyLoop {
   void SleepUnlessStopping(std::chrono::milliseconds duration);
   void ApplyBatch(const LogBatch& batch);
   void RecordActivity(const LogBatch& batch);
+  void RunWriterTasks();
 
   LogReader* const reader_;
   index::IndexInterface* const index_;
@@ -113,6 +121,12 @@ class ApplyLoop {
   std::condition_variable stop_cv_;
   std::atomic<bool> open_{false};
   std::atomic<uint64_t> position_{0};
+
+  // RunOnWriter: one task at a time, handed over under stop_mu_.
+  std::mutex task_mu_;
+  const std::function<void()>* task_ = nullptr;  // guarded by stop_mu_
+  std::atomic<bool> task_pending_{false};
+  std::condition_variable task_done_cv_;
 
   // Apply thread only: scratch reused across messages.
   std::vector<PlacementEvent> clears_;

@@ -28,6 +28,8 @@ std::string_view LogOutcomeLabel(LogOutcome outcome) {
       return "expiry_appended";
     case LogOutcome::kResyncRequested:
       return "resync_requested";
+    case LogOutcome::kPositionGap:
+      return "position_gap";
   }
   return "unknown";
 }

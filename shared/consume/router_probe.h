@@ -59,8 +59,9 @@ enum class LogOutcome : uint8_t {
   kReadError = 3,        // the log could not be read (retried)
   kExpiryAppended = 4,   // agent_expired events this router appended
   kResyncRequested = 5,  // resync requests this router appended
+  kPositionGap = 6,      // log positions missing before a message (retention)
 };
-inline constexpr int kNumLogOutcomes = 6;
+inline constexpr int kNumLogOutcomes = 7;
 std::string_view LogOutcomeLabel(LogOutcome outcome);
 
 enum class Endpoint : uint8_t { kMatch = 0, kQuery = 1, kState = 2, kWorkers = 3 };

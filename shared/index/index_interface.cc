@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "shared/hashing/canonical_hash.h"
+#include "shared/index/internal/entry_digest.h"
 
 namespace kvindex::index {
 
@@ -51,6 +52,12 @@ void SortWorkerMatches(std::vector<WorkerMatch>* rows) {
     if (a.source.worker != b.source.worker) return a.source.worker < b.source.worker;
     return a.source.dp_rank < b.source.dp_rank;
   });
+}
+
+uint64_t EntriesDigest(std::string_view model, const SourceKey& source, Tier tier,
+                       std::span<const uint64_t> hashes) {
+  return internal::EntryDigestSum(internal::DigestPrefix(model, source), tier, hashes.data(),
+                                  hashes.size());
 }
 
 }  // namespace kvindex::index

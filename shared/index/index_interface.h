@@ -84,4 +84,10 @@ class IndexInterface {
 // Sorts match rows: longest desc, then worker, then dp_rank (semantics.md section 5).
 void SortWorkerMatches(std::vector<WorkerMatch>* rows);
 
+// The digest terms (semantics.md section 6) of entries (model, source, tier,
+// hash) for every hash: what these entries add to IndexStats::digest. Lets a
+// checkpoint verify itself before it is loaded into an index.
+uint64_t EntriesDigest(std::string_view model, const SourceKey& source, Tier tier,
+                       std::span<const uint64_t> hashes);
+
 }  // namespace kvindex::index

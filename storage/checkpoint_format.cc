@@ -1,0 +1,309 @@
+#include "storage/checkpoint_format.h"
+
+#include <xxhash.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvindex::storage::format {
+namespace {
+
+void PutBe(std::string* out, uint64_t value, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i) out->push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+uint64_t GetBe(std::string_view in, int bytes) {
+  uint64_t value = 0;
+  for (int i = 0; i < bytes; ++i) value = (value << 8) | static_cast<uint8_t>(in[i]);
+  return value;
+}
+
+void PutVarint(std::string* out, uint64_t value) {
+  while (value >= 0x80) {
+    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
+    value >>= 7;
+  }
+  out->push_back(static_cast<char>(value));
+}
+
+void PutFixed64(std::string* out, uint64_t value) {
+  char bytes[8];
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((value >> (8 * i)) & 0xff);
+  out->append(bytes, 8);
+}
+
+void PutString(std::string* out, std::string_view text) {
+  PutVarint(out, text.size());
+  out->append(text);
+}
+
+// Bounds-checked reading; every failure is DataLoss naming what was read.
+class Reader {
+ public:
+  explicit Reader(std::string_view in) : in_(in) {}
+  bool done() const { return pos_ == in_.size(); }
+  size_t remaining() const { return in_.size() - pos_; }
+
+  Status Varint(uint64_t* value, const char* what) {
+    *value = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (pos_ >= in_.size()) return Error(what);
+      const uint8_t byte = static_cast<uint8_t>(in_[pos_++]);
+      *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
+      if ((byte & 0x80) == 0) return absl::OkStatus();
+    }
+    return Error(what);
+  }
+  Status Varint32(uint32_t* value, const char* what) {
+    uint64_t wide = 0;
+    KVINDEX_RETURN_IF_ERROR(Varint(&wide, what));
+    if (wide > UINT32_MAX) return Error(what);
+    *value = static_cast<uint32_t>(wide);
+    return absl::OkStatus();
+  }
+  Status Fixed64(uint64_t* value, const char* what) {
+    if (remaining() < 8) return Error(what);
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(in_[pos_ + i]);
+    pos_ += 8;
+    *value = v;
+    return absl::OkStatus();
+  }
+  Status Byte(uint8_t* value, const char* what) {
+    if (pos_ >= in_.size()) return Error(what);
+    *value = static_cast<uint8_t>(in_[pos_++]);
+    return absl::OkStatus();
+  }
+  Status String(std::string* value, const char* what) {
+    uint64_t size = 0;
+    KVINDEX_RETURN_IF_ERROR(Varint(&size, what));
+    if (size > remaining()) return Error(what);
+    value->assign(in_.substr(pos_, size));
+    pos_ += size;
+    return absl::OkStatus();
+  }
+  // Count of items that take at least `min_bytes` each: bounded by what is left.
+  Status Count(uint64_t* value, size_t min_bytes, const char* what) {
+    KVINDEX_RETURN_IF_ERROR(Varint(value, what));
+    if (*value > remaining() / min_bytes) return Error(what);
+    return absl::OkStatus();
+  }
+  std::string_view Take(size_t n) {
+    std::string_view out = in_.substr(pos_, n);
+    pos_ += n;
+    return out;
+  }
+
+ private:
+  Status Error(const char* what) const {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint: truncated or garbled ", what, " at byte ", pos_));
+  }
+  std::string_view in_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::string RangeBegin(uint64_t first_id) {
+  std::string key = "c";
+  PutBe(&key, first_id, 8);
+  return key;
+}
+
+std::string ManifestKey(uint64_t id) { return RangeBegin(id) + "m"; }
+
+std::string ChunkKey(uint64_t id, uint32_t chunk) {
+  std::string key = RangeBegin(id) + "d";
+  PutBe(&key, chunk, 4);
+  return key;
+}
+
+bool ParseKey(std::string_view key, uint64_t* id, bool* manifest, uint32_t* chunk) {
+  if (key.size() < 10 || key[0] != 'c') return false;
+  *id = GetBe(key.substr(1), 8);
+  if (key[9] == 'm' && key.size() == 10) {
+    *manifest = true;
+    return true;
+  }
+  if (key[9] == 'd' && key.size() == 14) {
+    *manifest = false;
+    *chunk = static_cast<uint32_t>(GetBe(key.substr(10), 4));
+    return true;
+  }
+  return false;
+}
+
+std::vector<std::string> EncodeChunks(const CheckpointImage& image) {
+  std::vector<std::string> chunks;
+  std::string current;
+  current.reserve(kChunkBytes + 64);
+  for (const CheckpointRun& run : image.runs) {
+    uint64_t at = run.begin;
+    while (at < run.end) {
+      if (current.size() + 32 >= kChunkBytes) {
+        chunks.push_back(std::move(current));
+        current.clear();
+        current.reserve(kChunkBytes + 64);
+      }
+      const uint64_t room = (kChunkBytes - current.size() - 32) / 8;
+      const uint64_t n = std::min<uint64_t>(run.end - at, std::max<uint64_t>(room, 1));
+      PutVarint(&current, run.model);
+      PutVarint(&current, run.source);
+      current.push_back(static_cast<char>(run.tier));
+      PutVarint(&current, n);
+      const size_t offset = current.size();
+      current.resize(offset + n * 8);
+      char* out = current.data() + offset;
+      for (uint64_t i = 0; i < n; ++i) {
+        const uint64_t hash = image.hashes[at + i];
+        for (int b = 0; b < 8; ++b) out[i * 8 + b] = static_cast<char>((hash >> (8 * b)) & 0xff);
+      }
+      at += n;
+    }
+  }
+  if (!current.empty()) chunks.push_back(std::move(current));
+  return chunks;
+}
+
+std::string EncodeManifest(const CheckpointImage& image, uint64_t chunks, uint64_t chunk_bytes) {
+  std::string out;
+  PutBe(&out, kVersion, 4);
+  PutVarint(&out, image.applied_seq);
+  PutFixed64(&out, image.digest);
+  for (uint64_t n : image.entries) PutVarint(&out, n);
+  PutVarint(&out, image.created_unix_ms);
+  PutVarint(&out, chunks);
+  PutVarint(&out, chunk_bytes);
+  PutVarint(&out, image.models.size());
+  for (const CheckpointModel& model : image.models) {
+    PutString(&out, model.name);
+    PutVarint(&out, model.block_size);
+  }
+  PutVarint(&out, image.sources.size());
+  for (const SourceKey& source : image.sources) {
+    PutString(&out, source.worker);
+    PutVarint(&out, source.dp_rank);
+  }
+  PutVarint(&out, image.agents.size());
+  for (const consume::AgentTable::AgentView& agent : image.agents) {
+    PutString(&out, agent.agent);
+    PutVarint(&out, agent.incarnation);
+    PutVarint(&out, agent.last_msg_seq);
+    PutVarint(&out, agent.last_heartbeat_position);
+    PutVarint(&out, agent.lease_ms);
+    out.push_back(agent.expired ? 1 : 0);
+    PutVarint(&out, agent.gaps);
+    PutVarint(&out, agent.stale);
+    PutVarint(&out, agent.expiries);
+    PutVarint(&out, agent.sources.size());
+    for (const SourceKey& source : agent.sources) {
+      PutString(&out, source.worker);
+      PutVarint(&out, source.dp_rank);
+    }
+  }
+  PutFixed64(&out, XXH3_64bits(out.data(), out.size()));
+  return out;
+}
+
+StatusOr<Manifest> DecodeManifest(std::string_view value) {
+  if (value.size() < 12) return absl::DataLossError("checkpoint: manifest too short");
+  const std::string_view body = value.substr(0, value.size() - 8);
+  uint64_t checksum = 0;
+  std::memcpy(&checksum, value.data() + body.size(), 8);  // little-endian host
+  if (checksum != XXH3_64bits(body.data(), body.size())) {
+    return absl::DataLossError("checkpoint: manifest checksum mismatch");
+  }
+  const uint32_t version = static_cast<uint32_t>(GetBe(body, 4));
+  if (version != kVersion) {
+    return absl::DataLossError(absl::StrCat("checkpoint: manifest version ", version,
+                                            " (this build reads ", kVersion, ")"));
+  }
+  Reader in(body.substr(4));
+  Manifest m;
+  CheckpointImage& image = m.image;
+  KVINDEX_RETURN_IF_ERROR(in.Varint(&image.applied_seq, "applied_seq"));
+  KVINDEX_RETURN_IF_ERROR(in.Fixed64(&image.digest, "digest"));
+  for (uint64_t& n : image.entries) KVINDEX_RETURN_IF_ERROR(in.Varint(&n, "entries"));
+  KVINDEX_RETURN_IF_ERROR(in.Varint(&image.created_unix_ms, "created"));
+  KVINDEX_RETURN_IF_ERROR(in.Varint(&m.chunks, "chunks"));
+  KVINDEX_RETURN_IF_ERROR(in.Varint(&m.chunk_bytes, "chunk bytes"));
+  uint64_t count = 0;
+  KVINDEX_RETURN_IF_ERROR(in.Count(&count, 2, "models"));
+  image.models.resize(count);
+  for (CheckpointModel& model : image.models) {
+    KVINDEX_RETURN_IF_ERROR(in.String(&model.name, "model name"));
+    KVINDEX_RETURN_IF_ERROR(in.Varint32(&model.block_size, "block size"));
+  }
+  KVINDEX_RETURN_IF_ERROR(in.Count(&count, 2, "sources"));
+  image.sources.resize(count);
+  for (SourceKey& source : image.sources) {
+    KVINDEX_RETURN_IF_ERROR(in.String(&source.worker, "worker"));
+    KVINDEX_RETURN_IF_ERROR(in.Varint32(&source.dp_rank, "dp_rank"));
+  }
+  KVINDEX_RETURN_IF_ERROR(in.Count(&count, 11, "agents"));
+  image.agents.resize(count);
+  for (consume::AgentTable::AgentView& agent : image.agents) {
+    KVINDEX_RETURN_IF_ERROR(in.String(&agent.agent, "agent"));
+    KVINDEX_RETURN_IF_ERROR(in.Varint(&agent.incarnation, "incarnation"));
+    KVINDEX_RETURN_IF_ERROR(in.Varint(&agent.last_msg_seq, "msg_seq"));
+    KVINDEX_RETURN_IF_ERROR(in.Varint(&agent.last_heartbeat_position, "heartbeat position"));
+    KVINDEX_RETURN_IF_ERROR(in.Varint32(&agent.lease_ms, "lease"));
+    uint8_t expired = 0;
+    KVINDEX_RETURN_IF_ERROR(in.Byte(&expired, "expired"));
+    agent.expired = expired != 0;
+    KVINDEX_RETURN_IF_ERROR(in.Varint(&agent.gaps, "gaps"));
+    KVINDEX_RETURN_IF_ERROR(in.Varint(&agent.stale, "stale"));
+    KVINDEX_RETURN_IF_ERROR(in.Varint(&agent.expiries, "expiries"));
+    uint64_t sources = 0;
+    KVINDEX_RETURN_IF_ERROR(in.Count(&sources, 2, "agent sources"));
+    for (uint64_t i = 0; i < sources; ++i) {
+      SourceKey source;
+      KVINDEX_RETURN_IF_ERROR(in.String(&source.worker, "agent source"));
+      KVINDEX_RETURN_IF_ERROR(in.Varint32(&source.dp_rank, "agent source rank"));
+      agent.sources.insert(std::move(source));
+    }
+  }
+  if (!in.done()) return absl::DataLossError("checkpoint: trailing bytes in the manifest");
+  return m;
+}
+
+Status DecodeChunk(std::string_view value, CheckpointImage* image) {
+  Reader in(value);
+  while (!in.done()) {
+    CheckpointRun run;
+    KVINDEX_RETURN_IF_ERROR(in.Varint32(&run.model, "run model"));
+    KVINDEX_RETURN_IF_ERROR(in.Varint32(&run.source, "run source"));
+    uint8_t tier = 0;
+    KVINDEX_RETURN_IF_ERROR(in.Byte(&tier, "run tier"));
+    uint64_t n = 0;
+    KVINDEX_RETURN_IF_ERROR(in.Count(&n, 8, "run length"));
+    if (run.model >= image->models.size() || run.source >= image->sources.size() ||
+        tier >= kNumTiers) {
+      return absl::DataLossError("checkpoint: run names an unknown model, source or tier");
+    }
+    run.tier = static_cast<Tier>(tier);
+    run.begin = image->hashes.size();
+    run.end = run.begin + n;
+    const std::string_view bytes = in.Take(n * 8);
+    const size_t offset = image->hashes.size();
+    image->hashes.resize(offset + n);
+    uint64_t* out = image->hashes.data() + offset;
+    for (uint64_t i = 0; i < n; ++i) {
+      uint64_t hash = 0;
+      for (int b = 7; b >= 0; --b) hash = (hash << 8) | static_cast<uint8_t>(bytes[i * 8 + b]);
+      out[i] = hash;
+    }
+    if (!image->runs.empty() && image->runs.back().model == run.model &&
+        image->runs.back().source == run.source && image->runs.back().tier == run.tier &&
+        image->runs.back().end == run.begin) {
+      image->runs.back().end = run.end;  // a run split across chunks
+    } else {
+      image->runs.push_back(run);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvindex::storage::format

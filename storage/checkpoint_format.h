@@ -1,0 +1,54 @@
+// The on-disk form of a checkpoint (docs/operations.md, "Checkpoints"): keys
+// and values of the RocksDB database under --data-dir/checkpoints.
+//
+//   c <id:be64> d <chunk:be32>  data chunk: run records, about 1 MiB each
+//   c <id:be64> m               manifest: everything but the hashes
+//
+// The keys of one checkpoint are contiguous and sorted, so a checkpoint is
+// one SST file ingested in one atomic step (the manifest sorts last), and an
+// old one goes with one DeleteRange.
+//
+// A run record: varint model, varint source, u8 tier, varint n, then n
+// little-endian u64 hashes (random 64-bit values: stored raw, uncompressed).
+// The manifest: u32 version, the fields of CheckpointImage except runs and
+// hashes, then an XXH3-64 of all the bytes before it.
+//
+// Thread safety: pure functions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/base/status.h"
+#include "storage/checkpoint_image.h"
+
+namespace kvindex::storage::format {
+
+inline constexpr uint32_t kVersion = 1;
+inline constexpr size_t kChunkBytes = size_t{1} << 20;
+
+std::string ManifestKey(uint64_t id);
+std::string ChunkKey(uint64_t id, uint32_t chunk);
+// [begin, end) of every key of checkpoints [first_id, end_id).
+std::string RangeBegin(uint64_t first_id);
+// Parses a key; false when it is not a checkpoint key.
+bool ParseKey(std::string_view key, uint64_t* id, bool* manifest, uint32_t* chunk);
+
+struct Manifest {
+  uint64_t chunks = 0;
+  uint64_t chunk_bytes = 0;  // sum of the data chunks' sizes
+  CheckpointImage image;     // without runs and hashes
+};
+
+// Appends the image's runs as data chunks of about kChunkBytes.
+std::vector<std::string> EncodeChunks(const CheckpointImage& image);
+std::string EncodeManifest(const CheckpointImage& image, uint64_t chunks, uint64_t chunk_bytes);
+
+StatusOr<Manifest> DecodeManifest(std::string_view value);
+// Appends the chunk's runs and hashes to *image (whose models and sources
+// come from the manifest).
+Status DecodeChunk(std::string_view value, CheckpointImage* image);
+
+}  // namespace kvindex::storage::format

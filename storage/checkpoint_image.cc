@@ -1,0 +1,133 @@
+#include "storage/checkpoint_image.h"
+
+#include <algorithm>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+
+namespace kvindex::storage {
+
+uint64_t CheckpointImage::total_entries() const {
+  uint64_t total = 0;
+  for (uint64_t n : entries) total += n;
+  return total;
+}
+
+Status CheckpointImage::Verify() const {
+  uint64_t digest_sum = 0;
+  uint64_t counted[kNumTiers] = {};
+  for (const CheckpointRun& run : runs) {
+    if (run.model >= models.size() || run.source >= sources.size() || run.begin > run.end ||
+        run.end > hashes.size() || static_cast<int>(run.tier) >= kNumTiers) {
+      return absl::DataLossError("checkpoint run out of range");
+    }
+    digest_sum +=
+        index::EntriesDigest(models[run.model].name, sources[run.source], run.tier, Hashes(run));
+    counted[static_cast<int>(run.tier)] += run.end - run.begin;
+  }
+  for (int t = 0; t < kNumTiers; ++t) {
+    if (counted[t] != entries[t]) {
+      return absl::DataLossError(absl::StrCat("checkpoint holds ", counted[t], " ",
+                                              std::string(TierName(static_cast<Tier>(t))),
+                                              " entries, ", entries[t], " recorded"));
+    }
+  }
+  if (digest_sum != digest) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint digest ", absl::Hex(digest_sum, absl::kZeroPad16),
+                     " differs from the recorded ", absl::Hex(digest, absl::kZeroPad16)));
+  }
+  return absl::OkStatus();
+}
+
+CheckpointImage CaptureCheckpoint(const index::IndexInterface& index,
+                                  const consume::AgentTable* agents) {
+  CheckpointImage image;
+  const index::IndexStats stats = index.Stats();
+  image.applied_seq = stats.applied_seq;
+  image.digest = stats.digest;
+  std::copy(std::begin(stats.entries), std::end(stats.entries), std::begin(image.entries));
+  image.hashes.reserve(image.total_entries());
+  for (const std::string& model : index.Models()) {
+    image.models.push_back({model, index.BlockSize(model).value_or(0)});
+  }
+  absl::flat_hash_map<SourceKey, uint32_t> source_ids;
+  // ForEachEntry visits a node's blocks per holder: consecutive entries of
+  // one (model, source, tier) form a run.
+  uint32_t model_id = 0;
+  bool have_model = false;
+  SourceKey last_source;
+  uint32_t last_source_id = UINT32_MAX;
+  index.ForEachEntry(
+      [&](std::string_view model, const SourceKey& source, Tier tier, uint64_t hash) {
+        if (!have_model || image.models[model_id].name != model) {
+          model_id = 0;
+          while (model_id < image.models.size() && image.models[model_id].name != model) ++model_id;
+          if (model_id == image.models.size()) {
+            image.models.push_back({std::string(model), index.BlockSize(model).value_or(0)});
+          }
+          have_model = true;
+        }
+        if (last_source_id == UINT32_MAX || !(source == last_source)) {
+          auto [it, added] =
+              source_ids.try_emplace(source, static_cast<uint32_t>(image.sources.size()));
+          if (added) image.sources.push_back(source);
+          last_source = source;
+          last_source_id = it->second;
+        }
+        if (image.runs.empty() || image.runs.back().model != model_id ||
+            image.runs.back().source != last_source_id || image.runs.back().tier != tier) {
+          image.runs.push_back(
+              {model_id, last_source_id, tier, image.hashes.size(), image.hashes.size()});
+        }
+        image.hashes.push_back(hash);
+        image.runs.back().end += 1;
+      });
+  if (agents != nullptr) image.agents = agents->Agents();
+  image.created_unix_ms =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
+  return image;
+}
+
+Status RestoreCheckpoint(const CheckpointImage& image, index::IndexInterface* index,
+                         consume::AgentTable* agents, std::chrono::steady_clock::time_point now) {
+  const index::IndexStats before = index->Stats();
+  uint64_t held = 0;
+  for (uint64_t n : before.entries) held += n;
+  if (before.applied_seq != 0 || held != 0) {
+    return absl::FailedPreconditionError("a checkpoint loads into an empty index only");
+  }
+  std::vector<bool> has_entries(image.models.size(), false);
+  for (const CheckpointRun& run : image.runs) {
+    has_entries[run.model] = true;
+    const std::string& model = image.models[run.model].name;
+    const uint32_t block_size = image.models[run.model].block_size;
+    for (uint64_t hash : image.Hashes(run)) {
+      index->RestoreEntry(model, image.sources[run.source], run.tier, hash, block_size);
+    }
+  }
+  // A model known with no entries stays known (queries answer "no match",
+  // not "unknown model"): an empty store at position 1, overwritten below.
+  std::vector<PlacementEvent> empty_models;
+  for (size_t m = 0; m < image.models.size(); ++m) {
+    if (has_entries[m]) continue;
+    PlacementEvent& event = empty_models.emplace_back();
+    event.kind = PlacementKind::kStored;
+    event.model = image.models[m].name;
+    event.block_size = image.models[m].block_size;
+  }
+  if (!empty_models.empty()) index->ApplyMessage(empty_models, 1);
+  index->RestoreAppliedSeq(image.applied_seq);
+  const index::IndexStats stats = index->Stats();
+  if (stats.digest != image.digest) {
+    return absl::DataLossError(
+        absl::StrCat("restored digest ", absl::Hex(stats.digest, absl::kZeroPad16),
+                     " differs from the checkpoint's ", absl::Hex(image.digest, absl::kZeroPad16)));
+  }
+  if (agents != nullptr) agents->Restore(image.agents, now);
+  return absl::OkStatus();
+}
+
+}  // namespace kvindex::storage

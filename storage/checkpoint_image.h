@@ -1,0 +1,76 @@
+// CheckpointImage: the router's replicated state at one log position, in
+// memory: every entry of the index (as runs of hashes per model, source and
+// tier), each model's block size, the applied position, the digest, and the
+// AgentTable (sender sequencing and liveness). Captured on the writer thread
+// (a pause of apply that costs one copy of the entries), written to disk by
+// CheckpointStore on another thread, verified and loaded at restart.
+//
+//   CheckpointImage image = CaptureCheckpoint(index, &agents);  // writer thread
+//   KVINDEX_RETURN_IF_ERROR(image.Verify());                   // digest from the runs
+//   KVINDEX_RETURN_IF_ERROR(RestoreCheckpoint(image, &fresh_index, &agents));
+//
+// Thread safety: a value type; Capture and Restore follow the index's
+// writer-thread rule.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "shared/base/status.h"
+#include "shared/consume/agent_table.h"
+#include "shared/index/index_interface.h"
+#include "shared/model/source_key.h"
+#include "shared/model/tier.h"
+
+namespace kvindex::storage {
+
+struct CheckpointModel {
+  std::string name;
+  uint32_t block_size = 0;
+  friend bool operator==(const CheckpointModel&, const CheckpointModel&) = default;
+};
+
+// hashes[begin, end) held by sources[source] of models[model] in `tier`.
+struct CheckpointRun {
+  uint32_t model = 0;
+  uint32_t source = 0;
+  Tier tier = Tier::kDevice;
+  uint64_t begin = 0, end = 0;
+  friend bool operator==(const CheckpointRun&, const CheckpointRun&) = default;
+};
+
+struct CheckpointImage {
+  uint64_t applied_seq = 0;
+  uint64_t digest = 0;  // IndexStats::digest at applied_seq
+  uint64_t entries[kNumTiers] = {};
+  uint64_t created_unix_ms = 0;
+  std::vector<CheckpointModel> models;
+  std::vector<SourceKey> sources;
+  std::vector<CheckpointRun> runs;
+  std::vector<uint64_t> hashes;
+  std::vector<consume::AgentTable::AgentView> agents;
+
+  uint64_t total_entries() const;
+  std::span<const uint64_t> Hashes(const CheckpointRun& run) const {
+    return std::span<const uint64_t>(hashes).subspan(run.begin, run.end - run.begin);
+  }
+  // Recomputes the digest and the per-tier counts from the runs and compares
+  // them with the recorded ones: DataLoss when they differ (a damaged file),
+  // before anything reaches an index.
+  Status Verify() const;
+};
+
+// Writer thread (or a quiescent index). `agents` may be null.
+CheckpointImage CaptureCheckpoint(const index::IndexInterface& index,
+                                  const consume::AgentTable* agents);
+
+// Loads `image` into an EMPTY index (and the agent table, when not null) and
+// checks the index's digest afterwards. Writer thread.
+Status RestoreCheckpoint(
+    const CheckpointImage& image, index::IndexInterface* index, consume::AgentTable* agents,
+    std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
+
+}  // namespace kvindex::storage

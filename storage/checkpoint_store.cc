@@ -1,0 +1,297 @@
+#include "storage/checkpoint_store.h"
+
+#include <rocksdb/convenience.h>
+#include <rocksdb/db.h>
+#include <rocksdb/options.h>
+#include <rocksdb/sst_file_writer.h>
+
+#include <chrono>
+#include <filesystem>
+#include <set>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "shared/log/log.h"
+#include "storage/checkpoint_format.h"
+
+namespace kvindex::storage {
+namespace {
+
+namespace fs = std::filesystem;
+
+// rocksdb::Status becomes a kvindex Status here and nowhere else.
+Status FromRocks(const rocksdb::Status& s, std::string_view what) {
+  if (s.ok()) return absl::OkStatus();
+  const std::string message = absl::StrCat(std::string(what), ": ", s.ToString());
+  if (s.IsNoSpace()) return absl::ResourceExhaustedError(message);
+  if (s.IsCorruption()) return absl::DataLossError(message);
+  if (s.IsNotFound()) return absl::NotFoundError(message);
+  if (s.IsIOError()) return absl::UnavailableError(message);
+  if (s.IsInvalidArgument() || s.IsNotSupported()) return absl::FailedPreconditionError(message);
+  return absl::InternalError(message);
+}
+
+rocksdb::Options DbOptions() {
+  rocksdb::Options options;
+  options.create_if_missing = true;
+  // Hashes are random 64-bit values: compression buys nothing.
+  options.compression = rocksdb::kNoCompression;
+  options.bottommost_compression = rocksdb::kNoCompression;
+  // One damaged checkpoint file must not keep the database from opening:
+  // it is found (and skipped) when read, the others stay usable.
+  options.paranoid_checks = false;
+  options.skip_checking_sst_file_sizes_on_db_open = true;
+  options.max_open_files = 64;
+  options.keep_log_file_num = 2;
+  options.info_log_level = rocksdb::InfoLogLevel::WARN_LEVEL;
+  options.max_manifest_file_size = 8 << 20;
+  // Data arrives only as ingested files and leaves with whole-file deletes:
+  // nothing to compact, and every checkpoint keeps a file of its own.
+  options.disable_auto_compactions = true;
+  return options;
+}
+
+uint64_t NowUnixMs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+std::string IngestDir(const std::string& dir) { return dir + ".ingest"; }
+
+}  // namespace
+
+CheckpointStore::CheckpointStore(std::string dir, CheckpointStoreOptions options,
+                                 std::unique_ptr<rocksdb::DB> db)
+    : dir_(std::move(dir)), options_(options), db_(std::move(db)) {}
+
+CheckpointStore::~CheckpointStore() = default;
+
+StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const std::string& dir,
+                                                                 CheckpointStoreOptions options) {
+  if (options.keep == 0) return absl::InvalidArgumentError("checkpoints kept must be >= 1");
+  const rocksdb::Options db_options = DbOptions();
+  rocksdb::DB* raw = nullptr;
+  rocksdb::Status s;
+  if (options.read_only) {
+    if (!fs::exists(dir + "/CURRENT")) {
+      return absl::NotFoundError(absl::StrCat("no checkpoint database in ", dir));
+    }
+    s = rocksdb::DB::OpenForReadOnly(db_options, dir, &raw);
+  } else {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    s = rocksdb::DB::Open(db_options, dir, &raw);
+    if (!s.ok() && options.quarantine_damaged && (s.IsCorruption() || s.IsInvalidArgument())) {
+      const std::string aside = absl::StrCat(dir, ".damaged-", NowUnixMs() / 1000);
+      log::Get("storage")->error(
+          "checkpoint database {} does not open ({}); moved to {}, starting without checkpoints",
+          dir, s.ToString(), aside);
+      fs::rename(dir, aside, ec);
+      if (ec) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("cannot move the damaged checkpoint database aside: ", ec.message()));
+      }
+      s = rocksdb::DB::Open(db_options, dir, &raw);
+    }
+  }
+  KVINDEX_RETURN_IF_ERROR(FromRocks(s, absl::StrCat("open checkpoint database ", dir)));
+  auto store = std::unique_ptr<CheckpointStore>(
+      new CheckpointStore(dir, options, std::unique_ptr<rocksdb::DB>(raw)));
+  // Ids grow across restarts, past every file's keys (damaged ones too).
+  std::vector<rocksdb::LiveFileMetaData> files;
+  store->db_->GetLiveFilesMetaData(&files);
+  for (const rocksdb::LiveFileMetaData& file : files) {
+    uint64_t id = 0;
+    bool manifest = false;
+    uint32_t chunk = 0;
+    if (format::ParseKey(file.largestkey, &id, &manifest, &chunk)) {
+      store->next_id_ = std::max(store->next_id_, id + 1);
+    }
+  }
+  if (!options.read_only) {
+    std::error_code ec;
+    fs::remove_all(IngestDir(dir), ec);  // an interrupted write's file
+  }
+  return store;
+}
+
+StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
+  if (options_.read_only) return absl::FailedPreconditionError("checkpoint store is read-only");
+  const uint64_t id = next_id_;
+  const std::vector<std::string> chunks = format::EncodeChunks(image);
+  uint64_t chunk_bytes = 0;
+  for (const std::string& chunk : chunks) chunk_bytes += chunk.size();
+  const std::string manifest = format::EncodeManifest(image, chunks.size(), chunk_bytes);
+
+  std::error_code ec;
+  fs::create_directories(IngestDir(dir_), ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create ", IngestDir(dir_), ": ", ec.message()));
+  }
+  const std::string path = absl::StrCat(IngestDir(dir_), "/", id, ".sst");
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), DbOptions());
+  auto fail = [&](const rocksdb::Status& s, std::string_view what) {
+    fs::remove(path, ec);
+    return FromRocks(s, what);
+  };
+  if (rocksdb::Status s = writer.Open(path); !s.ok()) return fail(s, "create checkpoint file");
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    if (rocksdb::Status s = writer.Put(format::ChunkKey(id, static_cast<uint32_t>(c)), chunks[c]);
+        !s.ok()) {
+      return fail(s, "write checkpoint file");
+    }
+  }
+  if (rocksdb::Status s = writer.Put(format::ManifestKey(id), manifest); !s.ok()) {
+    return fail(s, "write checkpoint file");
+  }
+  if (rocksdb::Status s = writer.Finish(); !s.ok()) return fail(s, "finish checkpoint file");
+  rocksdb::IngestExternalFileOptions ingest;
+  ingest.move_files = true;
+  if (rocksdb::Status s = db_->IngestExternalFile({path}, ingest); !s.ok()) {
+    return fail(s, "ingest checkpoint file");
+  }
+  next_id_ = id + 1;
+
+  CheckpointInfo info;
+  info.id = id;
+  info.applied_seq = image.applied_seq;
+  info.digest = image.digest;
+  std::copy(std::begin(image.entries), std::end(image.entries), std::begin(info.entries));
+  info.created_unix_ms = image.created_unix_ms;
+  info.chunks = chunks.size();
+  info.bytes = chunk_bytes + manifest.size();
+  info.models = image.models;
+  info.sources = image.sources.size();
+  info.agents = image.agents.size();
+  if (Status pruned = Prune(options_.keep); !pruned.ok()) {
+    log::Get("storage")->warn("pruning old checkpoints: {}", pruned.ToString());
+  }
+  return info;
+}
+
+Status CheckpointStore::Prune(size_t keep) {
+  const std::vector<CheckpointInfo> all = List();
+  if (all.size() <= keep) return absl::OkStatus();
+  const uint64_t first_kept = all[keep - 1].id;
+  const std::string begin = format::RangeBegin(0);
+  const std::string end = format::RangeBegin(first_kept);
+  rocksdb::Slice b(begin), e(end);
+  // Whole files go at once; DeleteRange covers anything left in between.
+  KVINDEX_RETURN_IF_ERROR(FromRocks(
+      rocksdb::DeleteFilesInRange(db_.get(), db_->DefaultColumnFamily(), &b, &e), "prune"));
+  return FromRocks(db_->DeleteRange(rocksdb::WriteOptions(), db_->DefaultColumnFamily(), b, e),
+                   "prune");
+}
+
+std::vector<CheckpointInfo> CheckpointStore::List() const {
+  // Ids come from the files' key ranges, not from reading them: a damaged
+  // file only hides (and fails) its own checkpoint.
+  std::vector<rocksdb::LiveFileMetaData> files;
+  db_->GetLiveFilesMetaData(&files);
+  std::set<uint64_t> ids;
+  for (const rocksdb::LiveFileMetaData& file : files) {
+    uint64_t first = 0, last = 0;
+    bool manifest = false;
+    uint32_t chunk = 0;
+    if (!format::ParseKey(file.smallestkey, &first, &manifest, &chunk) ||
+        !format::ParseKey(file.largestkey, &last, &manifest, &chunk) || last < first) {
+      continue;
+    }
+    for (uint64_t id = first; id <= last && id - first < 4096; ++id) ids.insert(id);
+  }
+  std::vector<CheckpointInfo> out;
+  rocksdb::ReadOptions read;
+  read.fill_cache = false;
+  for (auto it = ids.rbegin(); it != ids.rend(); ++it) {
+    std::string value;
+    const rocksdb::Status s = db_->Get(read, format::ManifestKey(*it), &value);
+    if (s.IsNotFound()) continue;  // pruned
+    CheckpointInfo& info = out.emplace_back();
+    info.id = *it;
+    StatusOr<format::Manifest> m =
+        s.ok() ? format::DecodeManifest(value)
+               : StatusOr<format::Manifest>(FromRocks(s, absl::StrCat("read checkpoint ", *it)));
+    if (!m.ok()) {
+      info.manifest_status = m.status();
+      continue;
+    }
+    const CheckpointImage& image = m->image;
+    info.applied_seq = image.applied_seq;
+    info.digest = image.digest;
+    std::copy(std::begin(image.entries), std::end(image.entries), std::begin(info.entries));
+    info.created_unix_ms = image.created_unix_ms;
+    info.chunks = m->chunks;
+    info.bytes = m->chunk_bytes + value.size();
+    info.models = image.models;
+    info.sources = image.sources.size();
+    info.agents = image.agents.size();
+  }
+  return out;
+}
+
+StatusOr<CheckpointImage> CheckpointStore::Load(uint64_t id) const {
+  rocksdb::ReadOptions read;
+  read.verify_checksums = true;
+  read.fill_cache = false;
+  read.readahead_size = size_t{4} << 20;
+  std::string value;
+  KVINDEX_RETURN_IF_ERROR(FromRocks(db_->Get(read, format::ManifestKey(id), &value),
+                                    absl::StrCat("read checkpoint ", id)));
+  KVINDEX_ASSIGN_OR_RETURN(format::Manifest manifest, format::DecodeManifest(value));
+  CheckpointImage image = std::move(manifest.image);
+  image.hashes.reserve(image.total_entries());
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
+  uint64_t next_chunk = 0, bytes = 0;
+  const std::string last = format::ManifestKey(id);
+  for (it->Seek(format::ChunkKey(id, 0)); it->Valid() && it->key().ToStringView() < last;
+       it->Next()) {
+    uint64_t key_id = 0;
+    bool is_manifest = false;
+    uint32_t chunk = 0;
+    if (!format::ParseKey(it->key().ToStringView(), &key_id, &is_manifest, &chunk) ||
+        key_id != id || is_manifest || chunk != next_chunk) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", id, ": chunk ", next_chunk, " missing or out of order"));
+    }
+    KVINDEX_RETURN_IF_ERROR(format::DecodeChunk(it->value().ToStringView(), &image));
+    bytes += it->value().size();
+    ++next_chunk;
+  }
+  KVINDEX_RETURN_IF_ERROR(FromRocks(it->status(), absl::StrCat("read checkpoint ", id)));
+  if (next_chunk != manifest.chunks || bytes != manifest.chunk_bytes) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", id, ": ", next_chunk, " chunks (", bytes,
+                                            " bytes) where the manifest names ", manifest.chunks,
+                                            " (", manifest.chunk_bytes, ")"));
+  }
+  KVINDEX_RETURN_IF_ERROR(image.Verify());
+  return image;
+}
+
+StatusOr<CheckpointImage> CheckpointStore::LoadNewest(std::vector<uint64_t>* skipped,
+                                                      uint64_t* loaded_id) const {
+  for (const CheckpointInfo& info : List()) {
+    StatusOr<CheckpointImage> image =
+        info.manifest_status.ok() ? Load(info.id) : StatusOr<CheckpointImage>(info.manifest_status);
+    if (image.ok()) {
+      if (loaded_id != nullptr) *loaded_id = info.id;
+      return image;
+    }
+    log::Get("storage")->error("checkpoint {} in {} is unusable, trying an older one: {}", info.id,
+                               dir_, image.status().ToString());
+    if (skipped != nullptr) skipped->push_back(info.id);
+  }
+  return absl::NotFoundError(absl::StrCat("no usable checkpoint in ", dir_));
+}
+
+uint64_t CheckpointStore::DiskBytes() const {
+  uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& entry : fs::recursive_directory_iterator(dir_, ec)) {
+    if (entry.is_regular_file(ec)) total += entry.file_size(ec);
+  }
+  return total;
+}
+
+}  // namespace kvindex::storage

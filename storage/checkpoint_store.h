@@ -1,0 +1,96 @@
+// CheckpointStore: checkpoints of the router's state in a RocksDB database
+// (checkpoint_format.h for the keys and values).
+//
+// A checkpoint is written as one SST file (SstFileWriter) and ingested in
+// one atomic, durable step: after a crash at any moment a checkpoint is
+// either complete or absent, never half there. Each checkpoint lives in its
+// own file, so damage to one leaves the others readable: Load verifies the
+// manifest checksum, RocksDB's block checksums and the state digest, and
+// LoadNewest falls back to the previous checkpoint. Old checkpoints are
+// removed with one DeleteRange (the newest `keep` stay).
+//
+//   KVINDEX_ASSIGN_OR_RETURN(auto store, CheckpointStore::Open(dir));
+//   KVINDEX_ASSIGN_OR_RETURN(CheckpointInfo info, store->Write(image));
+//   StatusOr<CheckpointImage> loaded = store->LoadNewest(&skipped);
+//
+// A database that does not open (its MANIFEST or CURRENT damaged) is moved
+// aside to `<dir>.damaged-<unix time>` when OpenOptions::quarantine_damaged
+// is set, and a new one is created: the router then starts from the log.
+//
+// Thread safety: Write and Prune from one thread at a time; List and Load
+// from any thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shared/base/status.h"
+#include "storage/checkpoint_image.h"
+
+namespace rocksdb {
+class DB;
+}
+
+namespace kvindex::storage {
+
+struct CheckpointInfo {
+  uint64_t id = 0;
+  uint64_t applied_seq = 0;
+  uint64_t digest = 0;
+  uint64_t entries[kNumTiers] = {};
+  uint64_t created_unix_ms = 0;
+  uint64_t chunks = 0;
+  uint64_t bytes = 0;  // data chunks + manifest, before RocksDB's own overhead
+  std::vector<CheckpointModel> models;
+  size_t sources = 0;
+  size_t agents = 0;
+  Status manifest_status;  // not OK: the manifest did not decode
+};
+
+struct CheckpointStoreOptions {
+  // Checkpoints kept after a write (the newest; >= 1). Default: 2.
+  size_t keep = 2;
+  // Move an unopenable database aside and start a new one. Default: false
+  // (inspection must not change anything).
+  bool quarantine_damaged = false;
+  // Open read-only (kvindex-ctl checkpoint inspect). Default: false.
+  bool read_only = false;
+};
+
+class CheckpointStore {
+ public:
+  static StatusOr<std::unique_ptr<CheckpointStore>> Open(const std::string& dir,
+                                                         CheckpointStoreOptions options = {});
+  ~CheckpointStore();
+  CheckpointStore(const CheckpointStore&) = delete;
+  CheckpointStore& operator=(const CheckpointStore&) = delete;
+
+  // Writes `image` as the newest checkpoint, then prunes. Errors (disk full,
+  // read-only directory) leave the previous checkpoints as they were.
+  StatusOr<CheckpointInfo> Write(const CheckpointImage& image);
+  // Every checkpoint with a manifest, newest first.
+  std::vector<CheckpointInfo> List() const;
+  // Reads and verifies one checkpoint.
+  StatusOr<CheckpointImage> Load(uint64_t id) const;
+  // The newest checkpoint that verifies; each one that does not is logged
+  // (one line) and its id appended to *skipped. NotFound when none does.
+  StatusOr<CheckpointImage> LoadNewest(std::vector<uint64_t>* skipped = nullptr,
+                                       uint64_t* loaded_id = nullptr) const;
+  Status Prune(size_t keep);
+
+  const std::string& dir() const { return dir_; }
+  // Bytes of the database's files on disk.
+  uint64_t DiskBytes() const;
+
+ private:
+  CheckpointStore(std::string dir, CheckpointStoreOptions options, std::unique_ptr<rocksdb::DB> db);
+
+  const std::string dir_;
+  const CheckpointStoreOptions options_;
+  std::unique_ptr<rocksdb::DB> db_;
+  uint64_t next_id_ = 1;
+};
+
+}  // namespace kvindex::storage

@@ -1,0 +1,336 @@
+// CheckpointStore and CheckpointImage against a real RocksDB in a temp dir:
+// a seeded random index survives capture -> write -> load -> restore with
+// the same digest, entries and agent table (into KvIndex and the
+// ReferenceIndex); damaged files are detected and skipped; old checkpoints
+// are pruned; a failed write leaves the previous checkpoints usable.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "shared/index/kv_index.h"
+#include "shared/index/reference_index.h"
+#include "storage/checkpoint_format.h"
+#include "storage/checkpoint_store.h"
+
+namespace kvindex::storage {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "kvindex-ckpt-XXXXXX").string();
+    path_ = mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  std::string path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+using Entry = std::tuple<std::string, std::string, uint32_t, int, uint64_t>;
+
+std::set<Entry> Entries(const index::IndexInterface& index) {
+  std::set<Entry> out;
+  index.ForEachEntry([&](std::string_view model, const SourceKey& source, Tier tier, uint64_t h) {
+    out.emplace(std::string(model), source.worker, source.dp_rank, static_cast<int>(tier), h);
+  });
+  return out;
+}
+
+// Seeded stream: stores (shared prefixes), removals and clears over three
+// models, a few sources, every tier; position n per message.
+void Fill(index::IndexInterface* index, uint64_t seed, int messages) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint64_t> pool;
+  for (int i = 0; i < 400; ++i) pool.push_back(rng() | 1);
+  for (int m = 1; m <= messages; ++m) {
+    PlacementEvent event;
+    const int model = static_cast<int>(rng() % 3);
+    event.model = "model/" + std::to_string(model) + " v1";
+    event.block_size = 16 * (model + 1);
+    event.source = {"worker-" + std::to_string(rng() % 4), static_cast<uint32_t>(rng() % 2)};
+    event.tier = static_cast<Tier>(rng() % kNumTiers);
+    const uint64_t roll = rng() % 10;
+    const size_t start = rng() % 300, length = 1 + rng() % 60;
+    for (size_t i = start; i < std::min(pool.size(), start + length); ++i) {
+      event.block_hashes.push_back(pool[i]);
+    }
+    event.kind = roll < 7 ? PlacementKind::kStored
+                          : (roll < 9 ? PlacementKind::kRemoved : PlacementKind::kCleared);
+    if (event.kind == PlacementKind::kCleared) event.block_hashes.clear();
+    index->Apply(event, static_cast<uint64_t>(m));
+  }
+}
+
+void FillAgents(consume::AgentTable& table) {
+  consume::LogBatch::Message message;
+  message.position = 3;
+  message.header = {"node-a", 17, 1};
+  std::vector<PlacementEvent> clears;
+  table.Admit(message, &clears);
+  PlacementEvent heartbeat;
+  heartbeat.kind = PlacementKind::kHeartbeat;
+  heartbeat.agent = "node-a";
+  heartbeat.lease_ms = 3000;
+  heartbeat.sources = {{"worker-0", 0}, {"worker-1", 1}};
+  table.Observe(heartbeat, 3, std::chrono::steady_clock::now(), &clears);
+}
+
+void ExpectSameAgents(const consume::AgentTable& a, const consume::AgentTable& b) {
+  const auto x = a.Agents(), y = b.Agents();
+  ASSERT_EQ(x.size(), y.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(x[i].agent, y[i].agent);
+    EXPECT_EQ(x[i].incarnation, y[i].incarnation);
+    EXPECT_EQ(x[i].last_msg_seq, y[i].last_msg_seq);
+    EXPECT_EQ(x[i].last_heartbeat_position, y[i].last_heartbeat_position);
+    EXPECT_EQ(x[i].lease_ms, y[i].lease_ms);
+    EXPECT_EQ(x[i].sources, y[i].sources);
+  }
+}
+
+std::vector<fs::path> SstFiles(const std::string& dir) {
+  std::vector<fs::path> out;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() == ".sst") out.push_back(entry.path());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(CheckpointStoreTest, RoundTripIntoBothIndexes) {
+  TempDir dir;
+  index::KvIndex source;
+  Fill(&source, 7, 3000);
+  consume::AgentTable agents;
+  FillAgents(agents);
+  const CheckpointImage image = CaptureCheckpoint(source, &agents);
+  ASSERT_TRUE(image.Verify().ok()) << image.Verify();
+  EXPECT_EQ(image.total_entries(), Entries(source).size());
+  ASSERT_GT(image.total_entries(), 1000u);
+
+  auto store = CheckpointStore::Open(dir.path() + "/db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto info = (*store)->Write(image);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->applied_seq, 3000u);
+  EXPECT_EQ(info->digest, source.Stats().digest);
+  // Raw hashes: 8 bytes per entry, plus a few bytes per run (short here).
+  EXPECT_LT(info->bytes, image.total_entries() * 8 + image.runs.size() * 6 + 4096);
+
+  auto loaded = (*store)->LoadNewest();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  index::KvIndex restored;
+  index::ReferenceIndex reference;
+  consume::AgentTable restored_agents;
+  ASSERT_TRUE(RestoreCheckpoint(*loaded, &restored, &restored_agents).ok());
+  ASSERT_TRUE(RestoreCheckpoint(*loaded, &reference, nullptr).ok());
+  EXPECT_EQ(restored.Stats().digest, source.Stats().digest);
+  EXPECT_EQ(restored.Stats().applied_seq, 3000u);
+  EXPECT_EQ(reference.Stats().digest, source.Stats().digest);
+  EXPECT_EQ(Entries(restored), Entries(source));
+  EXPECT_EQ(Entries(reference), Entries(source));
+  EXPECT_EQ(restored.Models(), source.Models());
+  for (const std::string& model : source.Models()) {
+    EXPECT_EQ(restored.BlockSize(model), source.BlockSize(model));
+  }
+  ExpectSameAgents(restored_agents, agents);
+
+  // The restored index goes on exactly like the original.
+  Fill(&source, 8, 100);  // positions 1..100 are below 3000: ignored by both
+  Fill(&restored, 8, 100);
+  EXPECT_EQ(restored.Stats().digest, source.Stats().digest);
+}
+
+TEST(CheckpointStoreTest, EmptyIndexAndModelsWithoutEntries) {
+  TempDir dir;
+  index::KvIndex source;
+  PlacementEvent event;
+  event.model = "m";
+  event.block_size = 32;
+  event.source = {"w", 0};
+  event.block_hashes = {1, 2, 3};
+  source.Apply(event, 5);
+  event.kind = PlacementKind::kRemoved;
+  source.Apply(event, 6);  // the model stays known, with no entries
+  const CheckpointImage image = CaptureCheckpoint(source, nullptr);
+  auto store = CheckpointStore::Open(dir.path() + "/db");
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->Write(image).ok());
+  auto loaded = (*store)->LoadNewest();
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  index::KvIndex restored;
+  ASSERT_TRUE(RestoreCheckpoint(*loaded, &restored, nullptr).ok());
+  EXPECT_EQ(restored.Models(), std::vector<std::string>{"m"});
+  EXPECT_EQ(restored.BlockSize("m"), 32u);
+  EXPECT_EQ(restored.Stats().applied_seq, 6u);
+  EXPECT_TRUE(restored.MatchSequenceHashes("m", std::vector<uint64_t>{1}).ok());
+}
+
+TEST(CheckpointStoreTest, VerifyCatchesAChangedHashOrCount) {
+  index::KvIndex source;
+  Fill(&source, 3, 500);
+  CheckpointImage image = CaptureCheckpoint(source, nullptr);
+  ASSERT_TRUE(image.Verify().ok());
+  CheckpointImage changed = image;
+  changed.hashes[changed.hashes.size() / 2] ^= 1;
+  EXPECT_TRUE(absl::IsDataLoss(changed.Verify()));
+  changed = image;
+  changed.entries[0] += 1;
+  EXPECT_TRUE(absl::IsDataLoss(changed.Verify()));
+  changed = image;
+  changed.runs.back().end += 1;  // past the hashes or into another run's
+  EXPECT_FALSE(changed.Verify().ok());
+  // A restore into a non-empty index is refused.
+  EXPECT_TRUE(absl::IsFailedPrecondition(RestoreCheckpoint(image, &source, nullptr)));
+}
+
+TEST(CheckpointStoreTest, KeepsTheNewestAndIdsGrowAcrossReopen) {
+  TempDir dir;
+  index::KvIndex source;
+  uint64_t last_id = 0;
+  for (int round = 0; round < 2; ++round) {
+    auto store = CheckpointStore::Open(dir.path() + "/db", {.keep = 2});
+    ASSERT_TRUE(store.ok()) << store.status();
+    for (int i = 0; i < 3; ++i) {
+      Fill(&source, 100 + round * 10 + i, 200);
+      auto info = (*store)->Write(CaptureCheckpoint(source, nullptr));
+      ASSERT_TRUE(info.ok()) << info.status();
+      EXPECT_GT(info->id, last_id);
+      last_id = info->id;
+    }
+    const auto all = (*store)->List();
+    ASSERT_EQ(all.size(), 2u);
+    EXPECT_EQ(all[0].id, last_id);
+    EXPECT_EQ(all[1].id, last_id - 1);
+    EXPECT_EQ(all[0].digest, source.Stats().digest);
+  }
+}
+
+// Damage the newest checkpoint's file: the store falls back to the previous.
+void DamageNewest(const std::string& db, bool truncate) {
+  const auto files = SstFiles(db);
+  ASSERT_FALSE(files.empty());
+  const fs::path newest = files.back();
+  const auto size = fs::file_size(newest);
+  if (truncate) {
+    fs::resize_file(newest, size / 2);
+    return;
+  }
+  std::fstream file(newest, std::ios::in | std::ios::out | std::ios::binary);
+  for (uint64_t at = size / 8; at < size / 2; at += 4096) {
+    file.seekp(static_cast<std::streamoff>(at));
+    file.write("garbage!", 8);
+  }
+}
+
+TEST(CheckpointStoreTest, DamagedNewestFallsBackToThePrevious) {
+  for (bool truncate : {false, true}) {
+    SCOPED_TRACE(truncate ? "truncated" : "garbled");
+    TempDir dir;
+    const std::string db = dir.path() + "/db";
+    index::KvIndex source;
+    uint64_t older_digest = 0, newer_id = 0;
+    {
+      auto store = CheckpointStore::Open(db);
+      ASSERT_TRUE(store.ok());
+      Fill(&source, 1, 2000);
+      older_digest = source.Stats().digest;
+      ASSERT_TRUE((*store)->Write(CaptureCheckpoint(source, nullptr)).ok());
+      Fill(&source, 2, 4000);
+      auto info = (*store)->Write(CaptureCheckpoint(source, nullptr));
+      ASSERT_TRUE(info.ok());
+      newer_id = info->id;
+    }
+    DamageNewest(db, truncate);
+    auto store = CheckpointStore::Open(db);
+    ASSERT_TRUE(store.ok()) << store.status();
+    std::vector<uint64_t> skipped;
+    uint64_t loaded_id = 0;
+    auto loaded = (*store)->LoadNewest(&skipped, &loaded_id);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(skipped, std::vector<uint64_t>{newer_id});
+    EXPECT_EQ(loaded->digest, older_digest);
+    EXPECT_EQ(loaded_id, newer_id - 1);
+    // And the next write works and becomes the newest.
+    auto info = (*store)->Write(CaptureCheckpoint(source, nullptr));
+    ASSERT_TRUE(info.ok()) << info.status();
+    auto newest = (*store)->LoadNewest();
+    ASSERT_TRUE(newest.ok()) << newest.status();
+    EXPECT_EQ(newest->digest, source.Stats().digest);
+  }
+}
+
+TEST(CheckpointStoreTest, UnopenableDatabaseIsMovedAside) {
+  TempDir dir;
+  const std::string db = dir.path() + "/db";
+  {
+    auto store = CheckpointStore::Open(db);
+    ASSERT_TRUE(store.ok());
+    index::KvIndex source;
+    Fill(&source, 1, 100);
+    ASSERT_TRUE((*store)->Write(CaptureCheckpoint(source, nullptr)).ok());
+  }
+  for (const auto& entry : fs::directory_iterator(db)) {
+    if (entry.path().filename().string().rfind("MANIFEST-", 0) == 0) {
+      std::ofstream(entry.path(), std::ios::trunc) << "not a manifest";
+    }
+  }
+  // Inspection does not change anything...
+  EXPECT_FALSE(CheckpointStore::Open(db, {.read_only = true}).ok());
+  EXPECT_FALSE(CheckpointStore::Open(db).ok());
+  // ... a router moves it aside and starts afresh.
+  auto store = CheckpointStore::Open(db, {.quarantine_damaged = true});
+  ASSERT_TRUE(store.ok()) << store.status();
+  EXPECT_TRUE(absl::IsNotFound((*store)->LoadNewest().status()));
+  bool moved = false;
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    moved |= entry.path().filename().string().rfind("db.damaged-", 0) == 0;
+  }
+  EXPECT_TRUE(moved);
+}
+
+TEST(CheckpointStoreTest, GarbledManifestAndChunksAreErrorsNotCrashes) {
+  index::KvIndex source;
+  Fill(&source, 5, 300);
+  consume::AgentTable agents;
+  FillAgents(agents);
+  const CheckpointImage image = CaptureCheckpoint(source, &agents);
+  const auto chunks = format::EncodeChunks(image);
+  const std::string manifest = format::EncodeManifest(image, chunks.size(), 0);
+  ASSERT_TRUE(format::DecodeManifest(manifest).ok());
+  std::mt19937_64 rng(11);
+  for (int i = 0; i < 2000; ++i) {
+    std::string bad = manifest.substr(0, rng() % manifest.size());
+    EXPECT_FALSE(format::DecodeManifest(bad).ok());
+    std::string flipped = manifest;
+    flipped[rng() % flipped.size()] ^= static_cast<char>(1 + rng() % 255);
+    EXPECT_FALSE(format::DecodeManifest(flipped).ok());
+    // Chunks carry no checksum of their own (RocksDB's block checksums and
+    // the digest catch damage): a garbled chunk must only never crash.
+    auto m = format::DecodeManifest(manifest);
+    CheckpointImage into = m->image;
+    std::string chunk = chunks[0].substr(0, rng() % chunks[0].size());
+    if (!chunk.empty()) chunk[rng() % chunk.size()] ^= static_cast<char>(rng());
+    if (format::DecodeChunk(chunk, &into).ok()) {
+      EXPECT_FALSE(into.Verify().ok());
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvindex::storage
