@@ -271,11 +271,22 @@ void RouterApi::State(const http::Request&, http::Response& response) const {
   w.Double(context_.probe != nullptr ? context_.probe->lag_seconds() : 0.0);
   w.Key("models");
   w.BeginArray();
-  for (const std::string& model : context_.index->Models()) w.String(model);
+  for (const std::string& model : KnownModels()) w.String(model);
   w.EndArray();
   w.EndObject();
   if (context_.probe != nullptr)
     context_.probe->RecordRequest(consume::Endpoint::kState, response.status);
+}
+
+std::vector<std::string> RouterApi::KnownModels() const {
+  std::vector<std::string> models = context_.index->Models();
+  for (const auto& [model, block_size] : context_.configured_models) models.push_back(model);
+  for (const consume::ApplyLoop::SourceActivity& a : context_.apply->Activity()) {
+    if (!a.model.empty()) models.push_back(a.model);
+  }
+  std::sort(models.begin(), models.end());
+  models.erase(std::unique(models.begin(), models.end()), models.end());
+  return models;
 }
 
 void RouterApi::Workers(const http::Request&, http::Response& response) const {
@@ -345,7 +356,11 @@ void RouterApi::Workers(const http::Request&, http::Response& response) const {
     w.Key("entries");
     WriteEntries(w, row.entries);
     w.Key("last_event_unix_ms");
-    if (row.activity != nullptr && row.activity->last_event_ns != 0) {
+    // The agent's start-up "cleared" is applied like any event, but it is
+    // not one the engine sent: while the ingest side reports that the engine
+    // has delivered nothing yet (embedded mode), there is no last event.
+    const bool engine_silent = row.ingest != nullptr && !row.ingest->has_seq;
+    if (row.activity != nullptr && row.activity->last_event_ns != 0 && !engine_silent) {
       w.UInt(row.activity->last_event_ns / 1'000'000);
     } else {
       w.Null();

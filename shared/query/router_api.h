@@ -3,7 +3,8 @@
 //   POST /v1/match   per-source prefix match (semantics.md section 5)
 //   POST /query      the same match in the Mooncake indexer RFC shape that
 //                    Dynamo's standalone indexer serves (compatibility)
-//   GET  /v1/state   applied_seq, digest, entries per tier, sources, ready
+//   GET  /v1/state   applied_seq, digest, entries per tier, sources, ready,
+//                    models (held, configured or seen in events)
 //   GET  /v1/workers sources with model, agent, entries per tier, last event
 //   GET  /healthz, /readyz, /metrics
 //
@@ -68,6 +69,10 @@ class RouterApi {
   void Metrics(const http::Request& request, http::Response& response) const;
 
  private:
+  // Models the router knows, sorted: those the index holds entries of, the
+  // configured ones (--source) and those named by any applied event.
+  std::vector<std::string> KnownModels() const;
+
   const ApiOptions options_;
   const ApiContext context_;
 };

@@ -198,5 +198,62 @@ TEST_F(RouterApiTest, StateWorkersQueryMetrics) {
   EXPECT_NE(metrics.body.find("kvindex_router_lookup_duration_seconds_bucket"), std::string::npos);
 }
 
+// A source whose agent started (its start-up "cleared" applied, stamped
+// with the agent's clock) but whose engine has sent nothing: /v1/workers
+// lists it with its model and no last event (docs/api.md: null before any),
+// and /v1/state lists every model the router knows: held in the index
+// ("m"), configured by --source with no event yet ("warming"), or only seen
+// in an event ("fresh").
+TEST_F(RouterApiTest, SourceWithoutEngineEventsAndKnownModels) {
+  PlacementEvent startup_clear;
+  startup_clear.kind = PlacementKind::kCleared;
+  startup_clear.model = "fresh";
+  startup_clear.source = {"w2", 0};
+  startup_clear.agent = "node-a";
+  startup_clear.timestamp_ns = 1'700'000'001'000'000'000ull;
+  ASSERT_TRUE(sink_.Publish(std::vector<PlacementEvent>{startup_clear}).ok());
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (loop_.position() < 4 && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_EQ(loop_.position(), 4u);
+
+  ApiContext context;
+  context.index = &index_;
+  context.apply = &loop_;
+  context.configured_models = {{"m", 4}, {"warming", 4}};
+  context.ingest_sources = [] {
+    IngestSourceStatus w0{.worker = "w0", .dp_rank = 0, .model = "m"};
+    w0.last_seq = 5;
+    w0.has_seq = true;
+    IngestSourceStatus w2{.worker = "w2", .dp_rank = 0, .model = "fresh"};  // no batch yet
+    return std::vector<IngestSourceStatus>{w0, w2};
+  };
+  const RouterApi api(ApiOptions{}, context);
+
+  http::Response state;
+  api.State(http::Request{}, state);
+  ASSERT_EQ(state.status, 200) << state.body;
+  EXPECT_EQ(json::parse(state.body)["models"], json::parse(R"(["fresh", "m", "warming"])"))
+      << state.body;
+
+  http::Response workers;
+  api.Workers(http::Request{}, workers);
+  ASSERT_EQ(workers.status, 200) << workers.body;
+  const json rows = json::parse(workers.body)["workers"];
+  ASSERT_EQ(rows.size(), 3u) << workers.body;
+  EXPECT_EQ(rows[0]["model"], "fresh");
+  EXPECT_EQ(rows[0]["worker"], "w2");
+  EXPECT_TRUE(rows[0]["last_event_unix_ms"].is_null()) << workers.body;
+  EXPECT_TRUE(rows[0]["ingest"]["last_seq"].is_null());
+  // A source whose engine delivered batches keeps its last event time.
+  EXPECT_EQ(rows[1]["worker"], "w0");
+  EXPECT_EQ(rows[1]["last_event_unix_ms"], 1'700'000'000'000ull);
+  EXPECT_EQ(rows[1]["ingest"]["last_seq"], 5);
+  // No ingest side (--nats): the applied events decide.
+  EXPECT_EQ(rows[2]["worker"], "w1");
+  EXPECT_EQ(rows[2]["last_event_unix_ms"], 1'700'000'000'000ull);
+}
+
 }  // namespace
 }  // namespace kvindex::query
