@@ -2,17 +2,24 @@
 
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <rocksdb/options.h>
 #include <rocksdb/sst_file_writer.h>
 
+#include <sys/statvfs.h>
+
 #include <chrono>
+#include <cstdarg>
+#include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <set>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "shared/log/log.h"
 #include "storage/checkpoint_format.h"
+#include "storage/internal/sticky_error_fs.h"
 
 namespace kvindex::storage {
 namespace {
@@ -31,8 +38,23 @@ Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   return absl::InternalError(message);
 }
 
+// RocksDB's own diagnostics go to our log, not to a LOG file: Debian's
+// assertion-enabled build aborts on a log file written after ENOSPC.
+class SpdLogger : public rocksdb::Logger {
+ public:
+  SpdLogger() : rocksdb::Logger(rocksdb::InfoLogLevel::WARN_LEVEL) {}
+  using rocksdb::Logger::Logv;
+  void Logv(const char* format, va_list ap) override {
+    char line[1024];
+    std::vsnprintf(line, sizeof(line), format, ap);
+    log::Get("rocksdb")->warn("{}", line);
+  }
+};
+
 rocksdb::Options DbOptions() {
+  static const auto logger = std::make_shared<SpdLogger>();
   rocksdb::Options options;
+  options.info_log = logger;
   options.create_if_missing = true;
   // Hashes are random 64-bit values: compression buys nothing.
   options.compression = rocksdb::kNoCompression;
@@ -63,7 +85,11 @@ std::string IngestDir(const std::string& dir) { return dir + ".ingest"; }
 
 CheckpointStore::CheckpointStore(std::string dir, CheckpointStoreOptions options,
                                  std::unique_ptr<rocksdb::DB> db)
-    : dir_(std::move(dir)), options_(options), db_(std::move(db)) {}
+    : dir_(std::move(dir)),
+      options_(options),
+      db_(std::move(db)),
+      sticky_fs_(std::make_shared<internal::StickyErrorFileSystem>(rocksdb::FileSystem::Default())),
+      writer_env_(rocksdb::NewCompositeEnv(sticky_fs_)) {}
 
 CheckpointStore::~CheckpointStore() = default;
 
@@ -124,6 +150,25 @@ StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
   for (const std::string& chunk : chunks) chunk_bytes += chunk.size();
   const std::string manifest = format::EncodeManifest(image, chunks.size(), chunk_bytes);
 
+  // Refuse early rather than let RocksDB run into a full or read-only
+  // file system (see sticky_error_fs.h): the file, its index, and room
+  // for RocksDB's MANIFEST.
+  struct statvfs fs_stats {};
+  if (statvfs(dir_.c_str(), &fs_stats) == 0) {
+    if ((fs_stats.f_flag & ST_RDONLY) != 0) {
+      return absl::UnavailableError(absl::StrCat("checkpoint directory ", dir_, " is read-only"));
+    }
+    const uint64_t free_bytes = static_cast<uint64_t>(fs_stats.f_bavail) * fs_stats.f_frsize;
+    const uint64_t need = chunk_bytes + chunk_bytes / 16 + (uint64_t{1} << 20);
+    if (free_bytes < need) {
+      return absl::ResourceExhaustedError(absl::StrCat("checkpoint needs ", need, " bytes in ",
+                                                       dir_, ", ", free_bytes, " free"));
+    }
+  }
+  // A background error from an earlier failure (e.g. a MANIFEST write
+  // refused by a full disk) clears once the disk has room again.
+  db_->Resume().PermitUncheckedError();
+
   std::error_code ec;
   fs::create_directories(IngestDir(dir_), ec);
   if (ec) {
@@ -131,22 +176,31 @@ StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
         absl::StrCat("cannot create ", IngestDir(dir_), ": ", ec.message()));
   }
   const std::string path = absl::StrCat(IngestDir(dir_), "/", id, ".sst");
-  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), DbOptions());
+  rocksdb::Options writer_options = DbOptions();
+  writer_options.env = writer_env_.get();
+  sticky_fs_->TakeError().PermitUncheckedError();  // a previous write's, already reported
+  std::optional<rocksdb::SstFileWriter> writer;
+  writer.emplace(rocksdb::EnvOptions(), writer_options);
   auto fail = [&](const rocksdb::Status& s, std::string_view what) {
+    writer.reset();
     fs::remove(path, ec);
     return FromRocks(s, what);
   };
-  if (rocksdb::Status s = writer.Open(path); !s.ok()) return fail(s, "create checkpoint file");
+  if (rocksdb::Status s = writer->Open(path); !s.ok()) return fail(s, "create checkpoint file");
   for (size_t c = 0; c < chunks.size(); ++c) {
-    if (rocksdb::Status s = writer.Put(format::ChunkKey(id, static_cast<uint32_t>(c)), chunks[c]);
+    if (rocksdb::Status s = writer->Put(format::ChunkKey(id, static_cast<uint32_t>(c)), chunks[c]);
         !s.ok()) {
       return fail(s, "write checkpoint file");
     }
   }
-  if (rocksdb::Status s = writer.Put(format::ManifestKey(id), manifest); !s.ok()) {
+  if (rocksdb::Status s = writer->Put(format::ManifestKey(id), manifest); !s.ok()) {
     return fail(s, "write checkpoint file");
   }
-  if (rocksdb::Status s = writer.Finish(); !s.ok()) return fail(s, "finish checkpoint file");
+  if (rocksdb::Status s = writer->Finish(); !s.ok()) return fail(s, "finish checkpoint file");
+  writer.reset();
+  if (rocksdb::IOStatus s = sticky_fs_->TakeError(); !s.ok()) {
+    return fail(s, "write checkpoint file");
+  }
   rocksdb::IngestExternalFileOptions ingest;
   ingest.move_files = true;
   if (rocksdb::Status s = db_->IngestExternalFile({path}, ingest); !s.ok()) {

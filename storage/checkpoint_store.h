@@ -31,9 +31,13 @@
 
 namespace rocksdb {
 class DB;
-}
+class Env;
+}  // namespace rocksdb
 
 namespace kvindex::storage {
+namespace internal {
+class StickyErrorFileSystem;
+}
 
 struct CheckpointInfo {
   uint64_t id = 0;
@@ -90,6 +94,8 @@ class CheckpointStore {
   const std::string dir_;
   const CheckpointStoreOptions options_;
   std::unique_ptr<rocksdb::DB> db_;
+  std::shared_ptr<internal::StickyErrorFileSystem> sticky_fs_;  // for checkpoint files
+  std::unique_ptr<rocksdb::Env> writer_env_;
   uint64_t next_id_ = 1;
 };
 

@@ -67,8 +67,10 @@ int main(int argc, char** argv) {
   app.add_option("--source", sources,
                  "Engine source (repeatable), as for kvindex-agent: "
                  "'worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://...,replay=tcp://...'");
-  app.add_option("--data-dir", options.data_dir, "Directory for checkpoints (created if missing)")
-      ->required();
+  options.data_dir = "kvindex-data";
+  app.add_option("--data-dir", options.data_dir,
+                 "Directory for RocksDB checkpoints (created if missing)")
+      ->capture_default_str();
   app.add_option("--http", options.http, "HTTP listen address host:port")->capture_default_str();
   app.add_option("--http-threads", options.http_threads,
                  "HTTP worker threads (= concurrent connections served)")
@@ -76,7 +78,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-body-bytes", options.max_body_bytes, "Largest request body; larger -> 413")
       ->capture_default_str();
   app.add_option("--checkpoint-interval", checkpoint_interval,
-                 "Checkpoint interval (accepted; RocksDB checkpoints arrive in a later issue)")
+                 "Time between checkpoints (0 = only at shutdown); a restart resumes from the "
+                 "newest")
       ->capture_default_str();
   app.add_option("--models", options.models, "Models to index, comma separated (default: all)")
       ->delimiter(',');
@@ -116,8 +119,12 @@ int main(int argc, char** argv) {
   } else if (sources.empty()) {
     return Fail("--embedded needs at least one --source", 2);
   }
-  if (auto d = config::ParseDuration(checkpoint_interval); !d.ok()) {
-    return Fail("--checkpoint-interval: " + std::string(d.status().message()), 2);
+  if (auto d = config::ParseDuration(checkpoint_interval); !d.ok() || d->count() < 0) {
+    return Fail("--checkpoint-interval: " +
+                    (d.ok() ? std::string("must not be negative") : std::string(d.status().message())),
+                2);
+  } else {
+    options.checkpoint_interval = *d;
   }
   auto replay = config::ParseDuration(replay_timeout);
   if (!replay.ok()) return Fail("--replay-timeout: " + std::string(replay.status().message()), 2);

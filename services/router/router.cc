@@ -47,13 +47,14 @@ Status Router::Start() {
                                          "': " + (ec ? ec.message() : "not a directory"));
   }
 
-  // Fresh state on every Start: without checkpoints the index is rebuilt
-  // from the engines' replay buffers. Tear down the previous run's
-  // components in reverse order first (they point at each other).
+  // Every Start restores from the newest checkpoint into a fresh index.
+  // Tear down the previous run's components in reverse order first (they
+  // point at each other).
   server_.reset();
   api_.reset();
   ingest_.reset();
   liveness_.reset();
+  checkpointer_.reset();
   apply_.reset();
   reader_.reset();
   connection_.reset();
@@ -89,11 +90,19 @@ Status Router::Start() {
   }
   apply_ = std::make_unique<consume::ApplyLoop>(reader_.get(), index_.get(), probe_.get(),
                                                 apply_options);
+  storage::CheckpointerOptions checkpoint_options;
+  checkpoint_options.dir = (std::filesystem::path(options_.data_dir) / "checkpoints").string();
+  checkpoint_options.interval = options_.checkpoint_interval;
+  checkpointer_ = std::make_unique<storage::Checkpointer>(checkpoint_options, apply_.get(),
+                                                          index_.get(), registry_.get());
+  KVINDEX_ASSIGN_OR_RETURN(restored_, checkpointer_->Restore(&apply_->agents()));
   KVINDEX_RETURN_IF_ERROR(apply_->Start());
+  checkpointer_->Start();
 
   if (options_.embedded) {
     ingest_ = std::make_unique<EmbeddedIngest>(options_.agent, sink_.get(), registry_.get());
     if (Status status = ingest_->Start(); !status.ok()) {
+      checkpointer_->Stop();
       apply_->Stop();
       return status;
     }
@@ -149,6 +158,7 @@ Status Router::Start() {
   if (Status status = server_->Start(); !status.ok()) {
     if (ingest_) ingest_->Stop();
     if (liveness_) liveness_->Stop();
+    checkpointer_->Stop();
     apply_->Stop();
     return status;
   }
@@ -161,7 +171,10 @@ void Router::Stop() {
   server_->Stop();
   if (ingest_) ingest_->Stop();
   if (liveness_) liveness_->Stop();
+  checkpointer_->Stop();
   apply_->Stop();
+  // The state at the last applied position, so a clean restart replays nothing.
+  checkpointer_->WriteNow().IgnoreError();  // failures are logged and counted
   if (sink_) sink_->Close();
   running_ = false;
 }

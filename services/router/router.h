@@ -13,13 +13,15 @@
 //   ... router.port() ...
 //   router.Stop();
 //
-// Start order: data dir -> index -> (NATS connection) -> apply loop ->
-// ingest or liveness monitor -> HTTP. Stop: HTTP -> ingest / monitor ->
-// apply loop. A restart (Stop then Start, or a new process) starts from an
-// empty index: embedded, every source starts cleared and asks its engine for
-// everything from seq 0 (semantics.md section 3); with --nats, the stream is
-// read again from position 1. RocksDB checkpoints in data_dir come with a
-// later issue.
+// Start order: data dir -> index -> (NATS connection) -> restore from the
+// newest checkpoint in <data_dir>/checkpoints -> apply loop (from the
+// checkpoint's applied_seq + 1) -> checkpointer -> ingest or liveness
+// monitor -> HTTP. Stop: HTTP -> ingest / monitor -> checkpointer -> apply
+// loop -> one last checkpoint. With --nats a restart replays only the
+// stream's tail after the checkpoint. Embedded, the index and the log
+// position come back from the checkpoint too, but every source still starts
+// cleared and asks its engine for everything from seq 0 (semantics.md
+// section 3): the normalizer's per-source state is not checkpointed yet.
 //
 // Thread safety: Start/Stop from one controlling thread, both idempotent.
 // Accessors from any thread while running.
@@ -48,6 +50,7 @@
 #include "shared/nats/stream.h"
 #include "shared/publish/in_process_sink.h"
 #include "shared/query/router_api.h"
+#include "storage/checkpointer.h"
 
 namespace kvindex::router {
 
@@ -60,6 +63,8 @@ struct RouterOptions {
   size_t max_body_bytes = size_t{8} << 20;
   // Directory for checkpoints; created when missing. Required.
   std::string data_dir;
+  // Time between checkpoints; 0 = only at shutdown. Default: 10 s.
+  std::chrono::milliseconds checkpoint_interval{10000};
   // Models to index; empty = all. Default: empty.
   std::vector<std::string> models;
   // Bearer token for the API; empty = no authentication. Default: "".
@@ -99,6 +104,8 @@ class Router {
   const index::KvIndex& index() const { return *index_; }
   prometheus::Registry& registry() { return *registry_; }
   bool Ready() const { return api_ != nullptr && api_->Ready(nullptr); }
+  // What the last Start restored.
+  const storage::RestoreResult& restored() const { return restored_; }
 
  private:
   RouterOptions options_;
@@ -111,10 +118,12 @@ class Router {
   std::unique_ptr<InProcessSink> sink_;
   std::unique_ptr<consume::LogReader> reader_;
   std::unique_ptr<consume::ApplyLoop> apply_;
+  std::unique_ptr<storage::Checkpointer> checkpointer_;
   std::unique_ptr<consume::LivenessMonitor> liveness_;
   std::unique_ptr<EmbeddedIngest> ingest_;
   std::unique_ptr<query::RouterApi> api_;
   std::unique_ptr<http::Server> server_;
+  storage::RestoreResult restored_;
   bool running_ = false;
 };
 

@@ -146,15 +146,15 @@ class Agent(Process):
 class NatsRouter(e2e.Router):
     """kvindex-router --nats, reusing the embedded Router's HTTP helpers."""
 
-    def __init__(self, bin_dir, nats_url, extra=(), env=None):
-        super().__init__(bin_dir, [], env=env)
+    def __init__(self, bin_dir, nats_url, extra=(), env=None, data_dir=None):
+        super().__init__(bin_dir, [], env=env, data_dir=data_dir)
         self.args = [self.bin, "--nats", nats_url, "--data-dir", self.data_dir,
                      "--http", "127.0.0.1:%d" % self.port, "--http-threads", "8",
                      "--log-level", "info"] + list(extra)
         self.logdir = tempfile.mkdtemp(prefix="kvindex-router-")
 
     def start(self):
-        self.err = open(os.path.join(self.logdir, "stderr"), "w")
+        self.err = open(os.path.join(self.logdir, "stderr"), "a")  # across restarts
         self.proc = subprocess.Popen(self.args, env=self.env, stdout=subprocess.DEVNULL,
                                      stderr=self.err, text=True)
         return self
@@ -165,6 +165,19 @@ class NatsRouter(e2e.Router):
 
     def close_output(self):
         self.err.close()
+
+    def kill9(self):
+        """kill -9, then wait for it (the checkpoint tests restart it with start())."""
+        self.proc.kill()
+        self.proc.wait()
+        self.close_output()
+        self.proc = None
+
+    def metric(self, name):
+        """Sum of a metric's samples (every label set) from /metrics."""
+        text = self.request("GET", "/metrics")[2]
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name + "{") or line.startswith(name + " "))
 
     def cleanup(self):
         super().cleanup()

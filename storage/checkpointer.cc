@@ -1,0 +1,222 @@
+#include "storage/checkpointer.h"
+
+#include <algorithm>
+
+namespace kvindex::storage {
+namespace {
+
+double Seconds(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double>(d).count();
+}
+
+std::string FailureReason(const Status& status) {
+  if (absl::IsResourceExhausted(status)) return "disk_full";
+  if (absl::IsUnavailable(status) || absl::IsFailedPrecondition(status)) return "io";
+  return "other";
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(CheckpointerOptions options, consume::ApplyLoop* apply,
+                           index::IndexInterface* index, prometheus::Registry* registry)
+    : options_(std::move(options)), apply_(apply), index_(index) {
+  if (registry == nullptr) return;
+  const prometheus::Histogram::BucketBoundaries write_buckets = {
+      0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30};
+  const prometheus::Histogram::BucketBoundaries pause_buckets = {
+      0.0001, 0.0005, 0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5};
+  duration_ = &prometheus::BuildHistogram()
+                   .Name("kvindex_checkpoint_duration_seconds")
+                   .Help("Time to capture and write one checkpoint")
+                   .Register(*registry)
+                   .Add({}, write_buckets);
+  pause_ = &prometheus::BuildHistogram()
+                .Name("kvindex_checkpoint_apply_pause_seconds")
+                .Help("How long a checkpoint capture paused apply (lookups do not pause)")
+                .Register(*registry)
+                .Add({}, pause_buckets);
+  bytes_ = &prometheus::BuildGauge()
+                .Name("kvindex_checkpoint_bytes")
+                .Help("Size of the last checkpoint written (hashes and manifest)")
+                .Register(*registry)
+                .Add({});
+  disk_bytes_ = &prometheus::BuildGauge()
+                     .Name("kvindex_checkpoint_disk_bytes")
+                     .Help("Bytes of the checkpoint database on disk")
+                     .Register(*registry)
+                     .Add({});
+  age_ = &prometheus::BuildGauge()
+              .Name("kvindex_checkpoint_age_seconds")
+              .Help("Seconds since the last good checkpoint (written or restored); -1 = none yet")
+              .Register(*registry)
+              .Add({});
+  age_->Set(-1);
+  applied_seq_ = &prometheus::BuildGauge()
+                      .Name("kvindex_checkpoint_applied_seq")
+                      .Help("Log position of the last good checkpoint")
+                      .Register(*registry)
+                      .Add({});
+  restore_seconds_ = &prometheus::BuildGauge()
+                          .Name("kvindex_checkpoint_restore_seconds")
+                          .Help("Time the start-up restore from a checkpoint took")
+                          .Register(*registry)
+                          .Add({});
+  writes_ = &prometheus::BuildCounter()
+                 .Name("kvindex_checkpoint_writes_total")
+                 .Help("Checkpoints written")
+                 .Register(*registry)
+                 .Add({});
+  failures_family_ = &prometheus::BuildCounter()
+                          .Name("kvindex_checkpoint_failures_total")
+                          .Help("Checkpoint writes or database opens that failed, by reason "
+                                "(disk_full, io, other)")
+                          .Register(*registry);
+  for (const char* reason : {"disk_full", "io", "other"}) failures_family_->Add({{"reason", reason}});
+}
+
+Checkpointer::~Checkpointer() { Stop(); }
+
+Status Checkpointer::EnsureOpen() {
+  if (store_ != nullptr) return absl::OkStatus();
+  KVINDEX_ASSIGN_OR_RETURN(store_,
+                           CheckpointStore::Open(options_.dir, {.keep = options_.keep,
+                                                                .quarantine_damaged = true}));
+  return absl::OkStatus();
+}
+
+StatusOr<RestoreResult> Checkpointer::Restore(consume::AgentTable* agents) {
+  RestoreResult result;
+  auto logger = log::Get("storage");
+  if (Status status = EnsureOpen(); !status.ok()) {
+    Failed(status);
+    return result;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<uint64_t> skipped;
+  uint64_t id = 0;
+  StatusOr<CheckpointImage> image = store_->LoadNewest(&skipped, &id);
+  result.skipped = skipped.size();
+  if (!image.ok()) {
+    if (skipped.empty()) {
+      logger->info("no checkpoint in {}: starting from the log", options_.dir);
+    } else {
+      logger->error("no checkpoint in {} verifies: starting from the log", options_.dir);
+    }
+    return result;
+  }
+  KVINDEX_RETURN_IF_ERROR(RestoreCheckpoint(*image, index_, agents));
+  result.loaded = true;
+  result.id = id;
+  result.applied_seq = image->applied_seq;
+  result.entries = image->total_entries();
+  result.seconds = Seconds(std::chrono::steady_clock::now() - start);
+  last_seq_.store(image->applied_seq);
+  last_good_ = std::chrono::steady_clock::now();
+  have_good_ = true;
+  if (restore_seconds_ != nullptr) restore_seconds_->Set(result.seconds);
+  if (applied_seq_ != nullptr) applied_seq_->Set(static_cast<double>(image->applied_seq));
+  UpdateAge();
+  logger->info("restored checkpoint {} from {}: position {}, {} entries, digest {:016x} in {:.3f} s",
+               id, options_.dir, image->applied_seq, result.entries, image->digest,
+               result.seconds);
+  return result;
+}
+
+void Checkpointer::Start() {
+  if (thread_.joinable() || options_.interval.count() <= 0) return;
+  {
+    std::lock_guard lock(mu_);
+    stop_ = false;
+  }
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Checkpointer::Stop() {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Checkpointer::Run() {
+  auto next = std::chrono::steady_clock::now() + options_.interval;
+  std::unique_lock lock(mu_);
+  while (!stop_) {
+    // Wake at least every second to keep the age gauge current.
+    cv_.wait_until(lock, std::min(next, std::chrono::steady_clock::now() + std::chrono::seconds(1)),
+                   [&] { return stop_; });
+    if (stop_) break;
+    lock.unlock();
+    if (std::chrono::steady_clock::now() >= next) {
+      WriteNow().IgnoreError();  // failures are counted and logged inside
+      next = std::chrono::steady_clock::now() + options_.interval;
+    }
+    UpdateAge();
+    lock.lock();
+  }
+}
+
+Status Checkpointer::WriteNow() {
+  const auto start = std::chrono::steady_clock::now();
+  if (Status status = EnsureOpen(); !status.ok()) {
+    Failed(status);
+    return status;
+  }
+  if (have_good_ && index_->Stats().applied_seq == last_seq_.load()) {
+    last_good_ = start;  // the last checkpoint still holds the whole state
+    return absl::OkStatus();
+  }
+  CheckpointImage image;
+  std::chrono::steady_clock::duration pause{};
+  apply_->RunOnWriter([&] {
+    const auto captured = std::chrono::steady_clock::now();
+    image = CaptureCheckpoint(*index_, &apply_->agents());
+    pause = std::chrono::steady_clock::now() - captured;
+  });
+  const int64_t pause_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(pause).count();
+  int64_t longest = longest_pause_ns_.load();
+  while (pause_ns > longest && !longest_pause_ns_.compare_exchange_weak(longest, pause_ns)) {
+  }
+  if (pause_ != nullptr) pause_->Observe(Seconds(pause));
+  StatusOr<CheckpointInfo> info = store_->Write(image);
+  if (!info.ok()) {
+    Failed(info.status());
+    return info.status();
+  }
+  const auto end = std::chrono::steady_clock::now();
+  last_seq_.store(info->applied_seq);
+  last_good_ = end;
+  have_good_ = true;
+  if (duration_ != nullptr) duration_->Observe(Seconds(end - start));
+  if (bytes_ != nullptr) bytes_->Set(static_cast<double>(info->bytes));
+  if (disk_bytes_ != nullptr) disk_bytes_->Set(static_cast<double>(store_->DiskBytes()));
+  if (applied_seq_ != nullptr) applied_seq_->Set(static_cast<double>(info->applied_seq));
+  if (writes_ != nullptr) writes_->Increment();
+  UpdateAge();
+  log::Get("storage")->debug("checkpoint {} written: position {}, {} entries, {} bytes, {:.3f} s "
+                             "(apply paused {:.3f} s)",
+                             info->id, info->applied_seq, image.total_entries(), info->bytes,
+                             Seconds(end - start), Seconds(pause));
+  return absl::OkStatus();
+}
+
+void Checkpointer::Failed(const Status& status) {
+  failures_.fetch_add(1);
+  if (failures_family_ != nullptr) failures_family_->Add({{"reason", FailureReason(status)}}).Increment();
+  if (uint64_t suppressed = 0; failure_log_.Allow(&suppressed)) {
+    log::Get("storage")->error(
+        "checkpoint to {} failed (serving from memory; retrying every interval): {} ({} more "
+        "suppressed)",
+        options_.dir, status.ToString(), suppressed);
+  }
+}
+
+void Checkpointer::UpdateAge() {
+  if (age_ == nullptr || !have_good_) return;
+  age_->Set(Seconds(std::chrono::steady_clock::now() - last_good_));
+}
+
+}  // namespace kvindex::storage

@@ -1,0 +1,127 @@
+// Checkpointer: the router's periodic checkpoints and its restart from them.
+//
+// Restore (before the apply loop starts) loads the newest checkpoint that
+// verifies into the empty index and the agent table; the apply loop then
+// opens the log at applied_seq + 1. Every `interval` (and once more at a
+// clean shutdown, through WriteNow) the state is captured on the apply
+// thread (apply pauses for one copy of the entries; lookups never wait: the
+// index's readers are lock-free) and written on this thread. A checkpoint
+// is skipped when nothing was applied since the last one.
+//
+// A failed write (disk full, read-only or vanished directory) is logged
+// (rate-limited), counted in kvindex_checkpoint_failures_total and retried
+// at the next interval; the router keeps serving from memory, and the
+// previous checkpoints stay as they were. A database that cannot be opened
+// is retried the same way.
+//
+//   Checkpointer checkpointer(options, &apply, &index, registry.get());
+//   KVINDEX_RETURN_IF_ERROR(checkpointer.Restore(&index, &apply.agents()));
+//   apply.Start(); checkpointer.Start();
+//   ... checkpointer.Stop(); apply.Stop(); checkpointer.WriteNow();
+//
+// Thread safety: Restore/Start/Stop/WriteNow from the controlling thread;
+// the accessors from any thread.
+#pragma once
+
+#include <prometheus/counter.h>
+#include <prometheus/gauge.h>
+#include <prometheus/histogram.h>
+#include <prometheus/registry.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "shared/base/status.h"
+#include "shared/consume/apply_loop.h"
+#include "shared/index/index_interface.h"
+#include "shared/log/log.h"
+#include "storage/checkpoint_store.h"
+
+namespace kvindex::storage {
+
+struct CheckpointerOptions {
+  // The RocksDB database directory (the router uses <data-dir>/checkpoints).
+  std::string dir;
+  // Time between checkpoints; 0 = only WriteNow. Default: 10 s.
+  std::chrono::milliseconds interval{10000};
+  // Checkpoints kept. Default: 2 (the newest and one to fall back to).
+  size_t keep = 2;
+};
+
+struct RestoreResult {
+  bool loaded = false;
+  uint64_t id = 0;
+  uint64_t applied_seq = 0;
+  uint64_t entries = 0;
+  double seconds = 0;
+  size_t skipped = 0;  // newer checkpoints that did not verify
+};
+
+class Checkpointer {
+ public:
+  // `apply` and `index` must outlive this object; `registry` is nullable.
+  Checkpointer(CheckpointerOptions options, consume::ApplyLoop* apply,
+               index::IndexInterface* index, prometheus::Registry* registry);
+  ~Checkpointer();
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  // Loads the newest good checkpoint into the (empty) index and `agents`.
+  // Never fails for a missing, damaged or unreadable checkpoint (logged; the
+  // router then starts from the log): only for a restore that went wrong
+  // half-way, after which the index is no longer empty.
+  StatusOr<RestoreResult> Restore(consume::AgentTable* agents);
+
+  void Start();
+  void Stop();
+  // Captures and writes one checkpoint now (unless nothing changed).
+  Status WriteNow();
+
+  uint64_t last_good_applied_seq() const { return last_seq_.load(); }
+  uint64_t failures() const { return failures_.load(); }
+  // Longest apply pause a capture caused so far.
+  std::chrono::nanoseconds longest_pause() const {
+    return std::chrono::nanoseconds(longest_pause_ns_.load());
+  }
+
+ private:
+  void Run();
+  Status EnsureOpen();
+  void Failed(const Status& status);
+  void UpdateAge();
+
+  const CheckpointerOptions options_;
+  consume::ApplyLoop* const apply_;
+  index::IndexInterface* const index_;
+  std::unique_ptr<CheckpointStore> store_;  // checkpointer thread (or controlling, when stopped)
+
+  std::thread thread_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;  // guarded by mu_
+
+  std::atomic<uint64_t> last_seq_{0};
+  std::atomic<uint64_t> failures_{0};
+  std::atomic<int64_t> longest_pause_ns_{0};
+  std::chrono::steady_clock::time_point last_good_{};
+  bool have_good_ = false;
+  log::RateLimiter failure_log_{std::chrono::seconds(30)};
+
+  prometheus::Histogram* duration_ = nullptr;
+  prometheus::Histogram* pause_ = nullptr;
+  prometheus::Gauge* bytes_ = nullptr;
+  prometheus::Gauge* disk_bytes_ = nullptr;
+  prometheus::Gauge* age_ = nullptr;
+  prometheus::Gauge* applied_seq_ = nullptr;
+  prometheus::Gauge* restore_seconds_ = nullptr;
+  prometheus::Counter* writes_ = nullptr;
+  prometheus::Family<prometheus::Counter>* failures_family_ = nullptr;
+};
+
+}  // namespace kvindex::storage

@@ -1,0 +1,281 @@
+#!/usr/bin/env python3
+"""RocksDB checkpoints, end to end (issue: back in seconds after a restart,
+exact after kill -9, resync when the log has moved on).
+
+Real processes only: nats-server, kvindex-agent --nats, kvindex-router --nats
+replicas with checkpoints in their --data-dir, and the embedded router fed
+the same engines as the reference truth. Every process is stopped by its pid,
+also when a check fails; every loop is bounded.
+
+Usage: test_checkpoint.py BIN_DIR SCENARIO
+Scenarios: restart, kill9, damaged, disk_full, retention
+"""
+
+import glob
+import os
+import random
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "distributed"))
+import nats_e2e as ne  # noqa: E402
+import test_distributed as td  # noqa: E402
+from nats_e2e import e2e  # noqa: E402
+
+FAST = ["--checkpoint-interval", "200ms"]
+
+
+def restored_positions(router):
+    return [int(m) for m in re.findall(r"restored checkpoint \d+ from \S+: position (\d+)",
+                                       router.logs())]
+
+
+def checkpoint_files(data_dir):
+    return sorted(glob.glob(os.path.join(data_dir, "checkpoints", "*.sst")))
+
+
+def wait_written(router, at_least, timeout=30):
+    return e2e.wait_for(lambda: router.metric("kvindex_checkpoint_writes_total") >= at_least,
+                        timeout, "%d checkpoints written" % at_least)
+
+
+class Driver:
+    """Feeds both engines from a background thread until stopped."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run)
+
+    def _run(self):
+        while not self.stop.is_set():
+            for load in self.cluster.loads:
+                load.run(20, pause_every=5, pause=0.002)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join(timeout=30)
+
+
+def scenario_restart(bin_dir):
+    """A clean restart resumes from the shutdown checkpoint (NATS and
+    embedded) and replays only the tail."""
+    c = td.Cluster(bin_dir, [ne.NatsServer().start()], router_extra=FAST)
+    try:
+        c.start()
+        c.drive(300)
+        c.settle()
+        r = c.routers[1]
+        at_stop = r.state()["applied_seq"]
+        assert r.stop() == 0
+        c.drive(200)  # the tail the restarted router replays
+        r.start().wait_ready(60)
+        # Heartbeats move the position until the very end: at least where it was.
+        positions = restored_positions(r)
+        assert len(positions) == 1 and positions[0] >= at_stop, (positions, at_stop)
+        digest, states = c.settle()
+        c.check_matches()
+        # The embedded reference restarts from its checkpoint too.
+        ref_state = c.reference.json("GET", "/v1/state")
+        assert c.reference.stop() == 0
+        c.reference.start().wait_ready(30)
+        restore = c.reference.request("GET", "/metrics")[2]
+        assert re.search(r"^kvindex_checkpoint_restore_seconds [0-9.e-]+$", restore, re.M), restore
+        seq = float(re.search(r"^kvindex_checkpoint_applied_seq (\S+)$", restore, re.M).group(1))
+        assert seq >= ref_state["applied_seq"], (seq, ref_state)
+        digest, states = c.settle()
+        print("restart: resumed at %d, digest %s at %d" % (at_stop, digest,
+                                                          states[0]["applied_seq"]))
+    finally:
+        c.cleanup()
+
+
+def scenario_kill9(bin_dir, iterations=20):
+    """kill -9 at random moments while events flow (during apply and during
+    checkpoint writes): every restart reaches the uninterrupted replica's
+    digest."""
+    c = td.Cluster(bin_dir, [ne.NatsServer().start()], router_extra=FAST)
+    rng = random.Random(20261201)
+    try:
+        c.start()
+        victim = c.routers[1]
+        deadline = time.monotonic() + 240
+        restored = 0
+        with Driver(c):
+            for i in range(iterations):
+                assert time.monotonic() < deadline, "kill loop took too long (iteration %d)" % i
+                time.sleep(rng.uniform(0.05, 0.6))
+                victim.kill9()
+                victim.start().wait_ready(60)
+                restored = len(restored_positions(victim))
+        digest, states = c.settle(timeout=90)
+        c.check_matches()
+        assert restored >= iterations // 2, "only %d restarts restored a checkpoint" % restored
+        print("kill9: %d kills, %d restores from a checkpoint, digest %s at %d" % (
+            iterations, restored, digest, states[0]["applied_seq"]))
+    finally:
+        c.cleanup()
+
+
+def garble(path):
+    size = os.path.getsize(path)
+    with open(path, "r+b") as f:
+        for at in range(size // 8, size // 2, 512):
+            f.seek(at)
+            f.write(b"garbage!")
+
+
+def scenario_damaged(bin_dir):
+    """A garbled or truncated newest checkpoint: one log line, the previous
+    one is used; every checkpoint damaged: the router starts from the log."""
+    c = td.Cluster(bin_dir, [ne.NatsServer().start()], router_extra=FAST)
+    try:
+        c.start()
+        r = c.routers[1]
+        for damage in ("garble", "truncate", "all"):
+            c.drive(150)
+            c.settle()
+            written = r.metric("kvindex_checkpoint_writes_total")
+            c.drive(100)
+            wait_written(r, written + 2)
+            r.kill9()
+            files = checkpoint_files(r.data_dir)
+            assert len(files) >= 2, files
+            if damage == "garble":
+                garble(files[-1])
+            elif damage == "truncate":
+                os.truncate(files[-1], os.path.getsize(files[-1]) // 3)
+            else:
+                for f in files:
+                    garble(f)
+            r.start().wait_ready(60)
+            logs = r.logs()
+            if damage == "all":
+                assert "verifies: starting from the log" in logs, logs[-3000:]
+            else:
+                assert "is unusable, trying an older one" in logs, logs[-3000:]
+            c.settle()
+        c.check_matches()
+        print("damaged: garbled, truncated and all-damaged checkpoints recovered")
+    finally:
+        c.cleanup()
+
+
+def scenario_disk_full(bin_dir):
+    """Checkpoints on a small tmpfs: disk full, then read-only: the router
+    keeps serving, counts the failures, and resumes when space returns."""
+    mount = tempfile.mkdtemp(prefix="kvindex-tmpfs-")
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", mount], check=True)
+    c = None
+    try:
+        c = td.Cluster(bin_dir, [ne.NatsServer().start()], router_extra=FAST)
+        r = c.routers[1]
+        r.cleanup()
+        c.routers[1] = r = ne.NatsRouter(bin_dir, c.url, FAST, data_dir=os.path.join(mount, "d"))
+        c.start()
+        c.drive(100)
+        c.settle()
+        wait_written(r, 1)
+        # Fill the filesystem: the next checkpoints cannot be written.
+        with open(os.path.join(mount, "filler"), "wb") as f:
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+            except OSError:
+                pass
+        c.drive(200)
+        try:
+            e2e.wait_for(lambda: r.metric("kvindex_checkpoint_failures_total") >= 2, 30,
+                         "checkpoint failures counted")
+        except AssertionError:
+            print(r.logs()[-5000:])
+            raise
+        c.settle()  # still serving, exactly
+        assert "checkpoint to" in r.logs() and "failed" in r.logs()
+        os.remove(os.path.join(mount, "filler"))
+        written = r.metric("kvindex_checkpoint_writes_total")
+        c.drive(50)
+        wait_written(r, written + 1)
+        # Read-only (a tmpfs cannot turn read-only under open files: the router
+        # starts on it): it serves from the log, counts the failures, and
+        # checkpoints once the directory is writable again.
+        assert r.stop() == 0
+        subprocess.run(["mount", "-o", "remount,ro", mount], check=True)
+        r.start().wait_ready(60)
+        e2e.wait_for(lambda: r.metric("kvindex_checkpoint_failures_total") >= 2, 30,
+                     "read-only failures counted")
+        c.drive(100)
+        c.settle()
+        subprocess.run(["mount", "-o", "remount,rw", mount], check=True)
+        c.drive(50)
+        wait_written(r, 1)
+        # And the last good checkpoint restores.
+        at_stop = r.state()["applied_seq"]
+        assert r.stop() == 0
+        r.start().wait_ready(60)
+        assert restored_positions(r)[-1] >= at_stop, (restored_positions(r), at_stop)
+        c.settle()
+        print("disk_full: failures %d, checkpoints resumed after space and write access "
+              "returned" % r.metric("kvindex_checkpoint_failures_total"))
+    finally:
+        if c is not None:
+            c.cleanup()
+        subprocess.run(["umount", "-l", mount], check=False)
+        os.rmdir(mount)
+
+
+def scenario_retention(bin_dir):
+    """The stream dropped what a stopped router had not applied (max age 3 s):
+    it resumes from its checkpoint, sees the gap, clears and asks the agent
+    for snapshots, and reaches every other replica's digest; so does a brand
+    new replica that starts after retention."""
+    stream = ["--stream-max-age", "3s", "--stream-duplicate-window", "1s"]
+    c = td.Cluster(bin_dir, [ne.NatsServer().start()], agent_extra=stream,
+                   router_extra=FAST + stream)
+    try:
+        c.start()
+        c.drive(200)
+        c.settle()
+        r = c.routers[1]
+        assert r.stop() == 0
+        c.drive(200)
+        time.sleep(4)  # everything r has not applied ages out
+        c.drive(100)
+        r.start().wait_ready(60)
+        digest, states = c.settle(timeout=90)
+        c.check_matches()
+        text = r.request("GET", "/metrics")[2]
+        assert 'kvindex_router_log_messages_total{outcome="position_gap"} 1' in text, text
+        assert "are gone; resyncing" in r.logs()
+        fresh = ne.NatsRouter(bin_dir, c.url, FAST + stream)
+        c.extra.append(fresh)
+        fresh.start().wait_ready(60)
+        digest, states = c.settle(c.routers + [fresh], timeout=90)
+        print("retention: gap resynced, digest %s at %d on %d replicas" % (
+            digest, states[0]["applied_seq"], len(states)))
+    finally:
+        c.cleanup()
+
+
+SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items()
+             if name.startswith("scenario_")}
+
+
+def main():
+    bin_dir, name = sys.argv[1], sys.argv[2]
+    start = time.monotonic()
+    SCENARIOS[name](bin_dir)
+    print("%s passed in %.1fs" % (name, time.monotonic() - start))
+
+
+if __name__ == "__main__":
+    main()
