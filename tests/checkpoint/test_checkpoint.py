@@ -35,6 +35,14 @@ def restored_positions(router):
                                        router.logs())]
 
 
+def assert_exact_resume(router):
+    """A restart from a checkpoint replays the tail and needs no healing: no
+    lost positions, no sender gaps that would make it ask for snapshots."""
+    logs = router.logs()
+    for line in ("are gone; resyncing", "asked agent"):
+        assert line not in logs, "%r after a restart:\n%s" % (line, logs[-3000:])
+
+
 def checkpoint_files(data_dir):
     return sorted(glob.glob(os.path.join(data_dir, "checkpoints", "*.sst")))
 
@@ -83,6 +91,7 @@ def scenario_restart(bin_dir):
         positions = restored_positions(r)
         assert len(positions) == 1 and positions[0] >= at_stop, (positions, at_stop)
         digest, states = c.settle()
+        assert_exact_resume(r)
         c.check_matches()
         # The embedded reference restarts from its checkpoint too.
         ref_state = c.reference.json("GET", "/v1/state")
@@ -119,6 +128,7 @@ def scenario_kill9(bin_dir, iterations=20):
                 restored = len(restored_positions(victim))
         digest, states = c.settle(timeout=90)
         c.check_matches()
+        assert_exact_resume(victim)
         assert restored >= iterations // 2, "only %d restarts restored a checkpoint" % restored
         print("kill9: %d kills, %d restores from a checkpoint, digest %s at %d" % (
             iterations, restored, digest, states[0]["applied_seq"]))

@@ -1,10 +1,12 @@
-// Writes the seed corpus of batch_decoder_fuzzer (tests/fuzz/seeds/) from
+// Writes the seed corpus of batch_decoder_fuzzer from
 // the golden wire vectors plus encoder-built payloads that reach paths the
 // vectors do not (placeholders, EAGLE bigrams, signed / bin / str hashes,
 // 2-element envelopes, unknown tags and keys, lora / cache_salt, locality).
 // Each seed is one config byte (see batch_decoder_fuzzer.cc) + one payload.
 //
-//   kvindex_fuzz_seeds data/wire-vectors tests/fuzz/seeds/batch_decoder_fuzzer
+// The build runs it (tests/fuzz/CMakeLists.txt, with -DKVINDEX_FUZZ=ON) into
+// <build>/fuzz-seeds/batch_decoder_fuzzer; nothing of its output is committed:
+//   kvindex_fuzz_seeds data/wire-vectors OUT_DIR
 #include <cstdio>
 #include <fstream>
 #include <iterator>

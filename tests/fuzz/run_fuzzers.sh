@@ -4,7 +4,10 @@
 #
 #   tests/fuzz/run_fuzzers.sh [seconds]
 #
-# Seeds: tests/fuzz/seeds/<fuzzer>/ (committed). The growing corpus lives in
+# Seeds: the golden wire vectors (data/wire-vectors, their one copy) for
+# every target, <build>/fuzz-seeds/<fuzzer>/ (generated from them by the
+# build, see CMakeLists.txt) and tests/fuzz/seeds/<fuzzer>/ when a target has
+# hand-written seeds. The growing corpus lives in
 # build-fuzz/fuzz-corpus/<fuzzer>/ and is reused by later runs. A dictionary
 # tests/fuzz/<fuzzer>.dict is used when present. Crashes land in
 # build-fuzz/fuzz-artifacts/; the script exits non-zero when any fuzzer
@@ -51,6 +54,7 @@ for binary in "${build}"/fuzz/*; do
   # shellcheck disable=SC2206
   args+=(${KVINDEX_FUZZ_ARGS:-})
   dirs=("${corpus}")
+  [[ -d "${build}/fuzz-seeds/${name}" ]] && dirs+=("${build}/fuzz-seeds/${name}")
   [[ -d "${root}/tests/fuzz/seeds/${name}" ]] && dirs+=("${root}/tests/fuzz/seeds/${name}")
   # The golden engine payloads seed every target (read-only: libFuzzer adds
   # new inputs to the first directory only).
