@@ -161,8 +161,8 @@ StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
     const uint64_t free_bytes = static_cast<uint64_t>(fs_stats.f_bavail) * fs_stats.f_frsize;
     const uint64_t need = chunk_bytes + chunk_bytes / 16 + (uint64_t{1} << 20);
     if (free_bytes < need) {
-      return absl::ResourceExhaustedError(absl::StrCat("checkpoint needs ", need, " bytes in ",
-                                                       dir_, ", ", free_bytes, " free"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("checkpoint needs ", need, " bytes in ", dir_, ", ", free_bytes, " free"));
     }
   }
   // A background error from an earlier failure (e.g. a MANIFEST write

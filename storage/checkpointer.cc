@@ -68,19 +68,21 @@ Checkpointer::Checkpointer(CheckpointerOptions options, consume::ApplyLoop* appl
                  .Add({});
   failures_family_ = &prometheus::BuildCounter()
                           .Name("kvindex_checkpoint_failures_total")
-                          .Help("Checkpoint writes or database opens that failed, by reason "
-                                "(disk_full, io, other)")
+                          .Help(
+                              "Checkpoint writes or database opens that failed, by reason "
+                              "(disk_full, io, other)")
                           .Register(*registry);
-  for (const char* reason : {"disk_full", "io", "other"}) failures_family_->Add({{"reason", reason}});
+  for (const char* reason : {"disk_full", "io", "other"})
+    failures_family_->Add({{"reason", reason}});
 }
 
 Checkpointer::~Checkpointer() { Stop(); }
 
 Status Checkpointer::EnsureOpen() {
   if (store_ != nullptr) return absl::OkStatus();
-  KVINDEX_ASSIGN_OR_RETURN(store_,
-                           CheckpointStore::Open(options_.dir, {.keep = options_.keep,
-                                                                .quarantine_damaged = true}));
+  KVINDEX_ASSIGN_OR_RETURN(
+      store_,
+      CheckpointStore::Open(options_.dir, {.keep = options_.keep, .quarantine_damaged = true}));
   return absl::OkStatus();
 }
 
@@ -116,9 +118,9 @@ StatusOr<RestoreResult> Checkpointer::Restore(consume::AgentTable* agents) {
   if (restore_seconds_ != nullptr) restore_seconds_->Set(result.seconds);
   if (applied_seq_ != nullptr) applied_seq_->Set(static_cast<double>(image->applied_seq));
   UpdateAge();
-  logger->info("restored checkpoint {} from {}: position {}, {} entries, digest {:016x} in {:.3f} s",
-               id, options_.dir, image->applied_seq, result.entries, image->digest,
-               result.seconds);
+  logger->info(
+      "restored checkpoint {} from {}: position {}, {} entries, digest {:016x} in {:.3f} s", id,
+      options_.dir, image->applied_seq, result.entries, image->digest, result.seconds);
   return result;
 }
 
@@ -196,16 +198,18 @@ Status Checkpointer::WriteNow() {
   if (applied_seq_ != nullptr) applied_seq_->Set(static_cast<double>(info->applied_seq));
   if (writes_ != nullptr) writes_->Increment();
   UpdateAge();
-  log::Get("storage")->debug("checkpoint {} written: position {}, {} entries, {} bytes, {:.3f} s "
-                             "(apply paused {:.3f} s)",
-                             info->id, info->applied_seq, image.total_entries(), info->bytes,
-                             Seconds(end - start), Seconds(pause));
+  log::Get("storage")->debug(
+      "checkpoint {} written: position {}, {} entries, {} bytes, {:.3f} s "
+      "(apply paused {:.3f} s)",
+      info->id, info->applied_seq, image.total_entries(), info->bytes, Seconds(end - start),
+      Seconds(pause));
   return absl::OkStatus();
 }
 
 void Checkpointer::Failed(const Status& status) {
   failures_.fetch_add(1);
-  if (failures_family_ != nullptr) failures_family_->Add({{"reason", FailureReason(status)}}).Increment();
+  if (failures_family_ != nullptr)
+    failures_family_->Add({{"reason", FailureReason(status)}}).Increment();
   if (uint64_t suppressed = 0; failure_log_.Allow(&suppressed)) {
     log::Get("storage")->error(
         "checkpoint to {} failed (serving from memory; retrying every interval): {} ({} more "

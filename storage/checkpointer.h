@@ -66,8 +66,8 @@ struct RestoreResult {
 class Checkpointer {
  public:
   // `apply` and `index` must outlive this object; `registry` is nullable.
-  Checkpointer(CheckpointerOptions options, consume::ApplyLoop* apply,
-               index::IndexInterface* index, prometheus::Registry* registry);
+  Checkpointer(CheckpointerOptions options, consume::ApplyLoop* apply, index::IndexInterface* index,
+               prometheus::Registry* registry);
   ~Checkpointer();
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
