@@ -66,8 +66,10 @@ struct PeerRun {
 // Single thread: query (timed), removed event, stored event (apply timed).
 PeerRun RunPeer(index::IndexInterface& index, const PeerStream& stream);
 
-// The published checks (docs/benchmarks.md, "Peer workload"); each line is "name ok" or
-// "name got X want Y".
+// The published checks (docs/benchmarks.md, "Peer workload"), which
+// `kvindex-bench index` reports (checksums_ok, exit 1 on a mismatch). The
+// tests do not use this list: peer_checks_test.cc writes the published
+// values itself. Each line is "name ok" or "name got X want Y".
 struct PeerCheck {
   std::string name;
   uint64_t got = 0, want = 0;
