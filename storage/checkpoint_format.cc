@@ -2,6 +2,7 @@
 
 #include <xxhash.h>
 
+#include <bit>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -155,11 +156,7 @@ std::vector<std::string> EncodeChunks(const CheckpointImage& image) {
       PutVarint(&current, n);
       const size_t offset = current.size();
       current.resize(offset + n * 8);
-      char* out = current.data() + offset;
-      for (uint64_t i = 0; i < n; ++i) {
-        const uint64_t hash = image.hashes[at + i];
-        for (int b = 0; b < 8; ++b) out[i * 8 + b] = static_cast<char>((hash >> (8 * b)) & 0xff);
-      }
+      std::memcpy(current.data() + offset, image.hashes.data() + at, n * 8);
       at += n;
     }
   }
@@ -180,6 +177,7 @@ std::string EncodeManifest(const CheckpointImage& image, uint64_t chunks, uint64
   for (const CheckpointModel& model : image.models) {
     PutString(&out, model.name);
     PutVarint(&out, model.block_size);
+    PutVarint(&out, model.blocks);
   }
   PutVarint(&out, image.sources.size());
   for (const SourceKey& source : image.sources) {
@@ -230,11 +228,12 @@ StatusOr<Manifest> DecodeManifest(std::string_view value) {
   KVINDEX_RETURN_IF_ERROR(in.Varint(&m.chunks, "chunks"));
   KVINDEX_RETURN_IF_ERROR(in.Varint(&m.chunk_bytes, "chunk bytes"));
   uint64_t count = 0;
-  KVINDEX_RETURN_IF_ERROR(in.Count(&count, 2, "models"));
+  KVINDEX_RETURN_IF_ERROR(in.Count(&count, 3, "models"));
   image.models.resize(count);
   for (CheckpointModel& model : image.models) {
     KVINDEX_RETURN_IF_ERROR(in.String(&model.name, "model name"));
     KVINDEX_RETURN_IF_ERROR(in.Varint32(&model.block_size, "block size"));
+    KVINDEX_RETURN_IF_ERROR(in.Varint(&model.blocks, "blocks"));
   }
   KVINDEX_RETURN_IF_ERROR(in.Count(&count, 2, "sources"));
   image.sources.resize(count);
@@ -270,6 +269,12 @@ StatusOr<Manifest> DecodeManifest(std::string_view value) {
 }
 
 Status DecodeChunk(std::string_view value, CheckpointImage* image) {
+  return DecodeChunk(value, image->models.size(), image->sources.size(), &image->runs,
+                     &image->hashes);
+}
+
+Status DecodeChunk(std::string_view value, size_t models, size_t sources,
+                   std::vector<CheckpointRun>* runs, std::vector<uint64_t>* hashes) {
   Reader in(value);
   while (!in.done()) {
     CheckpointRun run;
@@ -279,28 +284,22 @@ Status DecodeChunk(std::string_view value, CheckpointImage* image) {
     KVINDEX_RETURN_IF_ERROR(in.Byte(&tier, "run tier"));
     uint64_t n = 0;
     KVINDEX_RETURN_IF_ERROR(in.Count(&n, 8, "run length"));
-    if (run.model >= image->models.size() || run.source >= image->sources.size() ||
-        tier >= kNumTiers) {
+    if (run.model >= models || run.source >= sources || tier >= kNumTiers) {
       return absl::DataLossError("checkpoint: run names an unknown model, source or tier");
     }
     run.tier = static_cast<Tier>(tier);
-    run.begin = image->hashes.size();
+    run.begin = hashes->size();
     run.end = run.begin + n;
     const std::string_view bytes = in.Take(n * 8);
-    const size_t offset = image->hashes.size();
-    image->hashes.resize(offset + n);
-    uint64_t* out = image->hashes.data() + offset;
-    for (uint64_t i = 0; i < n; ++i) {
-      uint64_t hash = 0;
-      for (int b = 7; b >= 0; --b) hash = (hash << 8) | static_cast<uint8_t>(bytes[i * 8 + b]);
-      out[i] = hash;
-    }
-    if (!image->runs.empty() && image->runs.back().model == run.model &&
-        image->runs.back().source == run.source && image->runs.back().tier == run.tier &&
-        image->runs.back().end == run.begin) {
-      image->runs.back().end = run.end;  // a run split across chunks
+    const size_t offset = hashes->size();
+    hashes->resize(offset + n);
+    static_assert(std::endian::native == std::endian::little, "hashes are stored little-endian");
+    std::memcpy(hashes->data() + offset, bytes.data(), n * 8);
+    if (!runs->empty() && runs->back().model == run.model && runs->back().source == run.source &&
+        runs->back().tier == run.tier && runs->back().end == run.begin) {
+      runs->back().end = run.end;  // a run split across chunks
     } else {
-      image->runs.push_back(run);
+      runs->push_back(run);
     }
   }
   return absl::OkStatus();

@@ -50,5 +50,9 @@ StatusOr<Manifest> DecodeManifest(std::string_view value);
 // Appends the chunk's runs and hashes to *image (whose models and sources
 // come from the manifest).
 Status DecodeChunk(std::string_view value, CheckpointImage* image);
+// The same into bare vectors; runs must name models < `models` and sources
+// < `sources`.
+Status DecodeChunk(std::string_view value, size_t models, size_t sources,
+                   std::vector<CheckpointRun>* runs, std::vector<uint64_t>* hashes);
 
 }  // namespace kvindex::storage::format

@@ -49,7 +49,8 @@ CheckpointImage CaptureCheckpoint(const index::IndexInterface& index,
   std::copy(std::begin(stats.entries), std::end(stats.entries), std::begin(image.entries));
   image.hashes.reserve(image.total_entries());
   for (const std::string& model : index.Models()) {
-    image.models.push_back({model, index.BlockSize(model).value_or(0)});
+    image.models.push_back(
+        {model, index.BlockSize(model).value_or(0), index.DistinctBlocks(model)});
   }
   absl::flat_hash_map<SourceKey, uint32_t> source_ids;
   // ForEachEntry visits a node's blocks per holder: consecutive entries of
@@ -64,7 +65,8 @@ CheckpointImage CaptureCheckpoint(const index::IndexInterface& index,
           model_id = 0;
           while (model_id < image.models.size() && image.models[model_id].name != model) ++model_id;
           if (model_id == image.models.size()) {
-            image.models.push_back({std::string(model), index.BlockSize(model).value_or(0)});
+            image.models.push_back({std::string(model), index.BlockSize(model).value_or(0),
+                                    index.DistinctBlocks(model)});
           }
           have_model = true;
         }
@@ -91,43 +93,74 @@ CheckpointImage CaptureCheckpoint(const index::IndexInterface& index,
   return image;
 }
 
-Status RestoreCheckpoint(const CheckpointImage& image, index::IndexInterface* index,
-                         consume::AgentTable* agents, std::chrono::steady_clock::time_point now) {
+StatusOr<CheckpointRestorer> CheckpointRestorer::Begin(const CheckpointImage& manifest,
+                                                       index::IndexInterface* index) {
   const index::IndexStats before = index->Stats();
   uint64_t held = 0;
   for (uint64_t n : before.entries) held += n;
   if (before.applied_seq != 0 || held != 0) {
     return absl::FailedPreconditionError("a checkpoint loads into an empty index only");
   }
-  std::vector<bool> has_entries(image.models.size(), false);
-  for (const CheckpointRun& run : image.runs) {
-    has_entries[run.model] = true;
-    const std::string& model = image.models[run.model].name;
-    const uint32_t block_size = image.models[run.model].block_size;
-    for (uint64_t hash : image.Hashes(run)) {
-      index->RestoreEntry(model, image.sources[run.source], run.tier, hash, block_size);
-    }
+  for (const CheckpointModel& model : manifest.models) {
+    if (model.blocks != 0) index->ReserveBlocks(model.name, model.blocks);
   }
+  return CheckpointRestorer(manifest, index);
+}
+
+void CheckpointRestorer::Add(std::span<const CheckpointRun> runs,
+                             std::span<const uint64_t> hashes) {
+  for (const CheckpointRun& run : runs) {
+    has_entries_[run.model] = true;
+    const CheckpointModel& model = manifest_->models[run.model];
+    index_->RestoreRun(model.name, manifest_->sources[run.source], run.tier,
+                       hashes.subspan(run.begin, run.end - run.begin), model.block_size);
+  }
+}
+
+void CheckpointRestorer::Abort() {
+  std::vector<PlacementEvent> clears(manifest_->sources.size());
+  for (size_t i = 0; i < clears.size(); ++i) {
+    clears[i].kind = PlacementKind::kCleared;
+    clears[i].source = manifest_->sources[i];
+  }
+  index_->ApplyMessage(clears, index_->Stats().applied_seq + 1);
+  index_->RestoreAppliedSeq(0);
+}
+
+Status CheckpointRestorer::Finish(consume::AgentTable* agents,
+                                  std::chrono::steady_clock::time_point now) {
+  const CheckpointImage& image = *manifest_;
   // A model known with no entries stays known (queries answer "no match",
   // not "unknown model"): an empty store at position 1, overwritten below.
   std::vector<PlacementEvent> empty_models;
   for (size_t m = 0; m < image.models.size(); ++m) {
-    if (has_entries[m]) continue;
+    if (has_entries_[m]) continue;
     PlacementEvent& event = empty_models.emplace_back();
     event.kind = PlacementKind::kStored;
     event.model = image.models[m].name;
     event.block_size = image.models[m].block_size;
   }
-  if (!empty_models.empty()) index->ApplyMessage(empty_models, 1);
-  index->RestoreAppliedSeq(image.applied_seq);
-  const index::IndexStats stats = index->Stats();
-  if (stats.digest != image.digest) {
+  if (!empty_models.empty()) index_->ApplyMessage(empty_models, 1);
+  index_->RestoreAppliedSeq(image.applied_seq);
+  const index::IndexStats stats = index_->Stats();
+  bool counts_equal = true;
+  for (int t = 0; t < kNumTiers; ++t) counts_equal &= stats.entries[t] == image.entries[t];
+  if (stats.digest != image.digest || !counts_equal) {
+    Abort();  // fail closed
     return absl::DataLossError(
         absl::StrCat("restored digest ", absl::Hex(stats.digest, absl::kZeroPad16),
-                     " differs from the checkpoint's ", absl::Hex(image.digest, absl::kZeroPad16)));
+                     counts_equal ? "" : " (and entry counts)", " differs from the checkpoint's ",
+                     absl::Hex(image.digest, absl::kZeroPad16)));
   }
   if (agents != nullptr) agents->Restore(image.agents, now);
   return absl::OkStatus();
+}
+
+Status RestoreCheckpoint(const CheckpointImage& image, index::IndexInterface* index,
+                         consume::AgentTable* agents, std::chrono::steady_clock::time_point now) {
+  KVINDEX_ASSIGN_OR_RETURN(CheckpointRestorer restorer, CheckpointRestorer::Begin(image, index));
+  restorer.Add(image.runs, image.hashes);
+  return restorer.Finish(agents, now);
 }
 
 }  // namespace kvindex::storage

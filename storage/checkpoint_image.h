@@ -30,6 +30,7 @@ namespace kvindex::storage {
 struct CheckpointModel {
   std::string name;
   uint32_t block_size = 0;
+  uint64_t blocks = 0;  // distinct blocks (a sizing hint for the restore)
   friend bool operator==(const CheckpointModel&, const CheckpointModel&) = default;
 };
 
@@ -67,8 +68,34 @@ struct CheckpointImage {
 CheckpointImage CaptureCheckpoint(const index::IndexInterface& index,
                                   const consume::AgentTable* agents);
 
+// Restores a checkpoint piece by piece (a loader streams its chunks while
+// the writer thread restores them): Begin with the manifest (an image
+// without runs), Add the runs of each chunk in order, then Finish, which
+// checks the restored digest. Abort (or a failed Finish) takes every
+// restored entry back out: fail closed, the index is empty again.
+class CheckpointRestorer {
+ public:
+  static StatusOr<CheckpointRestorer> Begin(const CheckpointImage& manifest,
+                                            index::IndexInterface* index);
+  // `runs` index into `hashes`.
+  void Add(std::span<const CheckpointRun> runs, std::span<const uint64_t> hashes);
+  Status Finish(consume::AgentTable* agents,
+                std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());
+  void Abort();
+
+ private:
+  CheckpointRestorer(const CheckpointImage& manifest, index::IndexInterface* index)
+      : manifest_(&manifest), index_(index), has_entries_(manifest.models.size(), false) {}
+
+  const CheckpointImage* manifest_;
+  index::IndexInterface* index_;
+  std::vector<bool> has_entries_;
+};
+
 // Loads `image` into an EMPTY index (and the agent table, when not null) and
-// checks the index's digest afterwards. Writer thread.
+// checks the index's digest afterwards: on a mismatch every restored entry
+// is taken back out (the index is empty again, models stay known) and
+// DataLoss is returned. Writer thread.
 Status RestoreCheckpoint(
     const CheckpointImage& image, index::IndexInterface* index, consume::AgentTable* agents,
     std::chrono::steady_clock::time_point now = std::chrono::steady_clock::now());

@@ -285,7 +285,10 @@ std::vector<CheckpointInfo> CheckpointStore::List() const {
   return out;
 }
 
-StatusOr<CheckpointImage> CheckpointStore::Load(uint64_t id) const {
+Status CheckpointStore::Stream(
+    uint64_t id, CheckpointImage* manifest_out,
+    const std::function<Status(std::vector<CheckpointRun>&&, std::vector<uint64_t>&&)>& on_chunk)
+    const {
   rocksdb::ReadOptions read;
   read.verify_checksums = true;
   read.fill_cache = false;
@@ -294,10 +297,11 @@ StatusOr<CheckpointImage> CheckpointStore::Load(uint64_t id) const {
   KVINDEX_RETURN_IF_ERROR(FromRocks(db_->Get(read, format::ManifestKey(id), &value),
                                     absl::StrCat("read checkpoint ", id)));
   KVINDEX_ASSIGN_OR_RETURN(format::Manifest manifest, format::DecodeManifest(value));
-  CheckpointImage image = std::move(manifest.image);
-  image.hashes.reserve(image.total_entries());
+  *manifest_out = std::move(manifest.image);
+  const size_t models = manifest_out->models.size(), sources = manifest_out->sources.size();
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
   uint64_t next_chunk = 0, bytes = 0;
+  uint64_t counted[kNumTiers] = {};
   const std::string last = format::ManifestKey(id);
   for (it->Seek(format::ChunkKey(id, 0)); it->Valid() && it->key().ToStringView() < last;
        it->Next()) {
@@ -309,9 +313,16 @@ StatusOr<CheckpointImage> CheckpointStore::Load(uint64_t id) const {
       return absl::DataLossError(
           absl::StrCat("checkpoint ", id, ": chunk ", next_chunk, " missing or out of order"));
     }
-    KVINDEX_RETURN_IF_ERROR(format::DecodeChunk(it->value().ToStringView(), &image));
+    std::vector<CheckpointRun> runs;
+    std::vector<uint64_t> hashes;
+    hashes.reserve(it->value().size() / 8);
+    KVINDEX_RETURN_IF_ERROR(
+        format::DecodeChunk(it->value().ToStringView(), models, sources, &runs, &hashes));
+    for (const CheckpointRun& run : runs)
+      counted[static_cast<int>(run.tier)] += run.end - run.begin;
     bytes += it->value().size();
     ++next_chunk;
+    KVINDEX_RETURN_IF_ERROR(on_chunk(std::move(runs), std::move(hashes)));
   }
   KVINDEX_RETURN_IF_ERROR(FromRocks(it->status(), absl::StrCat("read checkpoint ", id)));
   if (next_chunk != manifest.chunks || bytes != manifest.chunk_bytes) {
@@ -319,7 +330,34 @@ StatusOr<CheckpointImage> CheckpointStore::Load(uint64_t id) const {
                                             " bytes) where the manifest names ", manifest.chunks,
                                             " (", manifest.chunk_bytes, ")"));
   }
-  KVINDEX_RETURN_IF_ERROR(image.Verify());
+  if (!std::equal(std::begin(counted), std::end(counted), std::begin(manifest_out->entries))) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint ", id, ": entry counts differ from the manifest"));
+  }
+  return absl::OkStatus();
+}
+
+StatusOr<CheckpointImage> CheckpointStore::Load(uint64_t id, bool verify_digest) const {
+  CheckpointImage image;
+  KVINDEX_RETURN_IF_ERROR(
+      Stream(id, &image, [&](std::vector<CheckpointRun>&& runs, std::vector<uint64_t>&& hashes) {
+        if (image.hashes.empty()) image.hashes.reserve(image.total_entries());
+        const uint64_t base = image.hashes.size();
+        image.hashes.insert(image.hashes.end(), hashes.begin(), hashes.end());
+        for (CheckpointRun run : runs) {
+          run.begin += base;
+          run.end += base;
+          CheckpointRun* back = image.runs.empty() ? nullptr : &image.runs.back();
+          if (back != nullptr && back->model == run.model && back->source == run.source &&
+              back->tier == run.tier && back->end == run.begin) {
+            back->end = run.end;  // a run split across chunks
+          } else {
+            image.runs.push_back(run);
+          }
+        }
+        return absl::OkStatus();
+      }));
+  if (verify_digest) KVINDEX_RETURN_IF_ERROR(image.Verify());
   return image;
 }
 

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,8 +77,17 @@ class CheckpointStore {
   StatusOr<CheckpointInfo> Write(const CheckpointImage& image);
   // Every checkpoint with a manifest, newest first.
   std::vector<CheckpointInfo> List() const;
-  // Reads and verifies one checkpoint.
-  StatusOr<CheckpointImage> Load(uint64_t id) const;
+  // Reads one checkpoint and checks its structure (chunks, counts, bounds)
+  // and, with `verify_digest`, recomputes its digest (CheckpointImage::Verify;
+  // a restore checks the digest anyway, so a router skips this pass).
+  StatusOr<CheckpointImage> Load(uint64_t id, bool verify_digest = true) const;
+  // Streams one checkpoint: *manifest (models, sources, agents, counts; no
+  // runs) is filled first, then `on_chunk` gets each data chunk's runs and
+  // hashes in order (its runs index into its own hashes). Stops at the first
+  // error, its own or on_chunk's.
+  Status Stream(uint64_t id, CheckpointImage* manifest,
+                const std::function<Status(std::vector<CheckpointRun>&& runs,
+                                           std::vector<uint64_t>&& hashes)>& on_chunk) const;
   // The newest checkpoint that verifies; each one that does not is logged
   // (one line) and its id appended to *skipped. NotFound when none does.
   StatusOr<CheckpointImage> LoadNewest(std::vector<uint64_t>* skipped = nullptr,

@@ -19,6 +19,7 @@
 #include "shared/index/reference_index.h"
 #include "storage/checkpoint_format.h"
 #include "storage/checkpoint_store.h"
+#include "storage/checkpointer.h"
 
 namespace kvindex::storage {
 namespace {
@@ -156,6 +157,30 @@ TEST(CheckpointStoreTest, RoundTripIntoBothIndexes) {
   EXPECT_EQ(restored.Stats().digest, source.Stats().digest);
 }
 
+TEST(CheckpointStoreTest, StreamedRestoreEqualsTheOriginal) {
+  TempDir dir;
+  index::KvIndex source;
+  Fill(&source, 9, 6000);
+  consume::AgentTable agents;
+  FillAgents(agents);
+  auto store = CheckpointStore::Open(dir.path() + "/db");
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->Write(CaptureCheckpoint(source, &agents)).ok());
+  index::KvIndex restored;
+  consume::AgentTable restored_agents;
+  uint64_t id = 0;
+  size_t skipped = 0;
+  auto manifest = RestoreNewest(**store, &restored, &restored_agents, &id, &skipped);
+  ASSERT_TRUE(manifest.ok()) << manifest.status();
+  ASSERT_TRUE(manifest->has_value());
+  EXPECT_EQ(skipped, 0u);
+  EXPECT_EQ(restored.Stats().digest, source.Stats().digest);
+  EXPECT_EQ(Entries(restored), Entries(source));
+  ExpectSameAgents(restored_agents, agents);
+  // A restore into a non-empty index is refused, not retried.
+  EXPECT_FALSE(RestoreNewest(**store, &restored, nullptr, &id, &skipped).ok());
+}
+
 TEST(CheckpointStoreTest, EmptyIndexAndModelsWithoutEntries) {
   TempDir dir;
   index::KvIndex source;
@@ -266,6 +291,18 @@ TEST(CheckpointStoreTest, DamagedNewestFallsBackToThePrevious) {
     EXPECT_EQ(skipped, std::vector<uint64_t>{newer_id});
     EXPECT_EQ(loaded->digest, older_digest);
     EXPECT_EQ(loaded_id, newer_id - 1);
+    // The router's path (streamed load + restore) lands on the older one
+    // too, and a half-restored newer one leaves nothing behind.
+    index::KvIndex restored;
+    consume::AgentTable restored_agents;
+    uint64_t id = 0;
+    size_t skipped_restores = 0;
+    auto manifest = RestoreNewest(**store, &restored, &restored_agents, &id, &skipped_restores);
+    ASSERT_TRUE(manifest.ok()) << manifest.status();
+    ASSERT_TRUE(manifest->has_value());
+    EXPECT_EQ(id, newer_id - 1);
+    EXPECT_EQ(skipped_restores, 1u);
+    EXPECT_EQ(restored.Stats().digest, older_digest);
     // And the next write works and becomes the newest.
     auto info = (*store)->Write(CaptureCheckpoint(source, nullptr));
     ASSERT_TRUE(info.ok()) << info.status();

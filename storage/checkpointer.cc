@@ -1,6 +1,8 @@
 #include "storage/checkpointer.h"
 
 #include <algorithm>
+#include <deque>
+#include <optional>
 
 namespace kvindex::storage {
 namespace {
@@ -16,6 +18,106 @@ std::string FailureReason(const Status& status) {
 }
 
 }  // namespace
+
+namespace {
+
+// One checkpoint, loaded on a second thread while this one restores what
+// is already read (the restore is the longer part; the load hides behind it).
+Status RestoreOne(const CheckpointStore& store, uint64_t id, index::IndexInterface* index,
+                  consume::AgentTable* agents, CheckpointImage* manifest) {
+  struct Part {
+    std::vector<CheckpointRun> runs;
+    std::vector<uint64_t> hashes;
+  };
+  constexpr size_t kMaxQueued = 8;  // chunks of ~1 MiB
+  std::mutex mu;
+  std::condition_variable cv;
+  std::deque<Part> queue;
+  bool manifest_ready = false, done = false, stop = false;
+  Status load_status;
+  std::thread loader([&] {
+    Status status = store.Stream(
+        id, manifest, [&](std::vector<CheckpointRun>&& runs, std::vector<uint64_t>&& hashes) {
+          std::unique_lock lock(mu);
+          manifest_ready = true;
+          cv.notify_all();
+          cv.wait(lock, [&] { return queue.size() < kMaxQueued || stop; });
+          if (stop) return absl::CancelledError("restore stopped");
+          queue.push_back({std::move(runs), std::move(hashes)});
+          cv.notify_all();
+          return absl::OkStatus();
+        });
+    std::lock_guard lock(mu);
+    load_status = status;
+    manifest_ready = done = true;
+    cv.notify_all();
+  });
+  auto finish_loader = [&] {
+    {
+      std::lock_guard lock(mu);
+      stop = true;
+    }
+    cv.notify_all();
+    loader.join();
+  };
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return manifest_ready; });
+    if (done && !load_status.ok()) {
+      lock.unlock();
+      finish_loader();
+      return load_status;
+    }
+  }
+  StatusOr<CheckpointRestorer> restorer = CheckpointRestorer::Begin(*manifest, index);
+  if (!restorer.ok()) {
+    finish_loader();
+    return restorer.status();
+  }
+  while (true) {
+    Part part;
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [&] { return !queue.empty() || done; });
+      if (queue.empty()) break;
+      part = std::move(queue.front());
+      queue.pop_front();
+    }
+    cv.notify_all();
+    restorer->Add(part.runs, part.hashes);
+  }
+  finish_loader();
+  if (!load_status.ok()) {
+    restorer->Abort();  // fail closed: nothing of a damaged checkpoint stays
+    return load_status;
+  }
+  return restorer->Finish(agents);
+}
+
+}  // namespace
+
+StatusOr<std::optional<CheckpointImage>> RestoreNewest(const CheckpointStore& store,
+                                                       index::IndexInterface* index,
+                                                       consume::AgentTable* agents, uint64_t* id,
+                                                       size_t* skipped) {
+  auto logger = log::Get("storage");
+  // Newest first; each one that does not load, or whose restored digest
+  // differs, is logged and the next older one tried.
+  for (const CheckpointInfo& info : store.List()) {
+    CheckpointImage manifest;
+    Status status = info.manifest_status;
+    if (status.ok()) status = RestoreOne(store, info.id, index, agents, &manifest);
+    if (status.ok()) {
+      *id = info.id;
+      return std::optional<CheckpointImage>(std::move(manifest));
+    }
+    if (absl::IsFailedPrecondition(status)) return status;  // the index was not empty: a bug
+    logger->error("checkpoint {} in {} is unusable, trying an older one: {}", info.id, store.dir(),
+                  status.ToString());
+    ++*skipped;
+  }
+  return std::optional<CheckpointImage>();
+}
 
 Checkpointer::Checkpointer(CheckpointerOptions options, consume::ApplyLoop* apply,
                            index::IndexInterface* index, prometheus::Registry* registry)
@@ -94,19 +196,17 @@ StatusOr<RestoreResult> Checkpointer::Restore(consume::AgentTable* agents) {
     return result;
   }
   const auto start = std::chrono::steady_clock::now();
-  std::vector<uint64_t> skipped;
+  std::optional<CheckpointImage> image;
   uint64_t id = 0;
-  StatusOr<CheckpointImage> image = store_->LoadNewest(&skipped, &id);
-  result.skipped = skipped.size();
-  if (!image.ok()) {
-    if (skipped.empty()) {
+  KVINDEX_ASSIGN_OR_RETURN(image, RestoreNewest(*store_, index_, agents, &id, &result.skipped));
+  if (!image.has_value()) {
+    if (result.skipped == 0) {
       logger->info("no checkpoint in {}: starting from the log", options_.dir);
     } else {
       logger->error("no checkpoint in {} verifies: starting from the log", options_.dir);
     }
     return result;
   }
-  KVINDEX_RETURN_IF_ERROR(RestoreCheckpoint(*image, index_, agents));
   result.loaded = true;
   result.id = id;
   result.applied_seq = image->applied_seq;

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -62,6 +63,17 @@ struct RestoreResult {
   double seconds = 0;
   size_t skipped = 0;  // newer checkpoints that did not verify
 };
+
+// Restores the newest checkpoint of `store` that loads and whose restored
+// digest matches into the empty `index` (and `agents`, nullable), trying
+// older ones after a failure (each logged and counted in *skipped). An
+// empty optional when none could be restored (the index is empty then).
+// The image returned holds the manifest only (no runs): the chunks are
+// streamed from a second thread while they are restored.
+StatusOr<std::optional<CheckpointImage>> RestoreNewest(const CheckpointStore& store,
+                                                       index::IndexInterface* index,
+                                                       consume::AgentTable* agents, uint64_t* id,
+                                                       size_t* skipped);
 
 class Checkpointer {
  public:

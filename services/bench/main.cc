@@ -15,6 +15,9 @@
 #if KVINDEX_BENCH_HAVE_E2E
 #include "services/bench/e2e/e2e_bench.h"
 #endif
+#if KVINDEX_BENCH_HAVE_RESTART
+#include "services/bench/restart/restart_bench.h"
+#endif
 
 namespace {
 
@@ -32,6 +35,10 @@ constexpr kvindex::config::Subcommand kSubcommands[] = {
 #if KVINDEX_BENCH_HAVE_E2E
     {"e2e", "engines -> agent -> JetStream -> router -> /v1/match, next to --embedded",
      kvindex::bench::RunE2eBench},
+#endif
+#if KVINDEX_BENCH_HAVE_RESTART
+    {"restart", "restart from a RocksDB checkpoint next to replaying the events",
+     kvindex::bench::RunRestartBench},
 #endif
 };
 

@@ -120,8 +120,8 @@ int main(int argc, char** argv) {
     return Fail("--embedded needs at least one --source", 2);
   }
   if (auto d = config::ParseDuration(checkpoint_interval); !d.ok() || d->count() < 0) {
-    return Fail("--checkpoint-interval: " +
-                    (d.ok() ? std::string("must not be negative") : std::string(d.status().message())),
+    return Fail("--checkpoint-interval: " + (d.ok() ? std::string("must not be negative")
+                                                    : std::string(d.status().message())),
                 2);
   } else {
     options.checkpoint_interval = *d;

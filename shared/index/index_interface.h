@@ -79,6 +79,17 @@ class IndexInterface {
                             uint64_t seq_hash, uint32_t block_size) = 0;
   // Restore the log position after RestoreEntry calls (writer thread).
   virtual void RestoreAppliedSeq(uint64_t log_position) = 0;
+  // RestoreEntry for a run of hashes of one (model, source, tier) at once.
+  virtual void RestoreRun(std::string_view model, const SourceKey& source, Tier tier,
+                          std::span<const uint64_t> hashes, uint32_t block_size) {
+    for (uint64_t hash : hashes) RestoreEntry(model, source, tier, hash, block_size);
+  }
+  // Capacity hint before a restore (writer thread): the model is about to
+  // hold `blocks` distinct blocks, so its structures are sized once.
+  virtual void ReserveBlocks(std::string_view /*model*/, uint64_t /*blocks*/) {}
+  // Distinct blocks the model holds, whatever the holders (writer thread or
+  // quiescent); 0 when the implementation does not know.
+  virtual uint64_t DistinctBlocks(std::string_view /*model*/) const { return 0; }
 };
 
 // Sorts match rows: longest desc, then worker, then dp_rank (semantics.md section 5).

@@ -162,6 +162,23 @@ void KvIndex::FlushRestore() {
   p.hashes.clear();
 }
 
+void KvIndex::RestoreRun(std::string_view model, const SourceKey& source, Tier tier,
+                         std::span<const uint64_t> hashes, uint32_t block_size) {
+  FlushRestore();
+  ModelIndex* m = GetOrCreateModel(model);
+  m->SetBlockSize(block_size);
+  m->Store(source, tier, hashes);
+}
+
+void KvIndex::ReserveBlocks(std::string_view model, uint64_t blocks) {
+  GetOrCreateModel(model)->Reserve(blocks);
+}
+
+uint64_t KvIndex::DistinctBlocks(std::string_view model) const {
+  const ModelIndex* m = FindModel(model);
+  return m == nullptr ? 0 : m->blocks();
+}
+
 void KvIndex::RestoreAppliedSeq(uint64_t log_position) {
   FlushRestore();
   applied_seq_.store(log_position, std::memory_order_release);

@@ -70,6 +70,10 @@ class KvIndex final : public IndexInterface {
   void RestoreEntry(std::string_view model, const SourceKey& source, Tier tier, uint64_t seq_hash,
                     uint32_t block_size) override;
   void RestoreAppliedSeq(uint64_t log_position) override;
+  void RestoreRun(std::string_view model, const SourceKey& source, Tier tier,
+                  std::span<const uint64_t> hashes, uint32_t block_size) override;
+  void ReserveBlocks(std::string_view model, uint64_t blocks) override;
+  uint64_t DistinctBlocks(std::string_view model) const override;
 
  private:
   void ApplyEvent(const PlacementEvent& event);

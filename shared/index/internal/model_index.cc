@@ -272,6 +272,8 @@ void ModelIndex::EraseRange(const ChainNode* node, uint32_t lo, uint32_t hi) {
   erase_epoch_.fetch_add(1, std::memory_order_release);
 }
 
+uint64_t ModelIndex::blocks() const { return locator()->used(); }
+
 void ModelIndex::EnsureRoom(size_t blocks) {
   const double needed = static_cast<double>(locator()->used() + blocks);
   if (!locator()->HasRoomFor(blocks)) {

@@ -77,6 +77,10 @@ class ModelIndex {
   void ClearSource(const SourceKey& source);
   void ClearWorker(std::string_view worker);
   void ForEachEntry(const std::function<void(const SourceKey&, Tier, uint64_t)>& fn) const;
+  // Writer: room for `blocks` more distinct blocks without a rebuild (a
+  // checkpoint restore knows the count up front). Distinct blocks held.
+  void Reserve(uint64_t blocks) { EnsureRoom(blocks); }
+  uint64_t blocks() const;
 
   // Any thread. One row per source with longest > 0, ordered as
   // SortWorkerMatches orders them (longest desc, worker, dp_rank).

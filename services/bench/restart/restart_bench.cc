@@ -1,0 +1,251 @@
+#include "services/bench/restart/restart_bench.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "services/bench/index/latency.h"
+#include "services/bench/index/peer_workload.h"
+#include "shared/codec/placement_codec.h"
+#include "shared/config/cli.h"
+#include "shared/index/kv_index.h"
+#include "shared/trace/mooncake_trace.h"
+#include "storage/checkpoint_store.h"
+#include "storage/checkpointer.h"
+
+namespace kvindex::bench {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double Since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+struct Options {
+  std::string trace = "data/mooncake/conversation_trace.jsonl";
+  size_t requests = 0;
+  std::string dir;  // default: a temp dir, removed at the end
+  bool json = false;
+  double lookup_seconds = 2.0;
+};
+
+void Apply(const PeerStream& stream, index::IndexInterface* index) {
+  uint64_t position = 0;
+  for (const PeerRequest& request : stream.requests) {
+    if (!request.removed.block_hashes.empty()) index->Apply(request.removed, ++position);
+    if (!request.stored.block_hashes.empty()) index->Apply(request.stored, ++position);
+  }
+}
+
+// Peer queries round-robin for `seconds` (or until `stop`), timed each.
+std::vector<uint32_t> Lookups(const index::IndexInterface& index, const PeerStream& stream,
+                              double seconds, const std::atomic<bool>* stop) {
+  std::vector<uint32_t> ns;
+  const auto start = Clock::now();
+  size_t i = 0;
+  while (Since(start) < seconds && (stop == nullptr || !stop->load())) {
+    const PeerRequest& request = stream.requests[i++ % stream.requests.size()];
+    if (request.query.empty()) continue;
+    uint32_t t = 0;
+    if (!TimedMatch(index, kPeerModel, request.query, &t).ok()) continue;
+    ns.push_back(t);
+  }
+  return ns;
+}
+
+// The stream as an agent publishes it: one placement message per request.
+std::vector<std::string> EncodeMessages(const PeerStream& stream) {
+  std::vector<std::string> messages;
+  std::vector<PlacementEvent> events;
+  for (const PeerRequest& request : stream.requests) {
+    events.clear();
+    if (!request.removed.block_hashes.empty()) events.push_back(request.removed);
+    if (!request.stored.block_hashes.empty()) events.push_back(request.stored);
+    if (events.empty()) continue;
+    codec::EncodePlacementBatch(events, &messages.emplace_back());
+  }
+  return messages;
+}
+
+uint64_t Total(const index::IndexStats& stats) {
+  uint64_t total = 0;
+  for (uint64_t n : stats.entries) total += n;
+  return total;
+}
+
+}  // namespace
+
+int RunRestartBench(int argc, char** argv) {
+  Options opt;
+  CLI::App app{
+      "kvindex-bench restart: restart from a RocksDB checkpoint next to replaying the "
+      "events, on the peer workload's final state",
+      "kvindex-bench restart"};
+  app.add_option("--trace", opt.trace, "Mooncake trace (JSON lines with hash_ids)")
+      ->capture_default_str();
+  app.add_option("--requests", opt.requests, "use only the first N trace lines (0 = all)");
+  app.add_option("--dir", opt.dir, "checkpoint database directory (default: a temp dir)");
+  app.add_option("--lookup-seconds", opt.lookup_seconds,
+                 "lookup sampling time without a checkpoint")
+      ->capture_default_str();
+  app.add_flag("--json", opt.json, "print one JSON object");
+  if (std::optional<int> code = config::Parse(app, argc, argv)) return *code;
+  const bool locked = mlockall(MCL_CURRENT | MCL_FUTURE) == 0;
+
+  auto trace = trace::ReadTrace(opt.trace, opt.requests);
+  if (!trace.ok()) {
+    std::fprintf(stderr, "kvindex-bench restart: %s\n",
+                 std::string(trace.status().message()).c_str());
+    return 1;
+  }
+  PeerConfig config;
+  config.max_requests = opt.requests;
+  const PeerStream stream = GeneratePeerStream(*trace, config);
+  const bool own_dir = opt.dir.empty();
+  if (own_dir) {
+    std::string pattern = (fs::temp_directory_path() / "kvindex-restart-XXXXXX").string();
+    opt.dir = mkdtemp(pattern.data());
+  }
+  const std::string db = (fs::path(opt.dir) / "checkpoints").string();
+  fs::remove_all(db);
+
+  // Baseline: rebuild by replaying every event.
+  auto replay_start = Clock::now();
+  index::KvIndex original;
+  Apply(stream, &original);
+  const double replay_s = Since(replay_start);
+  const index::IndexStats stats = original.Stats();
+  const uint64_t entries = Total(stats);
+
+  // Baseline as a router replays a log: decode each message, apply it.
+  double log_replay_s = 0;
+  bool log_replay_equal = false;
+  {
+    const std::vector<std::string> messages = EncodeMessages(stream);
+    const auto start = Clock::now();
+    index::KvIndex replayed;
+    uint64_t position = 0;
+    for (const std::string& message : messages) {
+      auto batch = codec::DecodePlacementBatch(message);
+      if (!batch.ok()) return 1;
+      replayed.ApplyMessage(batch->events, ++position);
+    }
+    log_replay_s = Since(start);
+    log_replay_equal = replayed.Stats().digest == stats.digest;
+  }
+
+  // Lookups with no checkpoint running.
+  std::vector<uint32_t> idle = Lookups(original, stream, opt.lookup_seconds, nullptr);
+
+  // One checkpoint, with lookups running beside it.
+  auto store = storage::CheckpointStore::Open(db);
+  if (!store.ok()) {
+    std::fprintf(stderr, "kvindex-bench restart: %s\n", store.status().ToString().c_str());
+    return 1;
+  }
+  std::atomic<bool> done{false};
+  std::vector<uint32_t> during;
+  std::thread reader([&] { during = Lookups(original, stream, 1e9, &done); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const auto write_start = Clock::now();
+  const storage::CheckpointImage image = storage::CaptureCheckpoint(original, nullptr);
+  const double capture_s = Since(write_start);
+  auto info = (*store)->Write(image);
+  const double write_s = Since(write_start);
+  done.store(true);
+  reader.join();
+  if (!info.ok()) {
+    std::fprintf(stderr, "kvindex-bench restart: %s\n", info.status().ToString().c_str());
+    return 1;
+  }
+  const uint64_t disk_bytes = (*store)->DiskBytes();
+  store->reset();
+
+  // Restart: open, load + verify, restore into an empty index.
+  const auto restart_start = Clock::now();
+  index::KvIndex restored;
+  auto reopened = storage::CheckpointStore::Open(db);
+  if (!reopened.ok()) return 1;
+  uint64_t loaded_id = 0;
+  size_t skipped = 0;
+  auto loaded = storage::RestoreNewest(**reopened, &restored, nullptr, &loaded_id, &skipped);
+  if (!loaded.ok() || !loaded->has_value()) {
+    std::fprintf(stderr, "kvindex-bench restart: no checkpoint restored\n");
+    return 1;
+  }
+  const double restart_s = Since(restart_start);
+  const bool same = log_replay_equal && restored.Stats().digest == stats.digest &&
+                    Total(restored.Stats()) == entries &&
+                    restored.Stats().applied_seq == stats.applied_seq;
+
+  Percentiles idle_p = ComputePercentiles(&idle);
+  Percentiles during_p = ComputePercentiles(&during);
+  nlohmann::json out;
+  out["entries"] = entries;
+  out["trace_requests"] = stream.requests.size();
+  out["events"] = stats.applied_seq;
+  out["replay_to_ready_s"] = log_replay_s;
+  out["apply_only_replay_s"] = replay_s;
+  out["distinct_blocks"] = original.DistinctBlocks(kPeerModel);
+  out["restart_to_ready_s"] = restart_s;
+  out["speedup_vs_replay"] = restart_s > 0 ? log_replay_s / restart_s : 0;
+  out["speedup_vs_apply_only"] = restart_s > 0 ? replay_s / restart_s : 0;
+  out["checkpoint_write_s"] = write_s;
+  out["capture_s"] = capture_s;
+  out["checkpoint_bytes"] = info->bytes;
+  out["disk_bytes"] = disk_bytes;
+  out["disk_bytes_per_entry"] = entries ? static_cast<double>(disk_bytes) / entries : 0;
+  out["lookup_p50_us"] = idle_p.p50 / 1000;
+  out["lookup_p99_us"] = idle_p.p99 / 1000;
+  out["lookup_p50_during_checkpoint_us"] = during_p.p50 / 1000;
+  out["lookup_p99_during_checkpoint_us"] = during_p.p99 / 1000;
+  out["lookups_during_checkpoint"] = during.size();
+  out["restored_equal"] = same;
+  out["memory_locked"] = locked;
+  out["targets"] = {{"restart_to_ready_s", 3.0},
+                    {"speedup_vs_replay", 10.0},
+                    {"disk_bytes_per_entry", 16.0},
+                    {"lookup_p99_during_over_outside", 2.0}};
+  if (opt.json) {
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("kvindex-bench restart: %llu entries (%llu events)\n",
+                static_cast<unsigned long long>(entries),
+                static_cast<unsigned long long>(stats.applied_seq));
+    std::printf("  replay to ready       %8.3f s   (baseline: every message decoded and applied)\n",
+                log_replay_s);
+    std::printf("  apply-only replay     %8.3f s   (events pre-decoded: a lower bound)\n",
+                replay_s);
+    std::printf(
+        "  restart to ready      %8.3f s   (open + load + restore + digest check)  "
+        "%.1fx faster\n",
+        restart_s, log_replay_s / restart_s);
+    std::printf("  checkpoint write      %8.3f s   (of which capture, the apply pause: %.3f s)\n",
+                write_s, capture_s);
+    std::printf("  disk                  %8.2f bytes/entry (%llu bytes)\n",
+                entries ? static_cast<double>(disk_bytes) / entries : 0.0,
+                static_cast<unsigned long long>(disk_bytes));
+    std::printf(
+        "  lookup p50/p99        %8.2f / %.2f us outside, %.2f / %.2f us during a "
+        "checkpoint (%zu lookups)\n",
+        idle_p.p50 / 1000, idle_p.p99 / 1000, during_p.p50 / 1000, during_p.p99 / 1000,
+        during.size());
+    std::printf("  restored state equal: %s\n", same ? "yes" : "NO");
+  }
+  if (own_dir) fs::remove_all(opt.dir);
+  return same ? 0 : 1;
+}
+
+}  // namespace kvindex::bench
