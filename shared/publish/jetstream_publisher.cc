@@ -27,6 +27,10 @@ size_t EstimateBytes(const PlacementEvent& event) {
 }
 
 constexpr char kMsgIdHeader[] = "Nats-Msg-Id";
+// Room left in a message for its header (message id) and msgpack framing.
+constexpr size_t kMessageHeadroom = 8 << 10;
+// The server's max_payload when it is not known yet (nats-server's default).
+constexpr int64_t kDefaultMaxPayload = 1 << 20;
 // Overflowed sources still dirty are asked for again after this long.
 constexpr std::chrono::seconds kResyncRetry{5};
 
@@ -117,6 +121,14 @@ Status JetStreamPublisher::Start() {
   if (status != NATS_OK) {
     return absl::InternalError(std::string("JetStream context: ") + natsStatus_GetText(status));
   }
+  // A message over the server's max_payload would be refused, and retried,
+  // forever: batches stay below it, and larger events are split.
+  int64_t max_payload = natsConnection_GetMaxPayload(connection_);
+  if (max_payload <= 0) max_payload = kDefaultMaxPayload;
+  batch_limit_ =
+      std::min(options_.max_batch_bytes,
+               static_cast<size_t>(max_payload) -
+                   std::min<size_t>(kMessageHeadroom, static_cast<size_t>(max_payload) / 2));
   {
     std::lock_guard lock(mu_);
     stopping_ = false;
@@ -198,7 +210,11 @@ Status JetStreamPublisher::Publish(std::span<const PlacementEvent> events) {
       }
       continue;
     }
-    AppendLocked(event, bytes, now);
+    if (bytes > batch_limit_ / 2 && !event.block_hashes.empty()) {
+      AppendSplitLocked(event, now);
+    } else {
+      AppendLocked(event, bytes, now);
+    }
   }
   Probe::Inc(probe_->events, static_cast<double>(events.size() - overflowed));
   Probe::Inc(probe_->overflow, static_cast<double>(overflowed));
@@ -207,15 +223,32 @@ Status JetStreamPublisher::Publish(std::span<const PlacementEvent> events) {
   return absl::OkStatus();
 }
 
+void JetStreamPublisher::AppendSplitLocked(const PlacementEvent& event,
+                                           std::chrono::steady_clock::time_point now) {
+  // Consecutive pieces of one chain: each piece's parent is the block
+  // before it, so a router applies exactly what the whole event meant.
+  const size_t per_piece = std::max<size_t>(1, (batch_limit_ / 2 - 1024) / 9);
+  PlacementEvent piece = event;
+  for (size_t begin = 0; begin < event.block_hashes.size(); begin += per_piece) {
+    const size_t end = std::min(event.block_hashes.size(), begin + per_piece);
+    piece.block_hashes.assign(event.block_hashes.begin() + begin, event.block_hashes.begin() + end);
+    if (begin != 0 && event.kind == PlacementKind::kStored) {
+      piece.parent_hash = event.block_hashes[begin - 1];
+    }
+    AppendLocked(piece, EstimateBytes(piece), now);
+  }
+}
+
 void JetStreamPublisher::AppendLocked(const PlacementEvent& event, size_t bytes,
                                       std::chrono::steady_clock::time_point now) {
   const std::string subject = SubjectFor(event);
   OpenBatch& batch = open_[subject];
+  if (!batch.events.empty() && batch.bytes + bytes > batch_limit_) SealLocked(subject, batch);
   if (batch.events.empty()) batch.first = now;
   batch.events.push_back(event);
   batch.bytes += bytes;
   open_bytes_ += bytes;
-  if (batch.bytes >= options_.max_batch_bytes) SealLocked(subject, batch);
+  if (batch.bytes >= batch_limit_) SealLocked(subject, batch);
 }
 
 void JetStreamPublisher::SealLocked(const std::string& subject, OpenBatch& batch) {

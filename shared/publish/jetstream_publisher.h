@@ -134,7 +134,11 @@ class JetStreamPublisher final : public PlacementPublisher {
 
   void Run();
   std::string SubjectFor(const PlacementEvent& event) const;
-  // Adds one event to its subject's open batch, sealing it when full.
+  // A stored/removed event too large for one message, as consecutive pieces.
+  void AppendSplitLocked(const PlacementEvent& event,
+                         std::chrono::steady_clock::time_point now);  // mu_ held
+  // Adds one event to its subject's open batch, sealing it first when the
+  // event would not fit and after when full.
   void AppendLocked(const PlacementEvent& event, size_t bytes,
                     std::chrono::steady_clock::time_point now);   // mu_ held
   void SealLocked(const std::string& subject, OpenBatch& batch);  // mu_ held
@@ -148,6 +152,8 @@ class JetStreamPublisher final : public PlacementPublisher {
   std::unique_ptr<Probe> probe_;
   std::function<void(const ResyncRequest&)> resync_handler_;
   jsCtx* js_ = nullptr;
+  // Largest batch: max_batch_bytes within the server's max_payload (Start).
+  size_t batch_limit_ = size_t{1} << 20;
 
   mutable std::mutex mu_;
   std::condition_variable wake_;           // sender: work arrived or state changed
