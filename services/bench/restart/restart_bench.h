@@ -3,14 +3,17 @@
 //
 // The state is the peer workload's final state (docs/benchmarks.md, "Peer
 // workload": ~10 M entries with the full trace). Measured:
-//   replay_to_ready_s   every event of the stream applied to an empty index
-//                       (in-process: a lower bound for a real replay, which
-//                       also decodes and reads a log)
+//   replay_to_ready_s   the stream published into a real nats-server by the
+//                       agent's JetStreamPublisher; a Router (the product's,
+//                       in this process) started on an empty --data-dir,
+//                       from Start to Ready (every message read and applied)
+//   restart_to_ready_s  the same Router stopped (it writes its shutdown
+//                       checkpoint) and started again on that --data-dir:
+//                       restore + an empty tail, from Start to Ready
+//   inprocess_*         the index alone: restore from the database, and
+//                       rebuilding by decode + apply or apply only
 //   checkpoint_write_s  capture + write of one checkpoint (RocksDB, this disk)
 //   capture_s           the part of it that pauses apply
-//   restart_to_ready_s  open the database + load + verify + restore into an
-//                       empty index (what a restarting router does before it
-//                       replays the log's tail)
 //   disk_bytes_per_entry  the database's files / entries
 //   lookup_p99_*_us     peer queries on one thread, without and during a
 //                       checkpoint (capture + write) on another
