@@ -210,6 +210,11 @@ std::vector<prometheus::MetricFamily> RouterProbe::Collect() const {
         metrics::GaugeFamily("kvindex_router_index_sources", "Sources holding at least one entry");
     metrics::AddSample(sources, static_cast<double>(stats.sources));
     out.push_back(std::move(sources));
+    auto over = metrics::CounterFamily(
+        "kvindex_router_index_events_over_source_limit_total",
+        "Stored events not indexed because their model already holds 4096 sources (fail closed)");
+    metrics::AddSample(over, static_cast<double>(stats.events_over_source_limit));
+    out.push_back(std::move(over));
   }
   return out;
 }

@@ -41,7 +41,10 @@ struct IndexStats {
   uint64_t applied_seq = 0;
   uint64_t digest = 0;  // semantics.md section 6
   uint64_t entries[kNumTiers] = {};
-  uint64_t sources = 0;          // sources holding at least one entry
+  uint64_t sources = 0;  // sources holding at least one entry
+  // Stored events of sources beyond a model's source capacity (4096): not
+  // indexed (fail closed), counted so an operator sees it.
+  uint64_t events_over_source_limit = 0;
   uint64_t bytes_allocated = 0;  // real bytes held by the index's structures
 };
 

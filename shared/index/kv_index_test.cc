@@ -427,5 +427,29 @@ TEST(KvIndexTest, GrowthKeepsEveryEntry) {
   EXPECT_EQ(index.Stats().entries[0], 150000u);
 }
 
+TEST(KvIndexTest, SourcesBeyondTheLimitAreCountedNotIndexed) {
+  KvIndex index;
+  PlacementEvent event;
+  event.model = "m";
+  event.block_size = 16;
+  uint64_t position = 0;
+  for (uint32_t w = 0; w < 4096; ++w) {
+    event.source = {"w" + std::to_string(w), 0};
+    event.block_hashes = {uint64_t{w} + 1};
+    index.Apply(event, ++position);
+  }
+  EXPECT_EQ(index.Stats().events_over_source_limit, 0u);
+  event.source = {"one-too-many", 0};
+  event.block_hashes = {1};
+  index.Apply(event, ++position);
+  index.Apply(event, ++position);
+  EXPECT_EQ(index.Stats().events_over_source_limit, 2u);
+  EXPECT_EQ(index.Stats().entries[0], 4096u);  // fail closed: not indexed
+  auto match = index.MatchSequenceHashes("m", std::vector<uint64_t>{1});
+  ASSERT_TRUE(match.ok());
+  ASSERT_EQ(match->workers.size(), 1u);
+  EXPECT_EQ(match->workers[0].source.worker, "w0");
+}
+
 }  // namespace
 }  // namespace kvindex::index

@@ -345,8 +345,12 @@ static size_t ExtendRun(const ChainNode* node, uint32_t offset, std::span<const 
 }
 
 void ModelIndex::Store(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
+  if (hashes.empty()) return;
   SourceRecord* rec = FindOrAddSource(source);
-  if (rec == nullptr || hashes.empty()) return;
+  if (rec == nullptr) {
+    over_source_limit_.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
   EnsureRoom(hashes.size());
   uint64_t digest = 0;
   int64_t added = 0;
@@ -730,6 +734,7 @@ void ModelIndex::AddStats(IndexStats* stats) const {
     stats->entries[t] += entries_[t].load(std::memory_order_relaxed);
   stats->digest += digest_.load(std::memory_order_relaxed);
   stats->sources += sources_with_entries_.load(std::memory_order_relaxed);
+  stats->events_over_source_limit += over_source_limit_.load(std::memory_order_relaxed);
 }
 
 void ModelIndex::AppendSources(std::vector<SourceInfo>* out) const {

@@ -173,6 +173,7 @@ class ModelIndex {
   std::atomic<uint64_t> entries_[kNumTiers] = {};
   std::atomic<uint64_t> digest_{0};
   std::atomic<uint64_t> sources_with_entries_{0};
+  std::atomic<uint64_t> over_source_limit_{0};  // stored events not indexed
 };
 
 }  // namespace kvindex::index::internal
