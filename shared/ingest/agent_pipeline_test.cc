@@ -7,7 +7,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
-#include "shared/ingest/zmq_test_util.h"
+#include "shared/ingest/testing/zmq_test_util.h"
 #include "shared/publish/in_process_sink.h"
 
 namespace kvindex::ingest {

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "shared/ingest/test_util.h"
+#include "shared/ingest/testing/test_util.h"
 
 namespace kvindex::ingest {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <gtest/gtest.h>
 
-#include "shared/ingest/zmq_test_util.h"
+#include "shared/ingest/testing/zmq_test_util.h"
 
 namespace kvindex::ingest {
 namespace {

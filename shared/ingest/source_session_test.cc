@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "shared/ingest/test_util.h"
+#include "shared/ingest/testing/test_util.h"
 
 namespace kvindex::ingest {
 namespace {

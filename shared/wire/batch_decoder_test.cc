@@ -10,7 +10,7 @@
 #include "shared/wire/event_encoder.h"
 #include "shared/wire/hash_value.h"
 #include "shared/wire/msgpack_writer.h"
-#include "shared/wire/wire_test_util.h"
+#include "shared/wire/testing/wire_test_util.h"
 
 namespace kvindex::wire {
 namespace {

@@ -13,7 +13,7 @@
 #include "services/ctl/decode/capture_file.h"
 #include "shared/hashing/canonical_hash.h"
 #include "shared/wire/event_encoder.h"
-#include "shared/wire/wire_test_util.h"
+#include "shared/wire/testing/wire_test_util.h"
 
 namespace kvindex::ctl {
 namespace {

@@ -19,7 +19,7 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "shared/ingest/test_util.h"
+#include "shared/ingest/testing/test_util.h"
 
 namespace kvindex::ingest::testing {
 
