@@ -236,7 +236,11 @@ void ApplyLoop::RecordActivity(const LogBatch& batch) {
     SourceActivity& entry = *last;
     if (!event.model.empty()) entry.model = event.model;
     if (!event.agent.empty()) entry.agent = event.agent;
-    entry.last_event_ns = std::max(entry.last_event_ns, event.timestamp_ns);
+    // A clear before anything else is the agent's start-up clear, not an
+    // engine event: the source has no last event until its engine speaks.
+    if (event.kind != PlacementKind::kCleared || entry.last_event_ns != 0) {
+      entry.last_event_ns = std::max(entry.last_event_ns, event.timestamp_ns);
+    }
     entry.events += 1;
   }
 }

@@ -64,6 +64,29 @@ TEST(ApplyLoopTest, AssignsPositionsAndTracksActivity) {
   loop.Stop();
 }
 
+TEST(ApplyLoopTest, AStartUpClearIsNoLastEvent) {
+  InProcessSink sink;
+  InProcessLogReader reader(&sink);
+  index::KvIndex index;
+  ApplyLoop loop(&reader, &index, nullptr, {});
+  ASSERT_TRUE(loop.Start().ok());
+  PlacementEvent clear = Stored("w0", {});
+  clear.kind = PlacementKind::kCleared;
+  ASSERT_TRUE(sink.Publish(std::vector<PlacementEvent>{clear}).ok());
+  ASSERT_TRUE(WaitCaughtUp(loop));
+  auto activity = loop.Activity();
+  ASSERT_EQ(activity.size(), 1u);
+  EXPECT_EQ(activity[0].last_event_ns, 0u);  // the engine has said nothing yet
+  PlacementEvent stored = Stored("w0", {1});
+  stored.timestamp_ns += 5;
+  clear.timestamp_ns += 9;
+  ASSERT_TRUE(sink.Publish(std::vector<PlacementEvent>{stored, clear}).ok());
+  ASSERT_TRUE(WaitCaughtUp(loop));
+  activity = loop.Activity();
+  EXPECT_EQ(activity[0].last_event_ns, clear.timestamp_ns);  // an engine's clear counts
+  loop.Stop();
+}
+
 TEST(ApplyLoopTest, ModelFilterKeepsPositionsMoving) {
   InProcessSink sink;
   InProcessLogReader reader(&sink);
