@@ -48,6 +48,12 @@ class NatsServer:
         self.proc = subprocess.Popen(self.args, stdout=self.log, stderr=subprocess.STDOUT)
         if wait:
             e2e.wait_for(self._accepting, 20, "nats-server on port %d" % self.port)
+            # Someone else's server on our port answers too; ours would then
+            # exit on its failed bind.
+            time.sleep(0.2)
+            if self.proc.poll() is not None:
+                raise AssertionError("nats-server exited with %s (port %d taken?)" %
+                                     (self.proc.returncode, self.port))
         return self
 
     def _accepting(self):
