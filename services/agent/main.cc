@@ -237,6 +237,7 @@ int main(int argc, char** argv) {
     jetstream->SetResyncHandler([&pipeline](const ResyncRequest& request) {
       pipeline.RequestSnapshots(request.all, request.sources);
     });
+    jetstream->SetStreamReady(false);  // until the setup below ensured the stream
     if (Status s = jetstream->Start(); !s.ok()) return Fail(std::string(s.message()), 1);
     listener = std::make_unique<ResyncListener>(
         connection->jetstream(), stream_options.name, stream_options.subjects.Expire(options.node),
@@ -250,6 +251,7 @@ int main(int argc, char** argv) {
         if (!stream_ready) {
           Status s = nats::EnsureStream(connection->jetstream(), stream_options);
           stream_ready = s.ok();
+          if (stream_ready) jetstream->SetStreamReady(true);
           if (!s.ok()) logger->warn("stream {}: {} (retrying)", stream_options.name, s.ToString());
         }
         if (stream_ready && listener->Start().ok()) return;

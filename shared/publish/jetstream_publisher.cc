@@ -427,7 +427,11 @@ void JetStreamPublisher::Run() {
         break;
       }
     }
-    const bool connected = natsConnection_Status(connection_) == NATS_CONN_STATUS_CONNECTED;
+    // Nothing goes out before the stream exists: a message refused for a
+    // missing stream while the next one is stored would reach routers out
+    // of order (a gap, a needless resync).
+    const bool connected =
+        stream_ready_ && natsConnection_Status(connection_) == NATS_CONN_STATUS_CONNECTED;
     bool sent = false;
     if (connected) {
       while (!stopping_ && SendOneLocked(lock)) sent = true;
@@ -445,6 +449,14 @@ void JetStreamPublisher::Run() {
     }
     if (wait.count() > 0) wake_.wait_for(lock, wait);
   }
+}
+
+void JetStreamPublisher::SetStreamReady(bool ready) {
+  {
+    std::lock_guard lock(mu_);
+    stream_ready_ = ready;
+  }
+  wake_.notify_all();
 }
 
 Status JetStreamPublisher::Flush() {

@@ -103,6 +103,10 @@ class JetStreamPublisher final : public PlacementPublisher {
 
   // Queues the events; never blocks on NATS. Unavailable after Stop.
   Status Publish(std::span<const PlacementEvent> events) override;
+  // Holds messages back (buffered, bounded as ever) until the stream is known
+  // to exist; the agent clears it before its background stream setup and
+  // sets it once EnsureStream succeeded. Default: ready.
+  void SetStreamReady(bool ready);
   // Seals open batches and waits until every message so far is acknowledged
   // (or Stop).
   Status Flush() override;
@@ -171,6 +175,7 @@ class JetStreamPublisher final : public PlacementPublisher {
   absl::btree_set<SourceKey> requested_;   // of those, asked for
   std::chrono::steady_clock::time_point last_request_{};
   bool stopping_ = false;
+  bool stream_ready_ = true;  // guarded by mu_
   bool running_ = false;
   std::thread sender_;
 };

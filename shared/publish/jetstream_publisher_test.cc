@@ -10,6 +10,7 @@
 #include <chrono>
 #include <future>
 #include <numeric>
+#include <thread>
 
 #include "shared/consume/jetstream_log_reader.h"
 #include "shared/index/kv_index.h"
@@ -96,6 +97,41 @@ TEST(JetStreamPublisherTest, EventsLargerThanMaxPayloadAreSplitInChainOrder) {
   EXPECT_EQ(removed_hashes, removed.block_hashes);
   whole.ApplyMessage(events, 1);
   EXPECT_EQ(pieces.Stats().digest, whole.Stats().digest);
+}
+
+TEST(JetStreamPublisherTest, NothingIsSentBeforeTheStreamIsReady) {
+  auto server = nats::testing::NatsServerProcess::Start({});
+  ASSERT_TRUE(server.ok()) << server.status();
+  nats::NatsOptions nats_options;
+  nats_options.url = (*server)->url();
+  prometheus::Registry registry;
+  auto connection = nats::Connection::Connect(nats_options, &registry, "agent", {}, false);
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  nats::StreamOptions stream;
+  ASSERT_TRUE(nats::EnsureStream((*connection)->jetstream(), stream).ok());
+  JetStreamPublisherOptions options;
+  options.node = "node-a";
+  options.subjects = stream.subjects;
+  options.max_delay = std::chrono::microseconds(100);
+  JetStreamPublisher publisher((*connection)->raw(), options, &registry);
+  publisher.SetStreamReady(false);
+  ASSERT_TRUE(publisher.Start().ok());
+  PlacementEvent stored;
+  stored.model = "m";
+  stored.source = {"w0", 0};
+  stored.block_size = 16;
+  stored.block_hashes = {1, 2, 3};
+  ASSERT_TRUE(publisher.Publish(std::vector<PlacementEvent>{stored}).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto held = nats::GetStreamState((*connection)->jetstream(), stream.name);
+  ASSERT_TRUE(held.ok());
+  EXPECT_EQ(held->last_seq, 0u);  // buffered, not sent
+  publisher.SetStreamReady(true);
+  ASSERT_TRUE(publisher.Flush().ok());
+  auto sent = nats::GetStreamState((*connection)->jetstream(), stream.name);
+  ASSERT_TRUE(sent.ok());
+  EXPECT_EQ(sent->last_seq, 1u);
+  publisher.Stop();
 }
 
 }  // namespace
