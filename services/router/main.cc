@@ -16,22 +16,13 @@
 #include <vector>
 
 #include "services/router/router.h"
+#include "shared/base/strings.h"
 #include "shared/config/cli.h"
 #include "shared/ingest/source_spec.h"
 #include "shared/log/log.h"
 #include "shared/nats/flags.h"
 
 namespace {
-
-std::string Trim(std::string text) {
-  while (!text.empty() && (text.back() == '\n' || text.back() == '\r' || text.back() == ' ' ||
-                           text.back() == '\t')) {
-    text.pop_back();
-  }
-  size_t start = 0;
-  while (start < text.size() && (text[start] == ' ' || text[start] == '\t')) ++start;
-  return text.substr(start);
-}
 
 int Fail(const std::string& message, int code) {
   std::fprintf(stderr, "kvindex-router: %s\n", message.c_str());
@@ -139,10 +130,10 @@ int main(int argc, char** argv) {
     if (!in) return Fail("cannot read --auth-token-file '" + auth_token_file + "'", 2);
     std::stringstream text;
     text << in.rdbuf();
-    auth_token = Trim(text.str());
+    auth_token = std::string(strings::Trim(text.str()));
     if (auth_token.empty()) return Fail("--auth-token-file '" + auth_token_file + "' is empty", 2);
   }
-  options.auth_token = Trim(auth_token);
+  options.auth_token = std::string(strings::Trim(auth_token));
 
   if (node.empty()) {
     char host[256] = {0};

@@ -9,14 +9,14 @@
 #include <cerrno>
 #include <cstring>
 
-#include "shared/http/internal/text.h"
+#include "shared/base/strings.h"
 
 namespace kvindex::http {
 namespace {
 
-using internal::Cat;
-using internal::IStartsWith;
-using internal::Trim;
+using strings::Cat;
+using strings::IStartsWith;
+using strings::Trim;
 using Clock = std::chrono::steady_clock;
 
 int RemainingMs(Clock::time_point deadline) {
@@ -58,7 +58,7 @@ bool Dechunk(std::string_view in, std::string* out) {
     const size_t semi = size_text.find(';');
     if (semi != std::string_view::npos) size_text = size_text.substr(0, semi);
     uint64_t size = 0;
-    if (!internal::ParseUnsigned(Trim(size_text), &size, 16)) return false;
+    if (!strings::ParseUnsigned(Trim(size_text), &size, 16)) return false;
     in.remove_prefix(eol + 2);
     if (size == 0) return true;
     if (in.size() < size + 2) return false;
@@ -112,7 +112,7 @@ StatusOr<Url> ParseUrl(std::string_view text) {
   if (url.host.empty()) url.host = "127.0.0.1";
   if (!port_text.empty()) {
     uint32_t port = 0;
-    if (!internal::ParseUnsigned(port_text, &port) || port == 0 || port > 65535) {
+    if (!strings::ParseUnsigned(port_text, &port) || port == 0 || port > 65535) {
       return absl::InvalidArgumentError(Cat("url '", text, "': bad port '", port_text, "'"));
     }
     url.port = static_cast<uint16_t>(port);
@@ -163,11 +163,11 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
       Cat(request.method, " ", request.url.base_path, request.path.empty() ? "/" : request.path,
           " HTTP/1.1\r\nHost: ", where, "\r\nConnection: close\r\nAccept: */*\r\n");
   if (!request.body.empty() || request.method == "POST" || request.method == "PUT") {
-    internal::Append(&out, "Content-Type: ", request.content_type,
-                     "\r\nContent-Length: ", request.body.size(), "\r\n");
+    strings::Append(&out, "Content-Type: ", request.content_type,
+                    "\r\nContent-Length: ", request.body.size(), "\r\n");
   }
   for (const auto& [name, value] : request.headers)
-    internal::Append(&out, name, ": ", value, "\r\n");
+    strings::Append(&out, name, ": ", value, "\r\n");
   out.append("\r\n");
   out.append(request.body);
 
@@ -214,7 +214,7 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
         ForEachLine(head, [&](std::string_view line) {
           if (IStartsWith(line, "content-length:")) {
             uint64_t v = 0;
-            if (internal::ParseUnsigned(Trim(line.substr(15)), &v)) content_length = v;
+            if (strings::ParseUnsigned(Trim(line.substr(15)), &v)) content_length = v;
           }
         });
       }
@@ -234,17 +234,16 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
       first = false;
       const size_t sp = line.find(' ');
       if (sp == std::string_view::npos ||
-          !internal::ParseUnsigned(line.substr(sp + 1, 3), &response.status)) {
+          !strings::ParseUnsigned(line.substr(sp + 1, 3), &response.status)) {
         return absl::UnavailableError(Cat("http: bad status line from ", where));
       }
       continue;
     }
     const size_t colon = line.find(':');
     if (colon == std::string_view::npos) continue;
-    std::string name = internal::ToLower(line.substr(0, colon));
+    std::string name = strings::ToLower(line.substr(0, colon));
     std::string value(Trim(line.substr(colon + 1)));
-    if (name == "transfer-encoding" &&
-        internal::ToLower(value).find("chunked") != std::string::npos)
+    if (name == "transfer-encoding" && strings::ToLower(value).find("chunked") != std::string::npos)
       chunked = true;
     response.headers.emplace_back(std::move(name), std::move(value));
   }

@@ -14,12 +14,12 @@
 #include <mutex>
 #include <string>
 
-#include "shared/http/internal/text.h"
+#include "shared/base/strings.h"
 
 namespace kvindex::http {
 namespace {
 
-using internal::Cat;
+using strings::Cat;
 
 std::string_view StatusText(int status) {
   switch (status) {
@@ -87,47 +87,6 @@ std::once_flag g_init_once;
 
 }  // namespace
 
-void AppendJsonEscaped(std::string_view text, std::string* out) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  // Fast path: most names need no escaping; append them in one go.
-  size_t plain = 0;
-  while (plain < text.size()) {
-    const auto u = static_cast<unsigned char>(text[plain]);
-    if (u < 0x20 || u == '"' || u == '\\') break;
-    ++plain;
-  }
-  out->append(text.data(), plain);
-  text.remove_prefix(plain);
-  for (char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    switch (c) {
-      case '"':
-        out->append("\\\"");
-        break;
-      case '\\':
-        out->append("\\\\");
-        break;
-      case '\n':
-        out->append("\\n");
-        break;
-      case '\r':
-        out->append("\\r");
-        break;
-      case '\t':
-        out->append("\\t");
-        break;
-      default:
-        if (u < 0x20) {
-          out->append("\\u00");
-          out->push_back(kHex[u >> 4]);
-          out->push_back(kHex[u & 15]);
-        } else {
-          out->push_back(c);
-        }
-    }
-  }
-}
-
 void SetError(Response& response, int status, std::string_view message) {
   response.status = status;
   response.content_type = "application/json";
@@ -154,7 +113,7 @@ Status ServerOptions::Validate() const {
   const size_t colon = listen.rfind(':');
   uint32_t port = 0;
   if (colon == std::string::npos ||
-      !internal::ParseUnsigned(std::string_view(listen).substr(colon + 1), &port) || port > 65535) {
+      !strings::ParseUnsigned(std::string_view(listen).substr(colon + 1), &port) || port > 65535) {
     return absl::InvalidArgumentError(Cat("http: listen address '", listen, "' is not host:port"));
   }
   if (threads == 0 || threads > 4096) {
@@ -202,11 +161,11 @@ struct Server::Impl {
 void Server::Impl::Send(mg_connection* conn, const Response& response, bool close) {
   thread_local std::string out;
   out.clear();
-  internal::Append(&out, "HTTP/1.1 ", response.status, " ", StatusText(response.status),
-                   "\r\nContent-Type: ", response.content_type,
-                   "\r\nContent-Length: ", response.body.size(), "\r\n");
+  strings::Append(&out, "HTTP/1.1 ", response.status, " ", StatusText(response.status),
+                  "\r\nContent-Type: ", response.content_type,
+                  "\r\nContent-Length: ", response.body.size(), "\r\n");
   for (const auto& [name, value] : response.headers)
-    internal::Append(&out, name, ": ", value, "\r\n");
+    strings::Append(&out, name, ": ", value, "\r\n");
   if (close) {
     out.append("Connection: close\r\n");
     mg_disable_keep_alive(conn);
@@ -255,7 +214,7 @@ int Server::Impl::Serve(mg_connection* conn) {
     constexpr std::string_view kBearer = "Bearer ";
     const bool ok = auth.size() > kBearer.size() &&
                     strncasecmp(auth.data(), kBearer.data(), kBearer.size()) == 0 &&
-                    TokenEquals(internal::Trim(auth.substr(kBearer.size())), options.bearer_token);
+                    TokenEquals(strings::Trim(auth.substr(kBearer.size())), options.bearer_token);
     if (!ok) {
       SetError(response, 401, "missing or wrong bearer token (Authorization: Bearer <token>)");
       response.headers.emplace_back("WWW-Authenticate", "Bearer");

@@ -31,6 +31,8 @@
 // Handlers run concurrently on the worker threads and must be thread-safe.
 #pragma once
 
+#include "shared/base/json_escape.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -73,8 +75,8 @@ struct Response {
 // Sets status and body to {"error": message} (message JSON-escaped).
 void SetError(Response& response, int status, std::string_view message);
 
-// Appends `text` JSON-escaped (without quotes) to *out.
-void AppendJsonEscaped(std::string_view text, std::string* out);
+// The escaper for JSON bodies (shared/base/json_escape.h).
+using ::kvindex::AppendJsonEscaped;
 
 using Handler = std::function<void(const Request&, Response&)>;
 

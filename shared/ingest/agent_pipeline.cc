@@ -11,8 +11,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "shared/base/mutex.h"
+#include "shared/base/strings.h"
 #include "shared/ingest/agent_probe.h"
-#include "shared/ingest/internal/strings.h"
 #include "shared/ingest/internal/zmq_util.h"
 #include "shared/ingest/replay_client.h"
 #include "shared/ingest/source_session.h"
@@ -54,20 +54,20 @@ Status AgentOptions::Validate() const {
   absl::flat_hash_map<std::string, uint32_t> block_sizes;
   absl::flat_hash_set<std::string> endpoints;
   for (const SourceSpec& spec : sources) {
-    const std::string where = internal::Cat("source '", FormatSourceSpec(spec), "': ");
+    const std::string where = strings::Cat("source '", FormatSourceSpec(spec), "': ");
     if (spec.worker.empty()) return absl::InvalidArgumentError(where + "empty worker");
     if (spec.model.empty()) return absl::InvalidArgumentError(where + "empty model");
     if (spec.block_size == 0) return absl::InvalidArgumentError(where + "block_size is 0");
     if (spec.pub_endpoint.empty()) return absl::InvalidArgumentError(where + "empty pub");
     auto [it, inserted] = block_sizes.emplace(spec.model, spec.block_size);
     if (!inserted && it->second != spec.block_size) {
-      return absl::InvalidArgumentError(internal::Cat(where, "model ", spec.model,
-                                                      " already has block_size ", it->second,
-                                                      " (a model has one block size)"));
+      return absl::InvalidArgumentError(strings::Cat(where, "model ", spec.model,
+                                                     " already has block_size ", it->second,
+                                                     " (a model has one block size)"));
     }
     if (!endpoints.insert(spec.pub_endpoint).second) {
       return absl::InvalidArgumentError(
-          internal::Cat(where, "pub endpoint ", spec.pub_endpoint, " used by two sources"));
+          strings::Cat(where, "pub endpoint ", spec.pub_endpoint, " used by two sources"));
     }
   }
   return absl::OkStatus();
@@ -99,7 +99,7 @@ struct AgentPipeline::Impl final : public BatchSink {
       source->label = SourceLabel(spec);
       // Several --source entries may name the same worker and rank (the
       // rank comes from the envelope); keep metric series distinct.
-      if (label_count[source->label] > 1) source->label += internal::Cat("@", spec.pub_endpoint);
+      if (label_count[source->label] > 1) source->label += strings::Cat("@", spec.pub_endpoint);
       source->metrics = probe.AddSource(source->label, spec.engine);
       sources.push_back(std::move(source));
     }

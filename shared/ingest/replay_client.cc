@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "shared/ingest/internal/strings.h"
+#include "shared/base/strings.h"
 #include "shared/ingest/internal/zmq_util.h"
 
 namespace kvindex::ingest {
@@ -27,7 +27,7 @@ Status ZmqReplayClient::Fetch(uint64_t start_seq,
     if (!socket.send(zmq::message_t(), zmq::send_flags::sndmore | zmq::send_flags::dontwait) ||
         !socket.send(zmq::buffer(seq, sizeof(seq)), zmq::send_flags::dontwait)) {
       return absl::UnavailableError(
-          internal::Cat("replay request to ", options_.endpoint, " could not be queued"));
+          strings::Cat("replay request to ", options_.endpoint, " could not be queued"));
     }
     internal::Multipart message;
     auto deadline = std::chrono::steady_clock::now() + options_.timeout;
@@ -37,9 +37,9 @@ Status ZmqReplayClient::Fetch(uint64_t start_seq,
       }
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) {
-        return absl::DeadlineExceededError(internal::Cat("no replay reply from ", options_.endpoint,
-                                                         " within ", options_.timeout.count(),
-                                                         " ms (from seq ", start_seq, ")"));
+        return absl::DeadlineExceededError(strings::Cat("no replay reply from ", options_.endpoint,
+                                                        " within ", options_.timeout.count(),
+                                                        " ms (from seq ", start_seq, ")"));
       }
       const auto wait =
           std::min(kPollSlice, std::chrono::ceil<std::chrono::milliseconds>(deadline - now));
@@ -55,15 +55,15 @@ Status ZmqReplayClient::Fetch(uint64_t start_seq,
           counters_->frames_invalid[static_cast<int>(error)].fetch_add(1,
                                                                        std::memory_order_relaxed);
         }
-        return absl::DataLossError(internal::Cat("malformed replay reply from ", options_.endpoint,
-                                                 ": ", FrameErrorLabel(error)));
+        return absl::DataLossError(strings::Cat("malformed replay reply from ", options_.endpoint,
+                                                ": ", FrameErrorLabel(error)));
       }
       if (reply.end) return absl::OkStatus();
       if (!on_message(reply)) return absl::OkStatus();
       deadline = std::chrono::steady_clock::now() + options_.timeout;
     }
   } catch (const zmq::error_t& error) {
-    return internal::ZmqError(error, internal::Cat("replay ", options_.endpoint));
+    return internal::ZmqError(error, strings::Cat("replay ", options_.endpoint));
   }
 }
 

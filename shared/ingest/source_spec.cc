@@ -4,7 +4,7 @@
 #include <limits>
 #include <optional>
 
-#include "shared/ingest/internal/strings.h"
+#include "shared/base/strings.h"
 
 namespace kvindex::ingest {
 namespace {
@@ -26,15 +26,15 @@ StatusOr<std::string> ShiftPort(std::string_view endpoint, uint32_t offset) {
   if (offset == 0) return std::string(endpoint);
   const size_t colon = endpoint.rfind(':');
   if (endpoint.substr(0, 6) != "tcp://" || colon == std::string_view::npos || colon < 6) {
-    return absl::InvalidArgumentError(internal::Cat(
-        "dp_ranks > 1 needs tcp endpoints with a numeric port, got '", endpoint, "'"));
+    return absl::InvalidArgumentError(
+        strings::Cat("dp_ranks > 1 needs tcp endpoints with a numeric port, got '", endpoint, "'"));
   }
   std::optional<uint64_t> port = ParseUint(endpoint.substr(colon + 1));
   if (!port || *port == 0 || *port + offset > 65535) {
     return absl::InvalidArgumentError(
-        internal::Cat("dp_ranks: port of '", endpoint, "' plus ", offset, " is not a valid port"));
+        strings::Cat("dp_ranks: port of '", endpoint, "' plus ", offset, " is not a valid port"));
   }
-  return internal::Cat(endpoint.substr(0, colon + 1), *port + offset);
+  return strings::Cat(endpoint.substr(0, colon + 1), *port + offset);
 }
 
 }  // namespace
@@ -46,17 +46,17 @@ StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
        have_report_mode = false;
   uint32_t dp_ranks = 1;
   auto error = [&](std::string_view what) {
-    return absl::InvalidArgumentError(internal::Cat("--source '", text, "': ", what));
+    return absl::InvalidArgumentError(strings::Cat("--source '", text, "': ", what));
   };
-  for (std::string_view item : internal::Split(text, ',')) {
-    item = internal::Trim(item);
+  for (std::string_view item : strings::Split(text, ',')) {
+    item = strings::Trim(item);
     if (item.empty()) continue;
     const size_t eq = item.find('=');
     if (eq == std::string_view::npos) {
-      return error(internal::Cat("expected key=value, got '", item, "'"));
+      return error(strings::Cat("expected key=value, got '", item, "'"));
     }
-    const std::string_view key = internal::Trim(item.substr(0, eq));
-    const std::string_view value = internal::Trim(item.substr(eq + 1));
+    const std::string_view key = strings::Trim(item.substr(0, eq));
+    const std::string_view value = strings::Trim(item.substr(eq + 1));
     auto once = [&](bool* seen) -> bool {
       if (*seen) return false;
       *seen = true;
@@ -69,7 +69,7 @@ StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
     } else if (key == "engine") {
       if (!once(&have_engine)) return error("repeated key 'engine'");
       std::optional<wire::EngineKind> kind = wire::EngineKindFromName(value);
-      if (!kind) return error(internal::Cat("unknown engine '", value, "' (vllm, sglang, trtllm)"));
+      if (!kind) return error(strings::Cat("unknown engine '", value, "' (vllm, sglang, trtllm)"));
       spec.engine = *kind;
     } else if (key == "model") {
       if (!once(&have_model)) return error("repeated key 'model'");
@@ -79,7 +79,7 @@ StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
       if (!once(&have_block_size)) return error("repeated key 'block_size'");
       std::optional<uint64_t> n = ParseUint(value);
       if (!n || *n == 0 || *n > kMaxBlockSize) {
-        return error(internal::Cat("invalid block_size '", value, "'"));
+        return error(strings::Cat("invalid block_size '", value, "'"));
       }
       spec.block_size = static_cast<uint32_t>(*n);
     } else if (key == "pub") {
@@ -96,24 +96,24 @@ StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
       if (!once(&have_dp_ranks)) return error("repeated key 'dp_ranks'");
       std::optional<uint64_t> n = ParseUint(value);
       if (!n || *n == 0 || *n > kMaxDpRanks) {
-        return error(internal::Cat("invalid dp_ranks '", value, "'"));
+        return error(strings::Cat("invalid dp_ranks '", value, "'"));
       }
       dp_ranks = static_cast<uint32_t>(*n);
     } else if (key == "dp_rank") {
       if (!once(&have_dp_rank)) return error("repeated key 'dp_rank'");
       std::optional<uint64_t> n = ParseUint(value);
       if (!n || *n > std::numeric_limits<uint32_t>::max()) {
-        return error(internal::Cat("invalid dp_rank '", value, "'"));
+        return error(strings::Cat("invalid dp_rank '", value, "'"));
       }
       spec.dp_rank = static_cast<uint32_t>(*n);
     } else if (key == "report_mode") {
       if (!once(&have_report_mode)) return error("repeated key 'report_mode'");
       if (value != "exact" && value != "full") {
-        return error(internal::Cat("invalid report_mode '", value, "' (exact, full)"));
+        return error(strings::Cat("invalid report_mode '", value, "' (exact, full)"));
       }
       spec.report_full = value == "full";
     } else {
-      return error(internal::Cat("unknown key '", key, "'"));
+      return error(strings::Cat("unknown key '", key, "'"));
     }
   }
   if (!have_worker) return error("missing worker=");
@@ -143,17 +143,17 @@ StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
 
 std::string FormatSourceSpec(const SourceSpec& spec) {
   std::string out =
-      internal::Cat("worker=", spec.worker, ",engine=", wire::EngineKindName(spec.engine),
-                    ",model=", spec.model, ",block_size=", spec.block_size,
-                    ",pub=", spec.pub_bind ? kBindPrefix : std::string_view(), spec.pub_endpoint);
-  if (!spec.replay_endpoint.empty()) out += internal::Cat(",replay=", spec.replay_endpoint);
-  if (spec.dp_rank != 0) out += internal::Cat(",dp_rank=", spec.dp_rank);
+      strings::Cat("worker=", spec.worker, ",engine=", wire::EngineKindName(spec.engine),
+                   ",model=", spec.model, ",block_size=", spec.block_size,
+                   ",pub=", spec.pub_bind ? kBindPrefix : std::string_view(), spec.pub_endpoint);
+  if (!spec.replay_endpoint.empty()) out += strings::Cat(",replay=", spec.replay_endpoint);
+  if (spec.dp_rank != 0) out += strings::Cat(",dp_rank=", spec.dp_rank);
   if (spec.report_full) out += ",report_mode=full";
   return out;
 }
 
 std::string SourceLabel(const SourceSpec& spec) {
-  return internal::Cat(spec.worker, "/", spec.dp_rank);
+  return strings::Cat(spec.worker, "/", spec.dp_rank);
 }
 
 }  // namespace kvindex::ingest

@@ -4,6 +4,10 @@
 #include <spdlog/sinks/stdout_sinks.h>
 
 #include <mutex>
+#include <string>
+#include <string_view>
+
+#include "shared/base/json_escape.h"
 
 namespace kvindex::log {
 namespace {
@@ -13,33 +17,10 @@ class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
  public:
   void format(const spdlog::details::log_msg& msg, const std::tm&,
               spdlog::memory_buf_t& dest) override {
-    static constexpr char kHex[] = "0123456789abcdef";
-    for (char ch : msg.payload) {
-      switch (ch) {
-        case '"':
-          dest.append(std::string_view("\\\""));
-          break;
-        case '\\':
-          dest.append(std::string_view("\\\\"));
-          break;
-        case '\n':
-          dest.append(std::string_view("\\n"));
-          break;
-        case '\r':
-          dest.append(std::string_view("\\r"));
-          break;
-        case '\t':
-          dest.append(std::string_view("\\t"));
-          break;
-        default:
-          if (static_cast<unsigned char>(ch) < 0x20) {
-            const char escaped[] = {'\\', 'u', '0', '0', kHex[(ch >> 4) & 0xf], kHex[ch & 0xf]};
-            dest.append(escaped, escaped + sizeof(escaped));
-          } else {
-            dest.push_back(ch);
-          }
-      }
-    }
+    thread_local std::string escaped;
+    escaped.clear();
+    AppendJsonEscaped(std::string_view(msg.payload.data(), msg.payload.size()), &escaped);
+    dest.append(escaped.data(), escaped.data() + escaped.size());
   }
   std::unique_ptr<custom_flag_formatter> clone() const override {
     return std::make_unique<JsonEscapedMessage>();

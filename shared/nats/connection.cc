@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "shared/base/strings.h"
 #include "shared/nats/internal/nkey.h"
-#include "shared/nats/internal/strings.h"
 #include "shared/nats/stream.h"
 
 namespace kvindex::nats {
@@ -21,22 +21,22 @@ bool Readable(const std::string& path) { return access(path.c_str(), R_OK) == 0;
 
 Status CheckReadable(const std::string& path, std::string_view flag) {
   if (path.empty() || Readable(path)) return absl::OkStatus();
-  return absl::InvalidArgumentError(internal::Cat(flag, ": cannot read ", path));
+  return absl::InvalidArgumentError(strings::Cat(flag, ": cannot read ", path));
 }
 
 // "nats://user:secret@host:4222" -> "nats://***@host:4222": URLs may carry
 // credentials and are logged.
 std::string RedactUrl(std::string_view url) {
-  url = internal::Trim(url);
+  url = strings::Trim(url);
   const size_t scheme = url.find("://");
   const size_t host_start = scheme == std::string_view::npos ? 0 : scheme + 3;
   const size_t at = url.find('@', host_start);
   if (at == std::string_view::npos) return std::string(url);
-  return internal::Cat(url.substr(0, host_start), "***", url.substr(at));
+  return strings::Cat(url.substr(0, host_start), "***", url.substr(at));
 }
 
 bool UrlHasCredentials(std::string_view url) {
-  for (std::string_view one : internal::SplitTrimmed(url, ',')) {
+  for (std::string_view one : strings::SplitTrimmed(url, ',')) {
     const size_t scheme = one.find("://");
     if (one.find('@', scheme == std::string_view::npos ? 0 : scheme + 3) !=
         std::string_view::npos) {
@@ -47,19 +47,19 @@ bool UrlHasCredentials(std::string_view url) {
 }
 
 bool IsAuthText(std::string_view text) {
-  return internal::ContainsIgnoreCase(text, "authorization violation") ||
-         internal::ContainsIgnoreCase(text, "authentication");
+  return strings::ContainsIgnoreCase(text, "authorization violation") ||
+         strings::ContainsIgnoreCase(text, "authentication");
 }
 
 // First line of a secret file, trimmed.
 Status ReadSecretFile(const std::string& path, std::string_view flag, std::string* out) {
   std::ifstream file(path);
-  if (!file) return absl::InvalidArgumentError(internal::Cat(flag, ": cannot read ", path));
+  if (!file) return absl::InvalidArgumentError(strings::Cat(flag, ": cannot read ", path));
   std::string line;
   std::getline(file, line);
-  *out = std::string(internal::Trim(line));
+  *out = std::string(strings::Trim(line));
   std::fill(line.begin(), line.end(), '\0');
-  if (out->empty()) return absl::InvalidArgumentError(internal::Cat(flag, ": ", path, " is empty"));
+  if (out->empty()) return absl::InvalidArgumentError(strings::Cat(flag, ": ", path, " is empty"));
   return absl::OkStatus();
 }
 
@@ -78,7 +78,7 @@ Status Setter(natsStatus s, std::string_view flag) {
 
 bool NatsOptions::TlsEnabled() const {
   return !tls_ca_file.empty() || !tls_cert_file.empty() || !tls_key_file.empty() ||
-         internal::ContainsIgnoreCase(url, "tls://");
+         strings::ContainsIgnoreCase(url, "tls://");
 }
 
 std::string NatsOptions::AuthKind() const {
@@ -90,7 +90,7 @@ std::string NatsOptions::AuthKind() const {
 }
 
 Status NatsOptions::Validate() const {
-  if (internal::Trim(url).empty()) {
+  if (strings::Trim(url).empty()) {
     return absl::InvalidArgumentError("--nats: server URL required");
   }
   int kinds = 0;
@@ -141,12 +141,12 @@ Status NatsOptions::Validate() const {
 
 std::string NatsOptions::Describe() const {
   std::vector<std::string> urls;
-  for (std::string_view one : internal::SplitTrimmed(url, ',')) {
+  for (std::string_view one : strings::SplitTrimmed(url, ',')) {
     urls.push_back(RedactUrl(one));
   }
-  return internal::Cat("url=", absl::StrJoin(urls, ","), " name=", name.empty() ? "-" : name,
-                       " user=", user.empty() ? "-" : user, " auth=", AuthKind(),
-                       " tls=", TlsEnabled() ? "on" : "off");
+  return strings::Cat("url=", absl::StrJoin(urls, ","), " name=", name.empty() ? "-" : name,
+                      " user=", user.empty() ? "-" : user, " auth=", AuthKind(),
+                      " tls=", TlsEnabled() ? "on" : "off");
 }
 
 Status LoadSecrets(NatsOptions* options) {
@@ -213,7 +213,7 @@ StatusOr<std::unique_ptr<Connection>> Connection::Connect(const NatsOptions& opt
   // natsOptions_SetURL mis-parses comma-separated lists in cnats 3.4.1 ("No
   // server available" even with a live server in the list); pass an array.
   std::vector<std::string> urls;
-  for (std::string_view one : internal::SplitTrimmed(options.url, ',')) urls.emplace_back(one);
+  for (std::string_view one : strings::SplitTrimmed(options.url, ',')) urls.emplace_back(one);
   std::vector<const char*> url_pointers;
   for (const std::string& one : urls) url_pointers.push_back(one.c_str());
   KVINDEX_RETURN_IF_ERROR(
@@ -283,7 +283,7 @@ StatusOr<std::unique_ptr<Connection>> Connection::Connect(const NatsOptions& opt
   }
   if (s != NATS_OK && s != NATS_NOT_YET_CONNECTED) {
     // cnats released the connection without callbacks; `connection` is unused.
-    Status status = FromNats(s, internal::Cat("connect to NATS (", options.Describe(), ")"));
+    Status status = FromNats(s, strings::Cat("connect to NATS (", options.Describe(), ")"));
     if (absl::IsPermissionDenied(status) || s == NATS_CONNECTION_AUTH_FAILED) {
       connection->CheckAuthFailure(nullptr, NATS_CONNECTION_AUTH_FAILED);
       return absl::PermissionDeniedError(status.message());
@@ -291,7 +291,7 @@ StatusOr<std::unique_ptr<Connection>> Connection::Connect(const NatsOptions& opt
     // With TLS 1.3 a server that demands a client certificate accepts the
     // handshake and then drops the connection: cnats sees no PONG.
     if (s == NATS_PROTOCOL_ERROR && options.TlsEnabled() && options.tls_cert_file.empty()) {
-      return absl::PermissionDeniedError(internal::Cat(
+      return absl::PermissionDeniedError(strings::Cat(
           status.message(), " (the server may require a client certificate: --nats-tls-cert)"));
     }
     return status;

@@ -14,9 +14,9 @@
 #include <sstream>
 #include <thread>
 
+#include "shared/base/strings.h"
 #include "shared/log/log.h"
 #include "shared/nats/internal/nkey.h"
-#include "shared/nats/internal/strings.h"
 #include "shared/nats/testing/nats_server.h"
 
 namespace kvindex::nats {
@@ -110,7 +110,7 @@ TEST(ConnectionTest, PublishSubscribeRoundTrip) {
 
 TEST(ConnectionTest, UnreachableServerWithoutRetryIsUnavailable) {
   NatsOptions options;
-  options.url = internal::Cat("nats://127.0.0.1:", testing::FreePort());
+  options.url = strings::Cat("nats://127.0.0.1:", testing::FreePort());
   options.connect_timeout = milliseconds(500);
   auto connection = Connection::Connect(options, nullptr, "agent", {}, false);
   EXPECT_TRUE(absl::IsUnavailable(connection.status())) << connection.status();
@@ -255,7 +255,7 @@ TEST(ConnectionTest, NkeySeedAuth) {
   ASSERT_TRUE(public_key.ok()) << public_key.status();
   NatsServerOptions server_options;
   server_options.config =
-      internal::Cat(R"(authorization { users: [ { nkey: ")", *public_key, R"(" } ] })");
+      strings::Cat(R"(authorization { users: [ { nkey: ")", *public_key, R"(" } ] })");
   auto server = NatsServerProcess::Start(server_options);
   ASSERT_TRUE(server.ok()) << server.status();
   LogCapture logs;
@@ -291,7 +291,7 @@ openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 
   -extfile client.ext -out client.pem
 )";
   WriteFile(dir, "certs.sh", script);
-  return std::system(internal::Cat("cd ", dir, " && bash certs.sh").c_str()) == 0;
+  return std::system(strings::Cat("cd ", dir, " && bash certs.sh").c_str()) == 0;
 }
 
 TEST(ConnectionTest, TlsWithClientCertificates) {
@@ -304,11 +304,11 @@ TEST(ConnectionTest, TlsWithClientCertificates) {
   }
   NatsServerOptions server_options;
   server_options.config =
-      internal::Cat("tls { cert_file: \"", dir, "/server.pem\", key_file: \"", dir,
-                    "/server.key\", ca_file: \"", dir, "/ca.pem\", verify: true, timeout: 2 }");
+      strings::Cat("tls { cert_file: \"", dir, "/server.pem\", key_file: \"", dir,
+                   "/server.key\", ca_file: \"", dir, "/ca.pem\", verify: true, timeout: 2 }");
   auto server = NatsServerProcess::Start(server_options);
   ASSERT_TRUE(server.ok()) << server.status();
-  const std::string url = internal::Cat("tls://127.0.0.1:", (*server)->port());
+  const std::string url = strings::Cat("tls://127.0.0.1:", (*server)->port());
 
   NatsOptions options;
   options.url = url;

@@ -1,7 +1,7 @@
 #include "shared/nats/flags.h"
 
+#include "shared/base/strings.h"
 #include "shared/config/cli.h"
-#include "shared/nats/internal/strings.h"
 
 namespace kvindex::nats {
 
@@ -47,7 +47,7 @@ Status FinishNatsFlags(const StreamFlagText& text, NatsOptions* options, StreamO
                      std::chrono::milliseconds* out) -> Status {
     StatusOr<std::chrono::milliseconds> parsed = config::ParseDuration(value);
     if (!parsed.ok()) {
-      return absl::InvalidArgumentError(internal::Cat(flag, ": ", parsed.status().message()));
+      return absl::InvalidArgumentError(strings::Cat(flag, ": ", parsed.status().message()));
     }
     *out = *parsed;
     return absl::OkStatus();
@@ -57,7 +57,7 @@ Status FinishNatsFlags(const StreamFlagText& text, NatsOptions* options, StreamO
       duration(text.duplicate_window, "--stream-duplicate-window", &stream->duplicate_window));
   if (text.storage != "file" && text.storage != "memory") {
     return absl::InvalidArgumentError(
-        internal::Cat("--stream-storage: '", text.storage, "' is not file or memory"));
+        strings::Cat("--stream-storage: '", text.storage, "' is not file or memory"));
   }
   stream->memory_storage = text.storage == "memory";
   KVINDEX_RETURN_IF_ERROR(LoadSecrets(options));

@@ -2,8 +2,8 @@
 
 #include <memory>
 
+#include "shared/base/strings.h"
 #include "shared/log/log.h"
-#include "shared/nats/internal/strings.h"
 
 namespace kvindex::nats {
 namespace {
@@ -11,9 +11,9 @@ namespace {
 constexpr int64_t kNanosPerMilli = 1'000'000;
 
 bool ContainsAuthText(std::string_view text) {
-  return internal::ContainsIgnoreCase(text, "authorization violation") ||
-         internal::ContainsIgnoreCase(text, "authentication") ||
-         internal::ContainsIgnoreCase(text, "user authentication expired");
+  return strings::ContainsIgnoreCase(text, "authorization violation") ||
+         strings::ContainsIgnoreCase(text, "authentication") ||
+         strings::ContainsIgnoreCase(text, "user authentication expired");
 }
 
 absl::StatusCode CodeFor(natsStatus s, jsErrCode code, std::string_view text) {
@@ -124,11 +124,11 @@ Status FromNats(natsStatus s, std::string_view what, jsErrCode code) {
   natsStatus last_status = NATS_OK;
   const char* last = nats_GetLastError(&last_status);
   const std::string_view last_text = last != nullptr ? last : "";
-  std::string message = internal::Cat(what, ": ", natsStatus_GetText(s));
+  std::string message = strings::Cat(what, ": ", natsStatus_GetText(s));
   if (static_cast<int>(code) != 0)
-    message += internal::Cat(" (jetstream error ", static_cast<int>(code), ")");
+    message += strings::Cat(" (jetstream error ", static_cast<int>(code), ")");
   if (!last_text.empty() && last_text != natsStatus_GetText(s)) {
-    message += internal::Cat(": ", last_text);
+    message += strings::Cat(": ", last_text);
   }
   return Status(CodeFor(s, code, last_text), message);
 }
@@ -136,12 +136,12 @@ Status FromNats(natsStatus s, std::string_view what, jsErrCode code) {
 Status StreamOptions::Validate() const {
   if (!ValidStreamName(name)) {
     return absl::InvalidArgumentError(
-        internal::Cat("--stream: '", name, "' must be non-empty [A-Za-z0-9_-]"));
+        strings::Cat("--stream: '", name, "' must be non-empty [A-Za-z0-9_-]"));
   }
   KVINDEX_RETURN_IF_ERROR(ValidatePrefix(subjects.prefix));
   if (replicas < 1 || replicas > 5) {
     return absl::InvalidArgumentError(
-        internal::Cat("--stream-replicas: ", replicas, " is outside 1..5"));
+        strings::Cat("--stream-replicas: ", replicas, " is outside 1..5"));
   }
   if (max_age.count() < 0) return absl::InvalidArgumentError("--stream-max-age: negative");
   if (max_bytes < -1 || max_bytes == 0) {
@@ -163,7 +163,7 @@ Status EnsureStream(jsCtx* js, const StreamOptions& options) {
   if (js == nullptr) return absl::FailedPreconditionError("EnsureStream: no JetStream context");
   WantedConfig wanted;
   FillConfig(options, &wanted);
-  const std::string what = internal::Cat("stream ", options.name);
+  const std::string what = strings::Cat("stream ", options.name);
   // Several processes may race: another may create the stream between our
   // lookup and our create. Each round re-reads the stream, so a few suffice.
   for (int attempt = 0; attempt < 5; ++attempt) {
@@ -175,8 +175,8 @@ Status EnsureStream(jsCtx* js, const StreamOptions& options) {
       const jsStreamConfig& have = *info->Config;
       if (have.Storage != wanted.config.Storage) {
         return absl::FailedPreconditionError(
-            internal::Cat(what, " uses ", have.Storage == js_MemoryStorage ? "memory" : "file",
-                          " storage; the storage kind of an existing stream cannot change"));
+            strings::Cat(what, " uses ", have.Storage == js_MemoryStorage ? "memory" : "file",
+                         " storage; the storage kind of an existing stream cannot change"));
       }
       const std::string difference = Difference(have, wanted.config);
       if (difference.empty()) return absl::OkStatus();
@@ -192,12 +192,12 @@ Status EnsureStream(jsCtx* js, const StreamOptions& options) {
             updated != nullptr ? Difference(*updated->Config, wanted.config) : "";
         if (!left.empty()) {
           return absl::FailedPreconditionError(
-              internal::Cat("update ", what, ": the server did not apply ", left, " (replicas now ",
-                            updated->Config->Replicas, ", wanted ", options.replicas, ")"));
+              strings::Cat("update ", what, ": the server did not apply ", left, " (replicas now ",
+                           updated->Config->Replicas, ", wanted ", options.replicas, ")"));
         }
         return absl::OkStatus();
       }
-      Status status = FromNats(s, internal::Cat("update ", what, " (", difference, ")"), code);
+      Status status = FromNats(s, strings::Cat("update ", what, " (", difference, ")"), code);
       // A replicas change the server answers with a JetStream error (not
       // enough peers, not updatable, not clustered) needs an operator, not a
       // retry loop; transport errors stay Unavailable.
@@ -206,7 +206,7 @@ Status EnsureStream(jsCtx* js, const StreamOptions& options) {
       }
       return status;
     }
-    Status status = FromNats(s, internal::Cat("look up ", what), code);
+    Status status = FromNats(s, strings::Cat("look up ", what), code);
     if (!absl::IsNotFound(status)) return status;
     jsStreamInfo* created = nullptr;
     code = static_cast<jsErrCode>(0);
@@ -217,15 +217,15 @@ Status EnsureStream(jsCtx* js, const StreamOptions& options) {
                              options.replicas);
       return absl::OkStatus();
     }
-    status = FromNats(s, internal::Cat("create ", what), code);
+    status = FromNats(s, strings::Cat("create ", what), code);
     // "already in use": someone created it first (maybe with another config).
     if (absl::IsAlreadyExists(status) ||
-        internal::ContainsIgnoreCase(std::string(status.message()), "already in use")) {
+        strings::ContainsIgnoreCase(std::string(status.message()), "already in use")) {
       continue;
     }
     return status;
   }
-  return absl::UnavailableError(internal::Cat(what, ": kept changing while being ensured"));
+  return absl::UnavailableError(strings::Cat(what, ": kept changing while being ensured"));
 }
 
 StatusOr<StreamState> GetStreamState(jsCtx* js, const std::string& name) {
@@ -234,7 +234,7 @@ StatusOr<StreamState> GetStreamState(jsCtx* js, const std::string& name) {
   jsErrCode code = static_cast<jsErrCode>(0);
   natsStatus s = js_GetStreamInfo(&raw_info, js, name.c_str(), nullptr, &code);
   StreamInfoPtr info(raw_info);
-  KVINDEX_RETURN_IF_ERROR(FromNats(s, internal::Cat("stream info ", name), code));
+  KVINDEX_RETURN_IF_ERROR(FromNats(s, strings::Cat("stream info ", name), code));
   StreamState state;
   state.first_seq = info->State.FirstSeq;
   state.last_seq = info->State.LastSeq;

@@ -1,5 +1,5 @@
 #include "shared/nats/subjects.h"
-#include "shared/nats/internal/strings.h"
+#include "shared/base/strings.h"
 
 namespace kvindex::nats {
 namespace {
@@ -47,22 +47,22 @@ StatusOr<std::string> DecodeToken(std::string_view token) {
     }
     if (c != '%') {
       return absl::InvalidArgumentError(
-          internal::Cat("subject token has a byte that is never encoded at offset ", i));
+          strings::Cat("subject token has a byte that is never encoded at offset ", i));
     }
     if (i + 2 >= token.size()) {
       return absl::InvalidArgumentError(
-          internal::Cat("subject token ends inside an escape at offset ", i));
+          strings::Cat("subject token ends inside an escape at offset ", i));
     }
     const int hi = HexValue(token[i + 1]);
     const int lo = HexValue(token[i + 2]);
     if (hi < 0 || lo < 0) {
       return absl::InvalidArgumentError(
-          internal::Cat("subject token has a bad escape at offset ", i));
+          strings::Cat("subject token has a bad escape at offset ", i));
     }
     const auto byte = static_cast<unsigned char>(hi * 16 + lo);
     if (IsKept(byte)) {
       return absl::InvalidArgumentError(
-          internal::Cat("subject token escapes a plain byte at offset ", i));
+          strings::Cat("subject token escapes a plain byte at offset ", i));
     }
     out.push_back(static_cast<char>(byte));
     i += 2;
@@ -80,30 +80,30 @@ Status ValidatePrefix(std::string_view prefix) {
       continue;
     }
     if (!IsKept(static_cast<unsigned char>(c)) && c != '_') {
-      return absl::InvalidArgumentError(internal::Cat(
+      return absl::InvalidArgumentError(strings::Cat(
           "--stream-prefix: '", prefix, "' may hold only [A-Za-z0-9_-] tokens separated by dots"));
     }
     token_empty = false;
   }
   if (token_empty) {
     return absl::InvalidArgumentError(
-        internal::Cat("--stream-prefix: '", prefix, "' has an empty token"));
+        strings::Cat("--stream-prefix: '", prefix, "' has an empty token"));
   }
   return absl::OkStatus();
 }
 
-std::string SubjectScheme::StreamSubjects() const { return internal::Cat(prefix, ".>"); }
+std::string SubjectScheme::StreamSubjects() const { return strings::Cat(prefix, ".>"); }
 
 std::string SubjectScheme::Events(std::string_view model, std::string_view node) const {
-  return internal::Cat(prefix, ".", EncodeToken(model), ".", EncodeToken(node));
+  return strings::Cat(prefix, ".", EncodeToken(model), ".", EncodeToken(node));
 }
 
 std::string SubjectScheme::Agent(std::string_view node) const {
-  return internal::Cat(prefix, "._agent.", EncodeToken(node));
+  return strings::Cat(prefix, "._agent.", EncodeToken(node));
 }
 
 std::string SubjectScheme::Expire(std::string_view node) const {
-  return internal::Cat(prefix, "._expire.", EncodeToken(node));
+  return strings::Cat(prefix, "._expire.", EncodeToken(node));
 }
 
 std::string SubjectScheme::All() const { return StreamSubjects(); }

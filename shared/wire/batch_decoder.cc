@@ -1,4 +1,5 @@
 #include "shared/wire/batch_decoder.h"
+#include "shared/base/strings.h"
 
 #include <array>
 #include <cstring>
@@ -29,19 +30,6 @@ std::string_view EventTypeName(EventType type) {
 }
 
 namespace {
-
-// absl::StrCat of this abseil release does not take std::string_view.
-void AppendOne(std::string* out, std::string_view piece) { out->append(piece); }
-void AppendOne(std::string* out, const char* piece) { out->append(piece); }
-template <typename T>
-requires std::is_integral_v<T>
-void AppendOne(std::string* out, T value) { out->append(std::to_string(value)); }
-template <typename... Pieces>
-std::string Concat(const Pieces&... pieces) {
-  std::string out;
-  (AppendOne(&out, pieces), ...);
-  return out;
-}
 
 using internal::Header;
 using internal::MsgType;
@@ -184,8 +172,8 @@ class DecodeRun {
   }
   bool Truncated() { return Fail(r_.offset(), "truncated or malformed msgpack"); }
   bool WrongType(size_t offset, Field field, std::string_view want, const Header& got) {
-    return Fail(offset,
-                Concat(FieldLabel(field), " must be ", want, ", got ", MsgTypeName(got.type)));
+    return Fail(offset, strings::Cat(FieldLabel(field), " must be ", want, ", got ",
+                                     MsgTypeName(got.type)));
   }
 
   bool DecodeEvent(EngineBatch* batch);
@@ -215,12 +203,12 @@ bool DecodeRun::Run(EngineBatch* batch) {
   Header h;
   if (!r_.Next(&h)) return Truncated();
   if (h.type != MsgType::kArray) {
-    return Fail(0,
-                Concat("batch must be an array [ts, events, dp_rank], got ", MsgTypeName(h.type)));
+    return Fail(
+        0, strings::Cat("batch must be an array [ts, events, dp_rank], got ", MsgTypeName(h.type)));
   }
   const uint32_t envelope_size = h.count;
   if (envelope_size < 2) {
-    return Fail(0, Concat("batch array has ", envelope_size, " elements, want 2 or 3"));
+    return Fail(0, strings::Cat("batch array has ", envelope_size, " elements, want 2 or 3"));
   }
   batch->envelope_size = envelope_size;
 
@@ -233,13 +221,13 @@ bool DecodeRun::Run(EngineBatch* batch) {
   } else if (h.type == MsgType::kInt) {
     batch->ts = static_cast<double>(h.i);
   } else {
-    return Fail(offset, Concat("batch ts must be a number, got ", MsgTypeName(h.type)));
+    return Fail(offset, strings::Cat("batch ts must be a number, got ", MsgTypeName(h.type)));
   }
 
   offset = r_.offset();
   if (!r_.Next(&h)) return Truncated();
   if (h.type != MsgType::kArray) {
-    return Fail(offset, Concat("batch events must be an array, got ", MsgTypeName(h.type)));
+    return Fail(offset, strings::Cat("batch events must be an array, got ", MsgTypeName(h.type)));
   }
   const uint32_t num_events = h.count;
   for (uint32_t k = 0; k < num_events; ++k) {
@@ -256,13 +244,13 @@ bool DecodeRun::Run(EngineBatch* batch) {
       batch->dp_rank = static_cast<uint32_t>(rank);
     } else {
       return Fail(offset,
-                  Concat("batch dp_rank must be a uint32 or nil, got ", MsgTypeName(h.type)));
+                  strings::Cat("batch dp_rank must be a uint32 or nil, got ", MsgTypeName(h.type)));
     }
     // Elements after dp_rank are a future extension of the envelope: skipped.
     if (!SkipValues(envelope_size - 3)) return false;
   }
   if (!r_.at_end()) {
-    return Fail(r_.offset(), Concat(r_.remaining(), " trailing bytes after the batch"));
+    return Fail(r_.offset(), strings::Cat(r_.remaining(), " trailing bytes after the batch"));
   }
   return true;
 }
@@ -282,14 +270,14 @@ bool DecodeRun::DecodeEvent(EngineBatch* batch) {
     event.form = EventForm::kArray;
     ok = DecodeArrayEvent(h.count, &event, &slots);
   } else {
-    return Fail(offset, Concat("event must be a map or an array, got ", MsgTypeName(h.type)));
+    return Fail(offset, strings::Cat("event must be a map or an array, got ", MsgTypeName(h.type)));
   }
   if (!ok) return false;
   if (event.type == EventType::kUnknown) ++batch->unknown_events;
   batch->unknown_keys += event.unknown_keys;
   if ((event.type == EventType::kBlockStored || event.type == EventType::kBlockRemoved) &&
       slots.hash_count == UINT32_MAX) {
-    return Fail(offset, Concat(EventTypeName(event.type), " without block_hashes"));
+    return Fail(offset, strings::Cat(EventTypeName(event.type), " without block_hashes"));
   }
   return true;
 }
@@ -736,7 +724,7 @@ bool DecodeRun::DecodeTokens(EngineEvent* event, BatchDecoder::Slots* slots) {
         Header bad;
         if (!r_.Next(&bad)) return Truncated();
         return Fail(token_offset,
-                    Concat("token_ids entries must be uint32, got ", MsgTypeName(bad.type)));
+                    strings::Cat("token_ids entries must be uint32, got ", MsgTypeName(bad.type)));
       }
     }
     slots->token_count = n;
@@ -808,7 +796,7 @@ Status BatchDecoder::Decode(std::span<const uint8_t> payload, EngineBatch* batch
     slots_.clear();
     *batch = EngineBatch{};
     error_offset_ = run.error_offset();
-    return absl::InvalidArgumentError(Concat("byte ", run.error_offset(), ": ", run.error()));
+    return absl::InvalidArgumentError(strings::Cat("byte ", run.error_offset(), ": ", run.error()));
   }
   // The scratch vectors no longer grow: turn the slots into spans.
   for (size_t k = 0; k < events_.size(); ++k) {

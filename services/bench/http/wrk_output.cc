@@ -1,4 +1,5 @@
 #include "services/bench/http/wrk_output.h"
+#include "shared/base/strings.h"
 
 #include <cstdint>
 #include <cstdlib>
@@ -14,12 +15,7 @@ std::string_view NextLine(std::string_view* text) {
   return line;
 }
 
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
-}
+using strings::Trim;
 
 std::optional<double> ParseNumber(std::string_view text) {
   const std::string copy(text);

@@ -1,11 +1,11 @@
 #include "shared/ingest/internal/zmq_util.h"
 
-#include "shared/ingest/internal/strings.h"
+#include "shared/base/strings.h"
 
 namespace kvindex::ingest::internal {
 
 Status ZmqError(const zmq::error_t& error, std::string_view what) {
-  const std::string message = internal::Cat("zmq error on ", what, ": ", error.what());
+  const std::string message = strings::Cat("zmq error on ", what, ": ", error.what());
   if (error.num() == EINVAL || error.num() == EPROTONOSUPPORT || error.num() == ENOCOMPATPROTO) {
     return absl::InvalidArgumentError(message);
   }
@@ -61,7 +61,7 @@ Status Attach(zmq::socket_t& socket, const std::string& endpoint, bool bind) {
       socket.connect(endpoint);
     }
   } catch (const zmq::error_t& error) {
-    return ZmqError(error, internal::Cat(bind ? "bind " : "connect ", endpoint));
+    return ZmqError(error, strings::Cat(bind ? "bind " : "connect ", endpoint));
   }
   return absl::OkStatus();
 }

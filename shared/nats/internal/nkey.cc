@@ -1,5 +1,5 @@
 #include "shared/nats/internal/nkey.h"
-#include "shared/nats/internal/strings.h"
+#include "shared/base/strings.h"
 
 #include <openssl/evp.h>
 
@@ -102,7 +102,7 @@ StatusOr<std::string> PublicKeyFromSeed(std::string_view seed) {
 
 StatusOr<std::string> PublicKeyFromSeedFile(const std::string& path) {
   std::ifstream file(path);
-  if (!file) return absl::InvalidArgumentError(internal::Cat("cannot read NKey seed file ", path));
+  if (!file) return absl::InvalidArgumentError(strings::Cat("cannot read NKey seed file ", path));
   std::string word;
   while (file >> word) {
     if (word.size() == kSeedChars && word[0] == 'S') {
@@ -110,12 +110,12 @@ StatusOr<std::string> PublicKeyFromSeedFile(const std::string& path) {
       std::fill(word.begin(), word.end(), '\0');
       if (!public_key.ok()) {
         return Status(public_key.status().code(),
-                      internal::Cat(path, ": ", public_key.status().message()));
+                      strings::Cat(path, ": ", public_key.status().message()));
       }
       return public_key;
     }
   }
-  return absl::InvalidArgumentError(internal::Cat("no NKey seed in ", path));
+  return absl::InvalidArgumentError(strings::Cat("no NKey seed in ", path));
 }
 
 std::string EncodeUserSeed(const std::array<uint8_t, 32>& raw) {

@@ -16,8 +16,8 @@
 #include <thread>
 
 #include "absl/strings/str_join.h"
+#include "shared/base/strings.h"
 #include "shared/nats/connection.h"
-#include "shared/nats/internal/strings.h"
 #include "shared/nats/stream.h"
 
 extern char** environ;
@@ -109,7 +109,7 @@ NatsServerProcess::~NatsServerProcess() {
 }
 
 std::string NatsServerProcess::url() const {
-  return internal::Cat("nats://127.0.0.1:", options_.port);
+  return strings::Cat("nats://127.0.0.1:", options_.port);
 }
 
 Status NatsServerProcess::Spawn() {
@@ -128,10 +128,9 @@ Status NatsServerProcess::Spawn() {
     args.push_back("--cluster_name");
     args.push_back(options_.cluster_name);
     args.push_back("--cluster");
-    args.push_back(internal::Cat("nats://127.0.0.1:", options_.cluster_port));
+    args.push_back(strings::Cat("nats://127.0.0.1:", options_.cluster_port));
     std::vector<std::string> routes;
-    for (int port : options_.route_ports)
-      routes.push_back(internal::Cat("nats://127.0.0.1:", port));
+    for (int port : options_.route_ports) routes.push_back(strings::Cat("nats://127.0.0.1:", port));
     if (!routes.empty()) {
       args.push_back("--routes");
       args.push_back(absl::StrJoin(routes, ","));
@@ -147,7 +146,7 @@ Status NatsServerProcess::Spawn() {
   const int rc = posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ);
   if (rc != 0) {
     return absl::FailedPreconditionError(
-        internal::Cat("cannot start ", argv[0], ": ", std::strerror(rc)));
+        strings::Cat("cannot start ", argv[0], ": ", std::strerror(rc)));
   }
   pid_ = pid;
   return absl::OkStatus();
@@ -160,7 +159,7 @@ Status NatsServerProcess::WaitReady() {
     if (waitpid(pid_, &status, WNOHANG) == pid_) {
       pid_ = -1;
       return absl::FailedPreconditionError(
-          internal::Cat("nats-server exited during start; log:\n", ReadFile(dir_ + "/server.log")));
+          strings::Cat("nats-server exited during start; log:\n", ReadFile(dir_ + "/server.log")));
     }
     if (ReadFile(dir_ + "/server.log").find("Server is ready") != std::string::npos &&
         AcceptsTcp(options_.port)) {
@@ -168,8 +167,8 @@ Status NatsServerProcess::WaitReady() {
     }
     std::this_thread::sleep_for(milliseconds(20));
   }
-  return absl::DeadlineExceededError(internal::Cat("nats-server not ready on port ", options_.port,
-                                                   "; log:\n", ReadFile(dir_ + "/server.log")));
+  return absl::DeadlineExceededError(strings::Cat("nats-server not ready on port ", options_.port,
+                                                  "; log:\n", ReadFile(dir_ + "/server.log")));
 }
 
 Status NatsServerProcess::Stop() {
@@ -204,7 +203,7 @@ StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(std::chrono::milliseco
   for (int i = 0; i < 3; ++i) cluster_ports.push_back(FreePort());
   for (int i = 0; i < 3; ++i) {
     NatsServerOptions options;
-    options.name = internal::Cat("n", i);
+    options.name = strings::Cat("n", i);
     options.cluster_port = cluster_ports[i];
     for (int j = 0; j < 3; ++j) {
       if (j != i) options.route_ports.push_back(cluster_ports[j]);
@@ -222,8 +221,8 @@ StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(std::chrono::milliseco
   auto connection = Connection::Connect(options, nullptr, "test", {}, false);
   if (!connection.ok()) {
     return Status(connection.status().code(),
-                  internal::Cat(connection.status().message(), "; log of n0:\n",
-                                ReadFile(cluster->servers_[0]->dir() + "/server.log")));
+                  strings::Cat(connection.status().message(), "; log of n0:\n",
+                               ReadFile(cluster->servers_[0]->dir() + "/server.log")));
   }
   StreamOptions probe;
   probe.name = "KVINDEX_CLUSTER_PROBE";
@@ -242,7 +241,7 @@ StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(std::chrono::milliseco
     std::this_thread::sleep_for(milliseconds(250));
   }
   return absl::DeadlineExceededError(
-      internal::Cat("JetStream cluster not ready: ", status.ToString()));
+      strings::Cat("JetStream cluster not ready: ", status.ToString()));
 }
 
 std::string NatsCluster::urls() const {
