@@ -1,5 +1,8 @@
 #include "shared/consume/jetstream_log_reader.h"
 
+#include <mutex>
+#include <vector>
+
 #include <string_view>
 
 #include "shared/log/log.h"
@@ -31,6 +34,20 @@ void JetStreamLogReader::Unsubscribe() {
   if (sub_ == nullptr) return;
   natsSubscription_Unsubscribe(sub_);
   natsSubscription_Destroy(sub_);
+  sub_ = nullptr;
+}
+
+void JetStreamLogReader::Abandon() {
+  if (sub_ == nullptr) return;
+  // cnats 3.4.1 reads the freed consumer name when it unsubscribes an ordered
+  // consumer whose reset failed (a heap-use-after-free under ASan after a
+  // nats-server restart). A stalled subscription is therefore left alone: it
+  // drops whatever it still receives, and stays reachable until exit.
+  natsSubscription_SetPendingLimits(sub_, 1, 1024);
+  static std::mutex mu;
+  static auto* abandoned = new std::vector<natsSubscription*>();
+  std::lock_guard lock(mu);
+  abandoned->push_back(sub_);
   sub_ = nullptr;
 }
 
@@ -115,6 +132,7 @@ Status JetStreamLogReader::CheckStall() {
   log::Get("consume")->warn(
       "stream '{}' holds messages up to {} but delivery stalled after {}: resubscribing",
       options_.stream, bounds.last_seq, last_returned_);
+  Abandon();
   return Subscribe(last_returned_ + 1);
 }
 

@@ -71,6 +71,7 @@ class JetStreamLogReader final : public LogReader {
  private:
   Status Subscribe(uint64_t first_position);
   void Unsubscribe();
+  void Abandon();  // the stalled subscription, without unsubscribing it
   // Appends one message; false when it is not a new position.
   bool Append(natsMsg* msg, LogBatch* batch);
   Status CheckStall();
