@@ -81,6 +81,23 @@ uint64_t NowUnixMs() {
 
 std::string IngestDir(const std::string& dir) { return dir + ".ingest"; }
 
+// What List and Write report of a checkpoint (its manifest's fields).
+CheckpointInfo Describe(uint64_t id, const CheckpointImage& image, uint64_t chunks,
+                        uint64_t bytes) {
+  CheckpointInfo info;
+  info.id = id;
+  info.applied_seq = image.applied_seq;
+  info.digest = image.digest;
+  std::copy(std::begin(image.entries), std::end(image.entries), std::begin(info.entries));
+  info.created_unix_ms = image.created_unix_ms;
+  info.chunks = chunks;
+  info.bytes = bytes;
+  info.models = image.models;
+  info.sources = image.sources.size();
+  info.agents = image.agents.size();
+  return info;
+}
+
 }  // namespace
 
 CheckpointStore::CheckpointStore(std::string dir, CheckpointStoreOptions options,
@@ -208,17 +225,7 @@ StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
   }
   next_id_ = id + 1;
 
-  CheckpointInfo info;
-  info.id = id;
-  info.applied_seq = image.applied_seq;
-  info.digest = image.digest;
-  std::copy(std::begin(image.entries), std::end(image.entries), std::begin(info.entries));
-  info.created_unix_ms = image.created_unix_ms;
-  info.chunks = chunks.size();
-  info.bytes = chunk_bytes + manifest.size();
-  info.models = image.models;
-  info.sources = image.sources.size();
-  info.agents = image.agents.size();
+  CheckpointInfo info = Describe(id, image, chunks.size(), chunk_bytes + manifest.size());
   if (Status pruned = Prune(options_.keep); !pruned.ok()) {
     log::Get("storage")->warn("pruning old checkpoints: {}", pruned.ToString());
   }
@@ -271,16 +278,7 @@ std::vector<CheckpointInfo> CheckpointStore::List() const {
       info.manifest_status = m.status();
       continue;
     }
-    const CheckpointImage& image = m->image;
-    info.applied_seq = image.applied_seq;
-    info.digest = image.digest;
-    std::copy(std::begin(image.entries), std::end(image.entries), std::begin(info.entries));
-    info.created_unix_ms = image.created_unix_ms;
-    info.chunks = m->chunks;
-    info.bytes = m->chunk_bytes + value.size();
-    info.models = image.models;
-    info.sources = image.sources.size();
-    info.agents = image.agents.size();
+    info = Describe(*it, m->image, m->chunks, m->chunk_bytes + value.size());
   }
   return out;
 }

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <future>
+#include <memory>
 #include <numeric>
 #include <thread>
 
@@ -21,17 +22,28 @@
 namespace kvindex {
 namespace {
 
-TEST(JetStreamPublisherTest, EventsLargerThanMaxPayloadAreSplitInChainOrder) {
-  auto server = nats::testing::NatsServerProcess::Start({});
-  ASSERT_TRUE(server.ok()) << server.status();
-  nats::NatsOptions nats_options;
-  nats_options.url = (*server)->url();
-  prometheus::Registry registry;
-  auto connection = nats::Connection::Connect(nats_options, &registry, "agent", {}, false);
-  ASSERT_TRUE(connection.ok()) << connection.status();
-  nats::StreamOptions stream;
-  ASSERT_TRUE(nats::EnsureStream((*connection)->jetstream(), stream).ok());
+// A nats-server, a connection to it and the default stream, for each test.
+class JetStreamPublisherTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = nats::testing::NatsServerProcess::Start({});
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    nats::NatsOptions nats_options;
+    nats_options.url = server_->url();
+    auto connection = nats::Connection::Connect(nats_options, &registry_, "agent", {}, false);
+    ASSERT_TRUE(connection.ok()) << connection.status();
+    connection_ = std::move(*connection);
+    ASSERT_TRUE(nats::EnsureStream(connection_->jetstream(), stream_).ok());
+  }
 
+  std::unique_ptr<nats::testing::NatsServerProcess> server_;
+  prometheus::Registry registry_;
+  std::unique_ptr<nats::Connection> connection_;
+  nats::StreamOptions stream_;
+};
+
+TEST_F(JetStreamPublisherTest, EventsLargerThanMaxPayloadAreSplitInChainOrder) {
   PlacementEvent stored;
   stored.model = "m";
   stored.source = {"w0", 0};
@@ -47,8 +59,8 @@ TEST(JetStreamPublisherTest, EventsLargerThanMaxPayloadAreSplitInChainOrder) {
 
   JetStreamPublisherOptions options;
   options.node = "node-a";
-  options.subjects = stream.subjects;
-  JetStreamPublisher publisher((*connection)->raw(), options, &registry);
+  options.subjects = stream_.subjects;
+  JetStreamPublisher publisher(connection_->raw(), options, &registry_);
   ASSERT_TRUE(publisher.Start().ok());
   ASSERT_TRUE(publisher.Publish(events).ok());
   auto flushed = std::async(std::launch::async, [&] { return publisher.Flush(); });
@@ -59,9 +71,9 @@ TEST(JetStreamPublisherTest, EventsLargerThanMaxPayloadAreSplitInChainOrder) {
   publisher.Stop();
 
   consume::JetStreamLogOptions log_options;
-  log_options.stream = stream.name;
-  log_options.subjects = stream.subjects.All();
-  consume::JetStreamLogReader reader((*connection)->jetstream(), log_options);
+  log_options.stream = stream_.name;
+  log_options.subjects = stream_.subjects.All();
+  consume::JetStreamLogReader reader(connection_->jetstream(), log_options);
   ASSERT_TRUE(reader.Open(1).ok());
   std::vector<PlacementEvent> read;
   index::KvIndex pieces, whole;
@@ -99,21 +111,12 @@ TEST(JetStreamPublisherTest, EventsLargerThanMaxPayloadAreSplitInChainOrder) {
   EXPECT_EQ(pieces.Stats().digest, whole.Stats().digest);
 }
 
-TEST(JetStreamPublisherTest, NothingIsSentBeforeTheStreamIsReady) {
-  auto server = nats::testing::NatsServerProcess::Start({});
-  ASSERT_TRUE(server.ok()) << server.status();
-  nats::NatsOptions nats_options;
-  nats_options.url = (*server)->url();
-  prometheus::Registry registry;
-  auto connection = nats::Connection::Connect(nats_options, &registry, "agent", {}, false);
-  ASSERT_TRUE(connection.ok()) << connection.status();
-  nats::StreamOptions stream;
-  ASSERT_TRUE(nats::EnsureStream((*connection)->jetstream(), stream).ok());
+TEST_F(JetStreamPublisherTest, NothingIsSentBeforeTheStreamIsReady) {
   JetStreamPublisherOptions options;
   options.node = "node-a";
-  options.subjects = stream.subjects;
+  options.subjects = stream_.subjects;
   options.max_delay = std::chrono::microseconds(100);
-  JetStreamPublisher publisher((*connection)->raw(), options, &registry);
+  JetStreamPublisher publisher(connection_->raw(), options, &registry_);
   publisher.SetStreamReady(false);
   ASSERT_TRUE(publisher.Start().ok());
   PlacementEvent stored;
@@ -123,12 +126,12 @@ TEST(JetStreamPublisherTest, NothingIsSentBeforeTheStreamIsReady) {
   stored.block_hashes = {1, 2, 3};
   ASSERT_TRUE(publisher.Publish(std::vector<PlacementEvent>{stored}).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  auto held = nats::GetStreamState((*connection)->jetstream(), stream.name);
+  auto held = nats::GetStreamState(connection_->jetstream(), stream_.name);
   ASSERT_TRUE(held.ok());
   EXPECT_EQ(held->last_seq, 0u);  // buffered, not sent
   publisher.SetStreamReady(true);
   ASSERT_TRUE(publisher.Flush().ok());
-  auto sent = nats::GetStreamState((*connection)->jetstream(), stream.name);
+  auto sent = nats::GetStreamState(connection_->jetstream(), stream_.name);
   ASSERT_TRUE(sent.ok());
   EXPECT_EQ(sent->last_seq, 1u);
   publisher.Stop();
