@@ -6,8 +6,9 @@
 
 #include <atomic>
 #include <deque>
-#include <mutex>
 #include <thread>
+
+#include "shared/base/mutex.h"
 
 namespace kvindex::index::internal {
 namespace {
@@ -33,8 +34,8 @@ struct alignas(64) ReaderSlot {
 
 // Process-wide and never destroyed (threads may outlive static destructors).
 struct Registry {
-  std::mutex mu;
-  std::deque<ReaderSlot> slots;  // stable addresses; grows under mu
+  Mutex mu;
+  std::deque<ReaderSlot> slots ABSL_GUARDED_BY(mu);  // stable addresses
 };
 
 Registry& Readers() {
@@ -55,7 +56,7 @@ class SlotHandle {
  public:
   SlotHandle() {
     Registry& r = Readers();
-    std::lock_guard<std::mutex> lock(r.mu);
+    MutexLock lock(&r.mu);
     for (ReaderSlot& s : r.slots) {
       if (!s.taken.load(std::memory_order_relaxed)) {
         s.taken.store(true, std::memory_order_relaxed);
@@ -67,7 +68,7 @@ class SlotHandle {
     slot_->taken.store(true, std::memory_order_relaxed);
   }
   ~SlotHandle() {
-    std::lock_guard<std::mutex> lock(Readers().mu);
+    MutexLock lock(&Readers().mu);
     slot_->epoch.store(0, std::memory_order_release);
     slot_->taken.store(false, std::memory_order_relaxed);
   }
@@ -110,7 +111,7 @@ void GracePeriod::Synchronize() {
   // Under the registry lock: the slot list does not change while it is walked
   // (a new reader thread's first section waits for the walk).
   Registry& r = Readers();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(&r.mu);
   for (const ReaderSlot& slot : r.slots) {
     for (;;) {
       const uint64_t e = slot.epoch.load(std::memory_order_acquire);

@@ -636,15 +636,9 @@ void ModelIndex::Match(std::span<const uint64_t> seq, std::vector<WorkerMatch>* 
   }
   if (!done) {
     // Bounded wait: the writer holds the mutex for one removal run at most.
-    // Spin first: a futex sleep costs a scheduler wake-up on a busy machine.
-    bool locked = false;
-    for (int spin = 0; spin < kMaxSpins && !locked; ++spin) {
-      locked = seqlock_.fallback_mu.try_lock();
-      if (!locked) __builtin_ia32_pause();
-    }
-    if (!locked) seqlock_.fallback_mu.lock();
+    seqlock_.LockFallback(kMaxSpins);
     MatchOnce(seq, out, nullptr);
-    seqlock_.fallback_mu.unlock();
+    seqlock_.UnlockFallback();
   }
   grace_.Exit();
 }

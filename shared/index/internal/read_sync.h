@@ -6,7 +6,7 @@
 // the end, so it retries only when a bracket touched a node it read.
 //
 // RemovalSeqlock: a global sequence for source-id frees (Begin/End), plus
-// `fallback_mu`, which the writer holds inside every removal and id free. A
+// `fallback_mu_`, which the writer holds inside every removal and id free. A
 // reader that failed a few optimistic attempts takes the mutex and so waits
 // for at most one bracket, never for a whole long write. Insertions are not
 // bracketed: a reader whose reads overlapped only insertions observed a
@@ -21,9 +21,10 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 #include <utility>
 #include <vector>
+
+#include "shared/base/mutex.h"
 
 namespace kvindex::index::internal {
 
@@ -31,17 +32,17 @@ class RemovalSeqlock {
  public:
   // Writer: removals inside nodes (validated per node) only exclude fallback
   // readers.
-  void LockRemovals() { fallback_mu.lock(); }
-  void UnlockRemovals() { fallback_mu.unlock(); }
+  void LockRemovals() ABSL_EXCLUSIVE_LOCK_FUNCTION(fallback_mu_) { fallback_mu_.Lock(); }
+  void UnlockRemovals() ABSL_UNLOCK_FUNCTION(fallback_mu_) { fallback_mu_.Unlock(); }
   // Writer: table swaps and source-id frees (validated globally).
-  void Begin() {
-    fallback_mu.lock();
+  void Begin() ABSL_EXCLUSIVE_LOCK_FUNCTION(fallback_mu_) {
+    fallback_mu_.Lock();
     seq_.store(seq_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_release);
   }
-  void End() {
+  void End() ABSL_UNLOCK_FUNCTION(fallback_mu_) {
     seq_.store(seq_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-    fallback_mu.unlock();
+    fallback_mu_.Unlock();
   }
   // Reader: returns the sequence to validate against; odd = removal running.
   uint64_t ReadBegin() const { return seq_.load(std::memory_order_acquire); }
@@ -50,10 +51,16 @@ class RemovalSeqlock {
     return (begin & 1) == 0 && seq_.load(std::memory_order_relaxed) == begin;
   }
 
-  // Held by the writer inside every bracket; a reader holding it sees no removal.
-  mutable std::mutex fallback_mu;
+  // Reader fallback: while held, no removal runs. The writer holds it only
+  // for one removal run or bracket, so spinning first usually wins it.
+  void LockFallback(int spins) const ABSL_EXCLUSIVE_LOCK_FUNCTION(fallback_mu_) {
+    fallback_mu_.LockSpinning(spins);
+  }
+  void UnlockFallback() const ABSL_UNLOCK_FUNCTION(fallback_mu_) { fallback_mu_.Unlock(); }
 
  private:
+  // Held by the writer inside every bracket; a reader holding it sees no removal.
+  mutable Mutex fallback_mu_;
   alignas(64) std::atomic<uint64_t> seq_{0};
 };
 
