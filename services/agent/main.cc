@@ -131,6 +131,8 @@ int main(int argc, char** argv) {
   app.add_option("--receive-hwm", options.receive_hwm,
                  "SUB socket receive high-water mark, in messages")
       ->capture_default_str();
+  bool check_config = false;
+  config::AddCheckConfigFlag(app, &check_config);
 
   if (auto exit_code = config::Parse(app, argc, argv)) return *exit_code;
 
@@ -192,6 +194,24 @@ int main(int argc, char** argv) {
     if (Status s = publisher_options.Validate(); !s.ok()) {
       return Fail(std::string(s.message()), 2);
     }
+  }
+
+  http::ServerOptions http_options;
+  http_options.listen = http_listen;
+  http_options.threads = 4;
+  if (!http_listen.empty()) {
+    if (Status status = http_options.Validate(); !status.ok()) {
+      return Fail("--http: " + std::string(status.message()), 2);
+    }
+  }
+  if (check_config) {
+    // Valid: print it and stop before any socket or thread. (A malformed ZMQ
+    // endpoint is only found when the socket connects.)
+    return config::ReportCheckedConfig(
+        app,
+        {.secret_options = {},
+         .secret_environment = {"KVINDEX_NATS_PASSWORD", "KVINDEX_NATS_TOKEN"}},
+        stdout);
   }
 
   // Signals are handled by sigwait in this thread; block them before any
@@ -263,12 +283,6 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<http::Server> server;
   if (!http_listen.empty()) {
-    http::ServerOptions http_options;
-    http_options.listen = http_listen;
-    http_options.threads = 4;
-    if (Status status = http_options.Validate(); !status.ok()) {
-      return Fail("--http: " + std::string(status.message()), 2);
-    }
     server = std::make_unique<http::Server>(http_options);
     server->Handle("GET", "/metrics", [&registry](const http::Request&, http::Response& r) {
       r.content_type = metrics::kTextContentType;

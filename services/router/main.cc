@@ -85,6 +85,8 @@ int main(int argc, char** argv) {
       "Bearer token required by the API (prefer KVINDEX_AUTH_TOKEN or --auth-token-file)");
   app.add_flag("--metrics-auth", options.metrics_auth,
                "Require the bearer token on /metrics too (/healthz and /readyz stay open)");
+  bool check_config = false;
+  config::AddCheckConfigFlag(app, &check_config);
 
   if (auto exit_code = config::Parse(app, argc, argv)) return *exit_code;
 
@@ -148,6 +150,14 @@ int main(int argc, char** argv) {
   }
   if (Status status = options.Validate(); !status.ok()) {
     return Fail(std::string(status.message()), 2);
+  }
+  if (check_config) {
+    // Valid: print it and stop before any socket, thread or --data-dir.
+    return config::ReportCheckedConfig(
+        app,
+        {.secret_options = {"auth-token"},
+         .secret_environment = {"KVINDEX_NATS_PASSWORD", "KVINDEX_NATS_TOKEN"}},
+        stdout);
   }
 
   // Every thread started from here on inherits the blocked signals; the main

@@ -13,8 +13,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "shared/base/status.h"
 
@@ -46,5 +48,44 @@ std::optional<int> Parse(CLI::App& app, int argc, char** argv);
 // Parses a human duration: "250ms", "10s", "5m", "1h", or a bare number of
 // seconds. InvalidArgument names the offending text.
 StatusOr<std::chrono::milliseconds> ParseDuration(std::string_view text);
+
+// --check-config: parse the whole configuration (flags, KVINDEX_*
+// environment, --config YAML), run the validation the binary runs before it
+// starts (secret files are read to check they are readable), then print the
+// effective configuration with secrets masked and exit instead of starting:
+// 0 when valid, 2 when not. No socket is opened and no data is touched.
+//
+//   bool check_config = false;
+//   config::AddCheckConfigFlag(app, &check_config);
+//   if (auto exit_code = config::Parse(app, argc, argv)) return *exit_code;
+//   ... the binary's own validation: return 2 on failure ...
+//   if (check_config) return config::ReportCheckedConfig(app, {{"auth-token"}, {}}, stdout);
+void AddCheckConfigFlag(CLI::App& app, bool* check_config);
+
+struct CheckConfigOptions {
+  // Long option names (without dashes) whose values are secrets: printed as
+  // "set (masked)" or "not set", never the value.
+  std::vector<std::string> secret_options;
+  // Environment variables read directly as secrets (not options), e.g.
+  // KVINDEX_NATS_PASSWORD: reported as set or not, never the value.
+  std::vector<std::string> secret_environment;
+};
+
+// KVINDEX_* variables in `environment` (NAME=value entries, null-terminated,
+// like environ) that set no option of `app` and are not in `allowed`: a
+// misspelt or renamed variable is otherwise ignored without a word.
+std::vector<std::string> UnknownEnvironment(const CLI::App& app,
+                                            const std::vector<std::string>& allowed,
+                                            char** environment);
+
+// Writes the effective value of every option of `app` to `out`, one YAML key
+// per option (snake_case, the --config syntax), secrets masked, credentials
+// in URLs (scheme://user:password@host) redacted. Returns 0, or 2 (with one
+// line on stderr per variable) when UnknownEnvironment finds any.
+int ReportCheckedConfig(const CLI::App& app, const CheckConfigOptions& options, std::FILE* out,
+                        char** environment = nullptr);
+
+// "nats://user:secret@host:4222,nats://h2:4222" -> "nats://***@host:4222,nats://h2:4222".
+std::string RedactUrlCredentials(std::string_view text);
 
 }  // namespace kvindex::config

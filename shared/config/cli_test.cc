@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -112,6 +113,83 @@ TEST(CliTest, Durations) {
   EXPECT_EQ(*ParseDuration("3"), std::chrono::milliseconds(3000));
   EXPECT_FALSE(ParseDuration("ten").ok());
   EXPECT_FALSE(ParseDuration("5y").ok());
+}
+
+// The text ReportCheckedConfig writes for `environment`, and its exit code.
+std::pair<int, std::string> Report(const CLI::App& app, const CheckConfigOptions& options,
+                                   std::vector<std::string> environment) {
+  std::vector<char*> entries;
+  for (auto& entry : environment) entries.push_back(entry.data());
+  entries.push_back(nullptr);
+  std::FILE* out = std::tmpfile();
+  const int code = ReportCheckedConfig(app, options, out, entries.data());
+  std::rewind(out);
+  std::string text;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof(buffer), out)) > 0;) text.append(buffer, n);
+  std::fclose(out);
+  return {code, text};
+}
+
+TEST(CliTest, CheckConfigPrintsEffectiveValuesAndMasksSecrets) {
+  ::setenv("KVINDEX_DATA_DIR", "/from/env", 1);
+  Fixture f;
+  bool check = false;
+  bool flag = false;
+  std::string token;
+  std::string url;
+  AddCheckConfigFlag(f.app, &check);
+  f.app.add_flag("--metrics-auth", flag);
+  f.app.add_option("--auth-token", token);
+  f.app.add_option("--nats", url);
+  Args args({"kvindex-test", "--check-config", "--source", "a", "--source", "b", "--auth-token",
+             "s3cret-value", "--nats", "nats://user:pa55@h1:4222,nats://h2:4222",
+             "--metrics-auth"});
+  ASSERT_EQ(Parse(f.app, args.argc(), args.argv()), std::nullopt);
+  ::unsetenv("KVINDEX_DATA_DIR");
+  EXPECT_TRUE(check);
+  auto [code, text] =
+      Report(f.app, {{"auth-token"}, {"KVINDEX_NATS_PASSWORD"}},
+             {"KVINDEX_DATA_DIR=/from/env", "KVINDEX_NATS_PASSWORD=hunter2", "PATH=/bin"});
+  EXPECT_EQ(code, 0);
+  EXPECT_NE(text.find("data_dir: \"/from/env\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("source:\n  - \"a\"\n  - \"b\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("http_threads: \"\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("metrics_auth: true\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("# auth_token: set (masked)\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("nats: \"nats://***@h1:4222,nats://h2:4222\"\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("# environment KVINDEX_NATS_PASSWORD: set (masked)"), std::string::npos);
+  EXPECT_EQ(text.find("s3cret"), std::string::npos) << text;
+  EXPECT_EQ(text.find("pa55"), std::string::npos) << text;
+  EXPECT_EQ(text.find("hunter2"), std::string::npos) << text;
+  EXPECT_EQ(text.find("check_config"), std::string::npos) << text;
+}
+
+TEST(CliTest, CheckConfigRefusesUnknownEnvironment) {
+  Fixture f;
+  Args args({"kvindex-test"});
+  ASSERT_EQ(Parse(f.app, args.argc(), args.argv()), std::nullopt);
+  EXPECT_EQ(UnknownEnvironment(f.app, {"KVINDEX_NATS_TOKEN"}, std::vector<char*>{nullptr}.data()),
+            std::vector<std::string>{});
+  std::string typo = "KVINDEX_DATA_DIRR=/x";
+  std::string known = "KVINDEX_HTTP_THREADS=3";
+  std::string allowed = "KVINDEX_NATS_TOKEN=t";
+  std::string other = "HOME=/root";
+  std::vector<char*> environment{typo.data(), known.data(), allowed.data(), other.data(), nullptr};
+  EXPECT_EQ(UnknownEnvironment(f.app, {"KVINDEX_NATS_TOKEN"}, environment.data()),
+            std::vector<std::string>{"KVINDEX_DATA_DIRR"});
+  EXPECT_EQ(Report(f.app, {{}, {"KVINDEX_NATS_TOKEN"}},
+                   {"KVINDEX_DATA_DIRR=/x", "KVINDEX_HTTP_THREADS=3"})
+                .first,
+            2);
+}
+
+TEST(CliTest, RedactUrlCredentials) {
+  EXPECT_EQ(RedactUrlCredentials("nats://h:4222"), "nats://h:4222");
+  EXPECT_EQ(RedactUrlCredentials("tls://u:p@h:4222/x"), "tls://***@h:4222/x");
+  EXPECT_EQ(RedactUrlCredentials("a,nats://tok@h"), "a,nats://***@h");
+  EXPECT_EQ(RedactUrlCredentials("plain"), "plain");
+  EXPECT_EQ(RedactUrlCredentials(""), "");
 }
 
 }  // namespace
