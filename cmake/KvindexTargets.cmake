@@ -6,6 +6,11 @@ set(KVINDEX_WARNINGS -Wall -Wextra -Werror)
 if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
   list(APPEND KVINDEX_WARNINGS -Wno-restrict)
 endif()
+# Locking rules are annotations (ABSL_GUARDED_BY, shared/base/mutex.h) that
+# only clang checks; a clang build fails on a broken rule.
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  list(APPEND KVINDEX_WARNINGS -Wthread-safety -Wthread-safety-beta)
+endif()
 
 # kvindex_library(NAME SOURCES a.cc b.cc DEPS x y)
 function(kvindex_library name)

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <deque>
 #include <optional>
+#include <thread>
+
+#include "shared/base/mutex.h"
 
 namespace kvindex::storage {
 namespace {
@@ -21,75 +24,111 @@ std::string FailureReason(const Status& status) {
 
 namespace {
 
-// One checkpoint, loaded on a second thread while this one restores what
-// is already read (the restore is the longer part; the load hides behind it).
-Status RestoreOne(const CheckpointStore& store, uint64_t id, index::IndexInterface* index,
-                  consume::AgentTable* agents, CheckpointImage* manifest) {
+// Chunks of one checkpoint handed from the loading thread to the restoring
+// one, at most kMaxQueued (~1 MiB each) at a time.
+class ChunkHandOff {
+ public:
   struct Part {
     std::vector<CheckpointRun> runs;
     std::vector<uint64_t> hashes;
   };
-  constexpr size_t kMaxQueued = 8;  // chunks of ~1 MiB
-  std::mutex mu;
-  std::condition_variable cv;
-  std::deque<Part> queue;
-  bool manifest_ready = false, done = false, stop = false;
-  Status load_status;
+
+  // Loader: the manifest is read (the first chunk is about to follow).
+  void ManifestRead() {
+    MutexLock lock(&mu_);
+    manifest_ready_ = true;
+    cv_.SignalAll();
+  }
+  // Loader: false when the restoring side gave up.
+  bool Push(Part part) {
+    MutexLock lock(&mu_);
+    while (queue_.size() >= kMaxQueued && !stop_) cv_.Wait(&mu_);
+    if (stop_) return false;
+    queue_.push_back(std::move(part));
+    cv_.SignalAll();
+    return true;
+  }
+  // Loader: nothing more comes.
+  void Done(Status status) {
+    MutexLock lock(&mu_);
+    load_status_ = std::move(status);
+    manifest_ready_ = done_ = true;
+    cv_.SignalAll();
+  }
+
+  // Restorer: waits for the manifest; an error when the load failed before.
+  Status WaitManifest() {
+    MutexLock lock(&mu_);
+    while (!manifest_ready_) cv_.Wait(&mu_);
+    return done_ ? load_status_ : absl::OkStatus();
+  }
+  // Restorer: the next chunk, or nullopt once the loader is done.
+  std::optional<Part> Pop() {
+    MutexLock lock(&mu_);
+    while (queue_.empty() && !done_) cv_.Wait(&mu_);
+    if (queue_.empty()) return std::nullopt;
+    Part part = std::move(queue_.front());
+    queue_.pop_front();
+    cv_.SignalAll();
+    return part;
+  }
+  void Stop() {
+    MutexLock lock(&mu_);
+    stop_ = true;
+    cv_.SignalAll();
+  }
+  Status load_status() {
+    MutexLock lock(&mu_);
+    return load_status_;
+  }
+
+ private:
+  static constexpr size_t kMaxQueued = 8;
+  Mutex mu_;
+  CondVar cv_;
+  std::deque<Part> queue_ ABSL_GUARDED_BY(mu_);
+  bool manifest_ready_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  Status load_status_ ABSL_GUARDED_BY(mu_);
+};
+
+// One checkpoint, loaded on a second thread while this one restores what
+// is already read (the restore is the longer part; the load hides behind it).
+Status RestoreOne(const CheckpointStore& store, uint64_t id, index::IndexInterface* index,
+                  consume::AgentTable* agents, CheckpointImage* manifest) {
+  ChunkHandOff hand_off;
   std::thread loader([&] {
     Status status = store.Stream(
         id, manifest, [&](std::vector<CheckpointRun>&& runs, std::vector<uint64_t>&& hashes) {
-          std::unique_lock lock(mu);
-          manifest_ready = true;
-          cv.notify_all();
-          cv.wait(lock, [&] { return queue.size() < kMaxQueued || stop; });
-          if (stop) return absl::CancelledError("restore stopped");
-          queue.push_back({std::move(runs), std::move(hashes)});
-          cv.notify_all();
+          hand_off.ManifestRead();
+          if (!hand_off.Push({std::move(runs), std::move(hashes)})) {
+            return absl::CancelledError("restore stopped");
+          }
           return absl::OkStatus();
         });
-    std::lock_guard lock(mu);
-    load_status = status;
-    manifest_ready = done = true;
-    cv.notify_all();
+    hand_off.Done(std::move(status));
   });
   auto finish_loader = [&] {
-    {
-      std::lock_guard lock(mu);
-      stop = true;
-    }
-    cv.notify_all();
+    hand_off.Stop();
     loader.join();
   };
-  {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return manifest_ready; });
-    if (done && !load_status.ok()) {
-      lock.unlock();
-      finish_loader();
-      return load_status;
-    }
+  if (Status status = hand_off.WaitManifest(); !status.ok()) {
+    finish_loader();
+    return status;
   }
   StatusOr<CheckpointRestorer> restorer = CheckpointRestorer::Begin(*manifest, index);
   if (!restorer.ok()) {
     finish_loader();
     return restorer.status();
   }
-  while (true) {
-    Part part;
-    {
-      std::unique_lock lock(mu);
-      cv.wait(lock, [&] { return !queue.empty() || done; });
-      if (queue.empty()) break;
-      part = std::move(queue.front());
-      queue.pop_front();
-    }
-    cv.notify_all();
-    restorer->Add(part.runs, part.hashes);
+  while (std::optional<ChunkHandOff::Part> part = hand_off.Pop()) {
+    restorer->Add(part->runs, part->hashes);
   }
   finish_loader();
-  if (!load_status.ok()) {
+  if (Status status = hand_off.load_status(); !status.ok()) {
     restorer->Abort();  // fail closed: nothing of a damaged checkpoint stays
-    return load_status;
+    return status;
   }
   return restorer->Finish(agents);
 }
@@ -226,38 +265,26 @@ StatusOr<RestoreResult> Checkpointer::Restore(consume::AgentTable* agents) {
 
 void Checkpointer::Start() {
   if (thread_.joinable() || options_.interval.count() <= 0) return;
-  {
-    std::lock_guard lock(mu_);
-    stop_ = false;
-  }
+  stop_.Reset();
   thread_ = std::thread([this] { Run(); });
 }
 
 void Checkpointer::Stop() {
   if (!thread_.joinable()) return;
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
+  stop_.Raise();
   thread_.join();
 }
 
 void Checkpointer::Run() {
   auto next = std::chrono::steady_clock::now() + options_.interval;
-  std::unique_lock lock(mu_);
-  while (!stop_) {
-    // Wake at least every second to keep the age gauge current.
-    cv_.wait_until(lock, std::min(next, std::chrono::steady_clock::now() + std::chrono::seconds(1)),
-                   [&] { return stop_; });
-    if (stop_) break;
-    lock.unlock();
+  // Wake at least every second to keep the age gauge current.
+  while (!stop_.WaitUntil(
+      std::min(next, std::chrono::steady_clock::now() + std::chrono::seconds(1)))) {
     if (std::chrono::steady_clock::now() >= next) {
       WriteNow().IgnoreError();  // failures are counted and logged inside
       next = std::chrono::steady_clock::now() + options_.interval;
     }
     UpdateAge();
-    lock.lock();
   }
 }
 

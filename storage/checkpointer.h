@@ -30,15 +30,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include "shared/base/status.h"
+#include "shared/base/stop_signal.h"
 #include "shared/consume/apply_loop.h"
 #include "shared/index/index_interface.h"
 #include "shared/log/log.h"
@@ -114,9 +113,7 @@ class Checkpointer {
   std::unique_ptr<CheckpointStore> store_;  // checkpointer thread (or controlling, when stopped)
 
   std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;  // guarded by mu_
+  StopSignal stop_;
 
   std::atomic<uint64_t> last_seq_{0};
   std::atomic<uint64_t> failures_{0};

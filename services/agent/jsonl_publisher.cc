@@ -48,7 +48,7 @@ std::string PlacementEventJson(const PlacementEvent& event) {
 }
 
 Status JsonlPublisher::Publish(std::span<const PlacementEvent> events) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   buffer_.clear();
   for (const PlacementEvent& event : events) {
     buffer_ += PlacementEventJson(event);
@@ -62,7 +62,7 @@ Status JsonlPublisher::Publish(std::span<const PlacementEvent> events) {
 }
 
 Status JsonlPublisher::Flush() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (std::fflush(out_) != 0) return absl::UnavailableError("cannot flush the output stream");
   return absl::OkStatus();
 }

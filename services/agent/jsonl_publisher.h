@@ -13,9 +13,9 @@
 #pragma once
 
 #include <cstdio>
-#include <mutex>
 #include <string>
 
+#include "shared/base/mutex.h"
 #include "shared/publish/publisher.h"
 
 namespace kvindex::agent {
@@ -33,9 +33,9 @@ class JsonlPublisher final : public PlacementPublisher {
   Status Flush() override;
 
  private:
-  std::mutex mu_;
-  std::FILE* const out_;
-  std::string buffer_;  // guarded by mu_
+  Mutex mu_;  // one batch at a time, whole, on the stream
+  std::FILE* const out_ ABSL_PT_GUARDED_BY(mu_);
+  std::string buffer_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvindex::agent

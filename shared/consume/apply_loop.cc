@@ -36,10 +36,10 @@ Status ApplyLoop::Start() {
 void ApplyLoop::Stop() {
   if (!thread_.joinable()) return;
   {
-    std::lock_guard lock(stop_mu_);
+    MutexLock lock(&stop_mu_);
     stop_.store(true);
   }
-  stop_cv_.notify_all();
+  stop_cv_.SignalAll();
   thread_.join();
   RunWriterTasks();  // one handed over as the thread ended
 }
@@ -68,36 +68,40 @@ std::vector<ApplyLoop::SourceActivity> ApplyLoop::Activity() const {
 
 void ApplyLoop::SleepUnlessStopping(std::chrono::milliseconds duration) {
   {
-    std::unique_lock lock(stop_mu_);
-    stop_cv_.wait_for(lock, duration, [&] { return stop_.load() || task_pending_.load(); });
+    const auto deadline = std::chrono::steady_clock::now() + duration;
+    MutexLock lock(&stop_mu_);
+    while (!stop_.load() && !task_pending_.load()) {
+      if (!stop_cv_.WaitUntil(&stop_mu_, deadline)) break;
+    }
   }
   RunWriterTasks();
 }
 
 void ApplyLoop::RunOnWriter(const std::function<void()>& task) {
-  std::lock_guard one_at_a_time(task_mu_);
-  std::unique_lock lock(stop_mu_);
+  MutexLock one_at_a_time(&task_mu_);
+  stop_mu_.Lock();
   if (!thread_.joinable() || stop_.load()) {
-    lock.unlock();
+    stop_mu_.Unlock();
     task();
     return;
   }
   task_ = &task;
   task_pending_.store(true);
-  stop_cv_.notify_all();
+  stop_cv_.SignalAll();
   // The writer runs it within one read wait (50 ms) or sleep; Stop runs it
   // after the thread ended.
-  task_done_cv_.wait(lock, [&] { return task_ == nullptr; });
+  while (task_ != nullptr) task_done_cv_.Wait(&stop_mu_);
+  stop_mu_.Unlock();
 }
 
 void ApplyLoop::RunWriterTasks() {
   if (!task_pending_.load(std::memory_order_acquire)) return;
-  std::unique_lock lock(stop_mu_);
+  MutexLock lock(&stop_mu_);
   if (task_ == nullptr) return;
   (*task_)();
   task_ = nullptr;
   task_pending_.store(false);
-  task_done_cv_.notify_all();
+  task_done_cv_.SignalAll();
 }
 
 bool ApplyLoop::OpenReader() {

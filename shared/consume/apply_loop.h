@@ -33,10 +33,8 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -117,16 +115,16 @@ class ApplyLoop {
 
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::mutex stop_mu_;
-  std::condition_variable stop_cv_;
+  Mutex stop_mu_;  // with stop_cv_: wakes the writer for Stop and RunOnWriter
+  CondVar stop_cv_;
   std::atomic<bool> open_{false};
   std::atomic<uint64_t> position_{0};
 
   // RunOnWriter: one task at a time, handed over under stop_mu_.
-  std::mutex task_mu_;
-  const std::function<void()>* task_ = nullptr;  // guarded by stop_mu_
+  Mutex task_mu_;
+  const std::function<void()>* task_ ABSL_GUARDED_BY(stop_mu_) = nullptr;
   std::atomic<bool> task_pending_{false};
-  std::condition_variable task_done_cv_;
+  CondVar task_done_cv_;
 
   // Apply thread only: scratch reused across messages.
   std::vector<PlacementEvent> clears_;

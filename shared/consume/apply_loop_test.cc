@@ -111,20 +111,20 @@ class ScriptedReader final : public LogReader {
     m.position = position;
     m.header = std::move(header);
     m.invalid = invalid;
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (auto& e : events) log_.events.push_back(std::move(e));
     m.end = log_.events.size();
     log_.messages.push_back(m);
   }
   Status Open(uint64_t first) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     next_ = 0;
     while (next_ < log_.messages.size() && log_.messages[next_].position < first) ++next_;
     target_ = log_.messages.empty() ? 0 : log_.messages.back().position;
     return absl::OkStatus();
   }
   Status Read(LogBatch* batch, size_t, std::chrono::milliseconds) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     for (; next_ < log_.messages.size(); ++next_) {
       for (const PlacementEvent& e : log_.Events(next_)) batch->events.push_back(e);
       LogBatch::Message m = log_.messages[next_];
@@ -134,19 +134,19 @@ class ScriptedReader final : public LogReader {
     return absl::OkStatus();
   }
   uint64_t LastKnownPosition() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return log_.messages.empty() ? 0 : log_.messages.back().position;
   }
   uint64_t OpenTarget() const override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return target_;
   }
 
  private:
-  mutable std::mutex mu_;
-  LogBatch log_;
-  size_t next_ = 0;
-  uint64_t target_ = 0;
+  mutable Mutex mu_;
+  LogBatch log_ ABSL_GUARDED_BY(mu_);
+  size_t next_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t target_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 codec::MessageHeader Seq(uint64_t msg_seq, uint64_t incarnation = 7) {

@@ -1,7 +1,7 @@
 #include "shared/consume/jetstream_log_reader.h"
 
-#include <mutex>
 #include <vector>
+#include "shared/base/mutex.h"
 
 #include <string_view>
 
@@ -44,9 +44,9 @@ void JetStreamLogReader::Abandon() {
   // nats-server restart). A stalled subscription is therefore left alone: it
   // drops whatever it still receives, and stays reachable until exit.
   natsSubscription_SetPendingLimits(sub_, 1, 1024);
-  static std::mutex mu;
-  static auto* abandoned = new std::vector<natsSubscription*>();
-  std::lock_guard lock(mu);
+  static Mutex mu;
+  static auto* const abandoned ABSL_PT_GUARDED_BY(mu) = new std::vector<natsSubscription*>();
+  MutexLock lock(&mu);
   abandoned->push_back(sub_);
   sub_ = nullptr;
 }

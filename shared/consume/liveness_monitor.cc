@@ -12,30 +12,18 @@ LivenessMonitor::~LivenessMonitor() { Stop(); }
 
 void LivenessMonitor::Start() {
   if (thread_.joinable()) return;
-  {
-    std::lock_guard lock(mu_);
-    stop_ = false;
-  }
+  stop_.Reset();
   thread_ = std::thread([this] { Run(); });
 }
 
 void LivenessMonitor::Stop() {
   if (!thread_.joinable()) return;
-  {
-    std::lock_guard lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
+  stop_.Raise();
   thread_.join();
 }
 
 void LivenessMonitor::Run() {
-  std::unique_lock lock(mu_);
-  while (!cv_.wait_for(lock, options_.interval, [&] { return stop_; })) {
-    lock.unlock();
-    CheckOnce(std::chrono::steady_clock::now());
-    lock.lock();
-  }
+  while (!stop_.WaitFor(options_.interval)) CheckOnce(std::chrono::steady_clock::now());
 }
 
 void LivenessMonitor::CheckOnce(std::chrono::steady_clock::time_point now) {

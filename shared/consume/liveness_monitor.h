@@ -16,15 +16,14 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <functional>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "shared/base/status.h"
+#include "shared/base/stop_signal.h"
 #include "shared/consume/apply_loop.h"
 
 namespace kvindex::consume {
@@ -61,9 +60,7 @@ class LivenessMonitor {
   absl::flat_hash_map<std::string, uint64_t> proposed_;
   std::vector<AgentTable::ResyncRequest> resync_;  // not appended yet (this thread)
   std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  StopSignal stop_;
 };
 
 }  // namespace kvindex::consume

@@ -2,15 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <condition_variable>
-#include <mutex>
 #include <thread>
 #include <zmq.hpp>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "shared/base/mutex.h"
+#include "shared/base/stop_signal.h"
 #include "shared/base/strings.h"
 #include "shared/ingest/agent_probe.h"
 #include "shared/ingest/internal/zmq_util.h"
@@ -147,14 +145,14 @@ struct AgentPipeline::Impl final : public BatchSink {
 
   // Sleeps for `duration` unless Stop() is requested; false when stopping.
   bool WaitUnlessStopping(std::chrono::milliseconds duration) {
-    std::unique_lock lock(stop_mu);
-    return !stop_cv.wait_for(lock, duration, [&] { return stop.load(); });
+    return !stop_signal.WaitFor(duration);
   }
 
   Status Start() {
     if (running) return absl::OkStatus();
     KVINDEX_RETURN_IF_ERROR(options.Validate());
     stop.store(false);
+    stop_signal.Reset();
     context = std::make_unique<zmq::context_t>(1);
     // Open every socket first, so a bad endpoint fails Start before anything
     // is published.
@@ -272,11 +270,8 @@ struct AgentPipeline::Impl final : public BatchSink {
 
   void Stop() {
     if (!running) return;
-    {
-      std::lock_guard lock(stop_mu);
-      stop.store(true);
-    }
-    stop_cv.notify_all();
+    stop.store(true);
+    stop_signal.Raise();
     for (auto& source : sources) {
       if (source->thread.joinable()) source->thread.join();
     }
@@ -305,8 +300,7 @@ struct AgentPipeline::Impl final : public BatchSink {
   std::atomic<bool> running{false};  // written by the controlling thread
 
   std::atomic<bool> stop{false};
-  std::mutex stop_mu;
-  std::condition_variable stop_cv;
+  StopSignal stop_signal;  // wakes sleepers; `stop` is the flag hot loops read
 
   // Serializes stamping + Publish: event_id order = publish order.
   Mutex publish_mu;

@@ -3,9 +3,9 @@
 #include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 
-#include <mutex>
 #include <string>
 #include <string_view>
+#include "shared/base/mutex.h"
 
 #include "shared/base/json_escape.h"
 
@@ -28,10 +28,10 @@ class JsonEscapedMessage final : public spdlog::custom_flag_formatter {
 };
 
 struct State {
-  std::mutex mu;
-  bool json = false;
-  spdlog::level::level_enum level = spdlog::level::info;
-  spdlog::sink_ptr sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
+  Mutex mu;
+  bool json ABSL_GUARDED_BY(mu) = false;
+  spdlog::level::level_enum level ABSL_GUARDED_BY(mu) = spdlog::level::info;
+  const spdlog::sink_ptr sink = std::make_shared<spdlog::sinks::stderr_sink_mt>();
 };
 
 State& GetState() {
@@ -62,18 +62,19 @@ Status Init(std::string_view format, std::string_view level) {
     return absl::InvalidArgumentError("unknown log level '" + std::string(level) + "'");
   }
   State& state = GetState();
-  std::lock_guard lock(state.mu);
+  MutexLock lock(&state.mu);
   state.json = format == "json";
   state.level = parsed;
   state.sink->set_formatter(MakeFormatter(state.json));
-  spdlog::apply_all(
-      [&](const std::shared_ptr<spdlog::logger>& logger) { logger->set_level(state.level); });
+  spdlog::apply_all([level = state.level](const std::shared_ptr<spdlog::logger>& logger) {
+    logger->set_level(level);
+  });
   return absl::OkStatus();
 }
 
 std::shared_ptr<spdlog::logger> Get(const std::string& subsystem) {
   State& state = GetState();
-  std::lock_guard lock(state.mu);
+  MutexLock lock(&state.mu);
   if (auto existing = spdlog::get(subsystem)) return existing;
   state.sink->set_formatter(MakeFormatter(state.json));
   auto logger = std::make_shared<spdlog::logger>(subsystem, state.sink);

@@ -326,10 +326,11 @@ Connection::~Connection() {
   {
     // The closed callback is the last one cnats delivers; after it nothing
     // references this object. Bounded: a stuck library must not hang shutdown.
-    absl::MutexLock lock(&mu_);
-    if (!mu_.AwaitWithTimeout(absl::Condition(&closed_), absl::Seconds(10))) {
-      logger_->error("NATS closed callback not delivered within 10s");
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    MutexLock lock(&mu_);
+    while (!closed_ && closed_cv_.WaitUntil(&mu_, deadline)) {
     }
+    if (!closed_) logger_->error("NATS closed callback not delivered within 10s");
   }
   natsConnection_Destroy(connection_);
 }
@@ -404,8 +405,9 @@ void Connection::OnClosed(natsConnection* nc, void* closure) {
                          last != nullptr ? last : "no error");
     if (self->hooks_.on_closed) self->hooks_.on_closed();
   }
-  absl::MutexLock lock(&self->mu_);
+  MutexLock lock(&self->mu_);
   self->closed_ = true;
+  self->closed_cv_.SignalAll();
 }
 
 void Connection::OnError(natsConnection* nc, natsSubscription*, natsStatus err, void* closure) {

@@ -30,8 +30,7 @@
 #include <string>
 #include <string_view>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "shared/base/mutex.h"
 #include "shared/base/status.h"
 #include "shared/log/log.h"
 
@@ -182,7 +181,8 @@ class Connection {
 
   // Lets the destructor wait until cnats has delivered the closed callback,
   // after which no callback touches this object.
-  absl::Mutex mu_;
+  Mutex mu_;
+  CondVar closed_cv_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

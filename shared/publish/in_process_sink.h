@@ -8,12 +8,11 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
-#include <mutex>
 #include <vector>
 
+#include "shared/base/mutex.h"
 #include "shared/publish/publisher.h"
 
 namespace kvindex {
@@ -40,14 +39,14 @@ class InProcessSink final : public PlacementPublisher {
 
  private:
   const size_t capacity_;
-  mutable std::mutex mu_;
-  std::condition_variable not_full_;
-  std::condition_variable not_empty_;
-  std::condition_variable drained_cv_;
-  std::deque<PlacementEvent> queue_;  // guarded by mu_
-  uint64_t published_ = 0;            // guarded by mu_
-  uint64_t drained_ = 0;              // guarded by mu_
-  bool closed_ = false;               // guarded by mu_
+  mutable Mutex mu_;
+  CondVar not_full_;
+  CondVar not_empty_;
+  CondVar drained_cv_;
+  std::deque<PlacementEvent> queue_ ABSL_GUARDED_BY(mu_);
+  uint64_t published_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t drained_ ABSL_GUARDED_BY(mu_) = 0;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace kvindex

@@ -110,7 +110,7 @@ void JetStreamPublisher::SetResyncHandler(std::function<void(const ResyncRequest
 }
 
 Status JetStreamPublisher::Start() {
-  if (running_) return absl::OkStatus();
+  if (sender_.joinable()) return absl::OkStatus();
   KVINDEX_RETURN_IF_ERROR(options_.Validate());
   jsOptions js_options;
   jsOptions_Init(&js_options);
@@ -130,27 +130,27 @@ Status JetStreamPublisher::Start() {
                static_cast<size_t>(max_payload) -
                    std::min<size_t>(kMessageHeadroom, static_cast<size_t>(max_payload) / 2));
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = false;
+    running_ = true;
   }
-  running_ = true;
   sender_ = std::thread([this] { Run(); });
   return absl::OkStatus();
 }
 
 void JetStreamPublisher::Stop() {
-  if (!running_) return;
+  if (!sender_.joinable()) return;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
   }
-  wake_.notify_all();
-  progress_.notify_all();
+  wake_.SignalAll();
+  progress_.SignalAll();
   sender_.join();
-  running_ = false;
   size_t unacked = 0;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
+    running_ = false;
     unacked = outbox_.size();
     for (const auto& [subject, batch] : open_) unacked += batch.events.empty() ? 0 : 1;
   }
@@ -168,8 +168,16 @@ std::string JetStreamPublisher::SubjectFor(const PlacementEvent& event) const {
 }
 
 Status JetStreamPublisher::Publish(std::span<const PlacementEvent> events) {
-  std::unique_lock lock(mu_);
-  if (stopping_ || !running_) return absl::UnavailableError("JetStream publisher is stopped");
+  {
+    MutexLock lock(&mu_);
+    if (stopping_ || !running_) return absl::UnavailableError("JetStream publisher is stopped");
+    PublishLocked(events);
+  }
+  wake_.Signal();
+  return absl::OkStatus();
+}
+
+void JetStreamPublisher::PublishLocked(std::span<const PlacementEvent> events) {
   const auto now = std::chrono::steady_clock::now();
   uint64_t overflowed = 0;
   for (const PlacementEvent& event : events) {
@@ -218,9 +226,6 @@ Status JetStreamPublisher::Publish(std::span<const PlacementEvent> events) {
   }
   Probe::Inc(probe_->events, static_cast<double>(events.size() - overflowed));
   Probe::Inc(probe_->overflow, static_cast<double>(overflowed));
-  lock.unlock();
-  wake_.notify_one();
-  return absl::OkStatus();
 }
 
 void JetStreamPublisher::AppendSplitLocked(const PlacementEvent& event,
@@ -280,7 +285,7 @@ void JetStreamPublisher::SealDueLocked(bool all) {
   for (const auto& [first, subject] : due) SealLocked(subject, open_[subject]);
 }
 
-bool JetStreamPublisher::SendOneLocked(std::unique_lock<std::mutex>& lock) {
+bool JetStreamPublisher::SendOneLocked() {
   if (retry_pending_) {
     // Resend everything unacknowledged, in order, with the same ids.
     retry_pending_ = false;
@@ -312,7 +317,7 @@ bool JetStreamPublisher::SendOneLocked(std::unique_lock<std::mutex>& lock) {
   natsMsg* msg = nullptr;
   natsStatus status = natsMsg_Create(&msg, next->subject.c_str(), nullptr, next->data.data(),
                                      static_cast<int>(next->data.size()));
-  lock.unlock();
+  mu_.Unlock();
   if (status == NATS_OK) status = natsMsgHeader_Set(msg, kMsgIdHeader, id);
   if (status == NATS_OK) {
     jsPubOptions pub;
@@ -323,7 +328,7 @@ bool JetStreamPublisher::SendOneLocked(std::unique_lock<std::mutex>& lock) {
   natsMsg_Destroy(msg);  // no-op when the library took it
   Probe::Inc(probe_->sent);
   if (retry) Probe::Inc(probe_->retried);
-  lock.lock();
+  mu_.Lock();
   if (status != NATS_OK) {
     // Not sent: it stays first in line and is tried again after a pause.
     // (`next` is still valid: a deque keeps references on push_back, and an
@@ -356,12 +361,18 @@ void JetStreamPublisher::HandleAck(natsMsg* msg, bool ok, const char* error_text
   const size_t colon = text.rfind(':');
   uint64_t msg_seq = 0;
   std::from_chars(text.data() + colon + 1, text.data() + text.size(), msg_seq);
-  std::unique_lock lock(mu_);
-  if (outbox_.empty() || msg_seq < outbox_.front().msg_seq) return;
+  if (!RecordAck(msg_seq, ok, error_text)) return;
+  wake_.Signal();
+  progress_.SignalAll();
+}
+
+bool JetStreamPublisher::RecordAck(uint64_t msg_seq, bool ok, const char* error_text) {
+  MutexLock lock(&mu_);
+  if (outbox_.empty() || msg_seq < outbox_.front().msg_seq) return false;
   const size_t index = static_cast<size_t>(msg_seq - outbox_.front().msg_seq);
-  if (index >= outbox_.size()) return;
+  if (index >= outbox_.size()) return false;
   Outgoing& out = outbox_[index];
-  if (out.acked || !out.in_flight) return;  // an answer to an earlier send of it
+  if (out.acked || !out.in_flight) return false;  // an answer to an earlier send of it
   out.in_flight = false;
   --in_flight_;
   if (!ok) {
@@ -388,12 +399,10 @@ void JetStreamPublisher::HandleAck(natsMsg* msg, bool ok, const char* error_text
       ++acked_;
     }
   }
-  lock.unlock();
-  wake_.notify_one();
-  progress_.notify_all();
+  return true;
 }
 
-void JetStreamPublisher::MaybeRequestResyncLocked(std::unique_lock<std::mutex>& lock) {
+void JetStreamPublisher::MaybeRequestResyncLocked() {
   if (!resync_handler_) return;
   ResyncRequest request;
   const auto now = std::chrono::steady_clock::now();
@@ -409,13 +418,13 @@ void JetStreamPublisher::MaybeRequestResyncLocked(std::unique_lock<std::mutex>& 
   if (!request.all && request.sources.empty()) return;
   last_request_ = now;
   Probe::Inc(probe_->resyncs);
-  lock.unlock();
+  mu_.Unlock();
   resync_handler_(request);
-  lock.lock();
+  mu_.Lock();
 }
 
 void JetStreamPublisher::Run() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   while (!stopping_) {
     SealDueLocked(false);
     // An acknowledgement the client never reported: treat it as failed.
@@ -434,8 +443,8 @@ void JetStreamPublisher::Run() {
         stream_ready_ && natsConnection_Status(connection_) == NATS_CONN_STATUS_CONNECTED;
     bool sent = false;
     if (connected) {
-      while (!stopping_ && SendOneLocked(lock)) sent = true;
-      MaybeRequestResyncLocked(lock);
+      while (!stopping_ && SendOneLocked()) sent = true;
+      MaybeRequestResyncLocked();
     }
     if (probe_->buffered != nullptr) probe_->buffered->Set(static_cast<double>(BufferedLocked()));
     if (sent) continue;
@@ -447,25 +456,26 @@ void JetStreamPublisher::Run() {
       const auto due = batch.first + options_.max_delay;
       wait = std::min(wait, std::chrono::duration_cast<std::chrono::microseconds>(due - now));
     }
-    if (wait.count() > 0) wake_.wait_for(lock, wait);
+    if (wait.count() > 0) wake_.WaitFor(&mu_, wait);
   }
 }
 
 void JetStreamPublisher::SetStreamReady(bool ready) {
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     stream_ready_ = ready;
   }
-  wake_.notify_all();
+  wake_.SignalAll();
 }
 
 Status JetStreamPublisher::Flush() {
-  std::unique_lock lock(mu_);
+  MutexLock lock(&mu_);
   SealDueLocked(true);
   const uint64_t target = next_msg_seq_ - 1;
-  wake_.notify_one();
-  progress_.wait(lock,
-                 [&] { return stopping_ || outbox_.empty() || outbox_.front().msg_seq > target; });
+  wake_.Signal();
+  while (!stopping_ && !outbox_.empty() && outbox_.front().msg_seq <= target) {
+    progress_.Wait(&mu_);
+  }
   if (!outbox_.empty() && outbox_.front().msg_seq <= target) {
     return absl::UnavailableError("JetStream publisher stopped before the flush completed");
   }
@@ -473,12 +483,12 @@ Status JetStreamPublisher::Flush() {
 }
 
 size_t JetStreamPublisher::buffered_bytes() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return BufferedLocked();
 }
 
 uint64_t JetStreamPublisher::acked() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return acked_;
 }
 

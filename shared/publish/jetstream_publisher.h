@@ -35,18 +35,17 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/container/btree_set.h"
+#include "shared/base/mutex.h"
 #include "shared/codec/placement_codec.h"
 #include "shared/nats/subjects.h"
 #include "shared/publish/publisher.h"
@@ -135,21 +134,27 @@ class JetStreamPublisher final : public PlacementPublisher {
 
   static void OnAck(jsCtx* js, natsMsg* msg, jsPubAck* ack, jsPubAckErr* error, void* closure);
   void HandleAck(natsMsg* msg, bool ok, const char* error_text);
+  // False when the acknowledgement matched no message in flight.
+  bool RecordAck(uint64_t msg_seq, bool ok, const char* error_text);
 
   void Run();
+  void PublishLocked(std::span<const PlacementEvent> events) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string SubjectFor(const PlacementEvent& event) const;
   // A stored/removed event too large for one message, as consecutive pieces.
-  void AppendSplitLocked(const PlacementEvent& event,
-                         std::chrono::steady_clock::time_point now);  // mu_ held
+  void AppendSplitLocked(const PlacementEvent& event, std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Adds one event to its subject's open batch, sealing it first when the
   // event would not fit and after when full.
   void AppendLocked(const PlacementEvent& event, size_t bytes,
-                    std::chrono::steady_clock::time_point now);   // mu_ held
-  void SealLocked(const std::string& subject, OpenBatch& batch);  // mu_ held
-  void SealDueLocked(bool all);                                   // mu_ held
-  size_t BufferedLocked() const { return open_bytes_ + outbox_bytes_; }
-  bool SendOneLocked(std::unique_lock<std::mutex>& lock);
-  void MaybeRequestResyncLocked(std::unique_lock<std::mutex>& lock);
+                    std::chrono::steady_clock::time_point now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SealLocked(const std::string& subject, OpenBatch& batch) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SealDueLocked(bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t BufferedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return open_bytes_ + outbox_bytes_;
+  }
+  // Both release mu_ while they call out (the client library, the handler).
+  bool SendOneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeRequestResyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   natsConnection* const connection_;
   JetStreamPublisherOptions options_;
@@ -159,24 +164,28 @@ class JetStreamPublisher final : public PlacementPublisher {
   // Largest batch: max_batch_bytes within the server's max_payload (Start).
   size_t batch_limit_ = size_t{1} << 20;
 
-  mutable std::mutex mu_;
-  std::condition_variable wake_;           // sender: work arrived or state changed
-  std::condition_variable progress_;       // Flush: acknowledgements arrived
-  std::map<std::string, OpenBatch> open_;  // by subject
-  size_t open_bytes_ = 0;
-  std::deque<Outgoing> outbox_;  // sealed, msg_seq order; front = oldest unacknowledged
-  size_t outbox_bytes_ = 0;
-  size_t in_flight_ = 0;
-  uint64_t next_msg_seq_ = 1;
-  uint64_t acked_ = 0;
-  bool retry_pending_ = false;             // an ack failed: resend from the oldest unacknowledged
-  bool resync_all_ = false;                // after a retry: snapshot every source once drained
-  absl::btree_set<SourceKey> overflowed_;  // dropped past buffer_bytes, awaiting a clear
-  absl::btree_set<SourceKey> requested_;   // of those, asked for
-  std::chrono::steady_clock::time_point last_request_{};
-  bool stopping_ = false;
-  bool stream_ready_ = true;  // guarded by mu_
-  bool running_ = false;
+  mutable Mutex mu_;
+  CondVar wake_;      // sender: work arrived or state changed
+  CondVar progress_;  // Flush: acknowledgements arrived
+  std::map<std::string, OpenBatch> open_ ABSL_GUARDED_BY(mu_);  // by subject
+  size_t open_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Sealed, msg_seq order; front = oldest unacknowledged.
+  std::deque<Outgoing> outbox_ ABSL_GUARDED_BY(mu_);
+  size_t outbox_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_msg_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t acked_ ABSL_GUARDED_BY(mu_) = 0;
+  // An ack failed: resend from the oldest unacknowledged.
+  bool retry_pending_ ABSL_GUARDED_BY(mu_) = false;
+  // After a retry: snapshot every source once drained.
+  bool resync_all_ ABSL_GUARDED_BY(mu_) = false;
+  // Dropped past buffer_bytes, awaiting a clear; and of those, the ones asked for.
+  absl::btree_set<SourceKey> overflowed_ ABSL_GUARDED_BY(mu_);
+  absl::btree_set<SourceKey> requested_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point last_request_ ABSL_GUARDED_BY(mu_){};
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stream_ready_ ABSL_GUARDED_BY(mu_) = true;
+  bool running_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sender_;
 };
 

@@ -71,19 +71,19 @@ IOStatus StickyErrorFileSystem::NewWritableFile(const std::string& name,
 }
 
 IOStatus StickyErrorFileSystem::Keep(IOStatus status) {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   if (!status.ok() && error_.ok()) error_ = status;
   status.PermitUncheckedError();
   return IOStatus::OK();
 }
 
 bool StickyErrorFileSystem::failed() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   return !error_.ok();
 }
 
 IOStatus StickyErrorFileSystem::TakeError() {
-  std::lock_guard lock(mu_);
+  MutexLock lock(&mu_);
   IOStatus out = error_;
   error_ = IOStatus::OK();
   return out;

@@ -15,8 +15,9 @@
 #include <rocksdb/file_system.h>
 
 #include <memory>
-#include <mutex>
 #include <string>
+
+#include "shared/base/mutex.h"
 
 namespace kvindex::storage::internal {
 
@@ -38,8 +39,8 @@ class StickyErrorFileSystem : public rocksdb::FileSystemWrapper {
   rocksdb::IOStatus Keep(rocksdb::IOStatus status);
 
  private:
-  mutable std::mutex mu_;
-  rocksdb::IOStatus error_;  // guarded by mu_
+  mutable Mutex mu_;
+  rocksdb::IOStatus error_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvindex::storage::internal

@@ -7,12 +7,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <deque>
 #include <filesystem>
 #include <memory>
-#include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -22,6 +20,7 @@
 
 #include "services/mockengine/engine_endpoint.h"
 #include "services/router/router.h"
+#include "shared/base/mutex.h"
 #include "shared/config/cli.h"
 #include "shared/http/client.h"
 #include "shared/ingest/agent_pipeline.h"
@@ -97,10 +96,10 @@ class Engines {
   // Returns when done, with the last chain published.
   Sample Publish(uint64_t ops, double rate, const std::function<bool()>& want_sample,
                  const std::function<void(Sample)>& sample) {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     job_ = Job{ops, rate, &want_sample, &sample};
     done_ = false;
-    cv_.wait(lock, [&] { return done_; });
+    while (!done_) cv_.Wait(&mu_);
     return last_;
   }
 
@@ -179,7 +178,7 @@ class Engines {
       for (auto& e : engines_) e->endpoint.ServeReplay();
       std::optional<Job> job;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         if (!done_) job = job_;
       }
       if (!job) {
@@ -206,10 +205,10 @@ class Engines {
           for (auto& engine : engines_) engine->endpoint.ServeReplay();
         }
       }
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       last_ = std::move(last);
       done_ = true;
-      cv_.notify_all();
+      cv_.SignalAll();
     }
   }
 
@@ -222,11 +221,11 @@ class Engines {
   uint64_t token_counter_ = 1;
   std::thread thread_;
   std::atomic<bool> stop_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<Job> job_;
-  bool done_ = true;
-  Sample last_;
+  Mutex mu_;
+  CondVar cv_;
+  std::optional<Job> job_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = true;
+  Sample last_ ABSL_GUARDED_BY(mu_);
 };
 
 // Polls /v1/match until a sample's chain is fully visible.
@@ -264,39 +263,39 @@ class Prober {
   }
   ~Prober() {
     {
-      std::lock_guard lock(mu_);
+      MutexLock lock(&mu_);
       stop_ = true;
     }
-    cv_.notify_all();
+    cv_.SignalAll();
     thread_.join();
   }
   bool Idle() const { return idle_.load(); }
   void Submit(Sample s) {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     pending_ = std::move(s);
     idle_.store(false);
-    cv_.notify_all();
+    cv_.SignalAll();
   }
   void WaitIdle() {
     while (!idle_.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   std::vector<double> TakeLatencies() {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return std::move(latencies_);
   }
   uint64_t timeouts() const { return timeouts_.load(); }
 
  private:
   void Run() {
-    std::unique_lock lock(mu_);
+    MutexLock lock(&mu_);
     while (true) {
-      cv_.wait(lock, [&] { return stop_ || pending_.has_value(); });
+      while (!stop_ && !pending_.has_value()) cv_.Wait(&mu_);
       if (stop_) return;
       Sample s = std::move(*pending_);
       pending_.reset();
-      lock.unlock();
+      mu_.Unlock();
       auto ms = TimeToVisible(url_, s, blocks_, std::chrono::seconds(5));
-      lock.lock();
+      mu_.Lock();
       if (ms.ok()) {
         latencies_.push_back(*ms);
       } else {
@@ -309,13 +308,13 @@ class Prober {
   const http::Url url_;
   const uint32_t blocks_;
   std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::optional<Sample> pending_;
-  std::vector<double> latencies_;
+  Mutex mu_;
+  CondVar cv_;
+  std::optional<Sample> pending_ ABSL_GUARDED_BY(mu_);
+  std::vector<double> latencies_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> idle_{true};
   std::atomic<uint64_t> timeouts_{0};
-  bool stop_ = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 double Percentile(std::vector<double> v, double q) {

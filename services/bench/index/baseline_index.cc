@@ -31,7 +31,7 @@ void BaselineIndex::EraseSource(uint32_t id) {
 }
 
 bool BaselineIndex::ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) {
-  std::unique_lock lock(mu_);
+  WriterLock lock(&mu_);
   if (log_position <= applied_seq_) return false;
   applied_seq_ = log_position;
   for (const PlacementEvent& event : events) ApplyLocked(event);
@@ -94,7 +94,7 @@ StatusOr<MatchResult> BaselineIndex::MatchSequenceHashes(std::string_view model,
   if (options.max_blocks != 0 && options.max_blocks < seq.size()) {
     seq = seq.first(options.max_blocks);
   }
-  std::shared_lock lock(mu_);
+  mu_.ReaderLock();
   result.applied_seq = applied_seq_;
   // One row per source holding block 0; each later block is checked per
   // still-matching source, fastest tier first.
@@ -137,18 +137,19 @@ StatusOr<MatchResult> BaselineIndex::MatchSequenceHashes(std::string_view model,
     }
     if (!any) break;
   }
-  lock.unlock();
+  mu_.ReaderUnlock();  // sorting needs no lock
   index::SortWorkerMatches(&result.workers);
   return result;
 }
 
 std::optional<uint32_t> BaselineIndex::BlockSize(std::string_view model) const {
   if (model != model_) return std::nullopt;
+  ReaderLock lock(&mu_);
   return block_size_;
 }
 
 index::IndexStats BaselineIndex::Stats() const {
-  std::shared_lock lock(mu_);
+  ReaderLock lock(&mu_);
   index::IndexStats stats;
   stats.applied_seq = applied_seq_;
   for (int t = 0; t < kNumTiers; ++t) stats.entries[t] = entries_[t];

@@ -9,12 +9,12 @@
 #pragma once
 
 #include <cstdint>
-#include <shared_mutex>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "shared/base/mutex.h"
 #include "shared/index/index_interface.h"
 #include "shared/index/internal/memory.h"
 
@@ -37,7 +37,7 @@ class BaselineIndex final : public index::IndexInterface {
   void RestoreAppliedSeq(uint64_t) override {}
 
  private:
-  void ApplyLocked(const PlacementEvent& event);  // mu_ held exclusively
+  void ApplyLocked(const PlacementEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Member: source id << 2 | tier.
   using HolderSet = absl::flat_hash_set<uint32_t, absl::Hash<uint32_t>, std::equal_to<uint32_t>,
                                         index::internal::CountingAllocator<uint32_t>>;
@@ -45,18 +45,18 @@ class BaselineIndex final : public index::IndexInterface {
       absl::flat_hash_map<uint64_t, HolderSet, absl::Hash<uint64_t>, std::equal_to<uint64_t>,
                           index::internal::CountingAllocator<std::pair<const uint64_t, HolderSet>>>;
 
-  uint32_t SourceId(const SourceKey& source);
-  void EraseSource(uint32_t id);
+  uint32_t SourceId(const SourceKey& source) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseSource(uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string model_;
   mutable index::internal::MemoryCounter memory_;
-  mutable std::shared_mutex mu_;
-  BlockMap blocks_;
-  absl::flat_hash_map<SourceKey, uint32_t> ids_;
-  std::vector<SourceKey> keys_;
-  uint64_t entries_[kNumTiers] = {};
-  uint32_t block_size_ = 0;
-  uint64_t applied_seq_ = 0;
+  mutable SharedMutex mu_;
+  BlockMap blocks_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<SourceKey, uint32_t> ids_ ABSL_GUARDED_BY(mu_);
+  std::vector<SourceKey> keys_ ABSL_GUARDED_BY(mu_);
+  uint64_t entries_[kNumTiers] ABSL_GUARDED_BY(mu_) = {};
+  uint32_t block_size_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t applied_seq_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvindex::bench

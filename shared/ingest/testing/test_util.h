@@ -10,10 +10,8 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <msgpack.hpp>
-#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -21,6 +19,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "shared/base/mutex.h"
 #include "shared/hashing/canonical_hash.h"
 #include "shared/ingest/frames.h"
 #include "shared/model/placement_event.h"
@@ -145,15 +144,15 @@ class Renderer {
 class RecordingPublisher final : public PlacementPublisher {
  public:
   Status Publish(std::span<const PlacementEvent> events) override {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     batches_.emplace_back(events.begin(), events.end());
-    cv_.notify_all();
+    cv_.SignalAll();
     return absl::OkStatus();
   }
   Status Flush() override { return absl::OkStatus(); }
 
   std::vector<std::vector<PlacementEvent>> batches() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return batches_;
   }
   std::string Render(bool skip_heartbeats = true) const {
@@ -163,12 +162,14 @@ class RecordingPublisher final : public PlacementPublisher {
   // rendering either way.
   std::string WaitForRender(const std::string& expected,
                             std::chrono::milliseconds timeout = std::chrono::seconds(10)) const {
-    std::unique_lock lock(mu_);
-    std::string last;
-    cv_.wait_for(lock, timeout, [&] {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    MutexLock lock(&mu_);
+    std::string last = renderer_.Batches(batches_, true);
+    while (last != expected) {
+      const bool woken = cv_.WaitUntil(&mu_, deadline);
       last = renderer_.Batches(batches_, true);
-      return last == expected;
-    });
+      if (!woken) break;
+    }
     return last;
   }
   // Waits until `pred` holds (10 s at most).
@@ -183,9 +184,9 @@ class RecordingPublisher final : public PlacementPublisher {
   }
 
  private:
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  std::vector<std::vector<PlacementEvent>> batches_;
+  mutable Mutex mu_;
+  mutable CondVar cv_;
+  std::vector<std::vector<PlacementEvent>> batches_ ABSL_GUARDED_BY(mu_);
   Renderer renderer_;
 };
 

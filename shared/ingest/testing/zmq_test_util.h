@@ -13,7 +13,6 @@
 #include <atomic>
 #include <chrono>
 #include <map>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -118,12 +117,12 @@ class ReplayServer {
   const std::string& endpoint() const { return endpoint_; }
 
   void Add(uint64_t seq, std::string payload, std::string topic = "kv-events") {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     buffer_[seq] = {std::move(topic), std::move(payload)};
   }
   void set_mode(Mode mode) { mode_ = mode; }
   std::vector<uint64_t> requests() const {
-    std::lock_guard lock(mu_);
+    MutexLock lock(&mu_);
     return requests_;
   }
 
@@ -146,7 +145,7 @@ class ReplayServer {
       const std::string identity = parts[0].to_string();
       std::vector<std::pair<uint64_t, std::pair<std::string, std::string>>> batches;
       {
-        std::lock_guard lock(mu_);
+        MutexLock lock(&mu_);
         requests_.push_back(start);
         for (auto it = buffer_.lower_bound(start); it != buffer_.end(); ++it) {
           batches.emplace_back(it->first, it->second);
@@ -186,9 +185,9 @@ class ReplayServer {
   std::thread thread_;
   std::atomic<bool> stop_{false};
   std::atomic<Mode> mode_{Mode::kNormal};
-  mutable std::mutex mu_;
-  std::map<uint64_t, std::pair<std::string, std::string>> buffer_;
-  std::vector<uint64_t> requests_;
+  mutable Mutex mu_;
+  std::map<uint64_t, std::pair<std::string, std::string>> buffer_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> requests_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace kvindex::ingest::testing
