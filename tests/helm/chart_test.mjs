@@ -1,0 +1,551 @@
+#!/usr/bin/env node
+// Tests of the Helm chart helm/kvindex with a real helm (tests/helm/README.md).
+//
+//   node chart_test.mjs lint
+//   node chart_test.mjs render
+//   node chart_test.mjs schema
+//   node chart_test.mjs check-config ROUTER_BINARY AGENT_BINARY
+//
+// Tools come from fetch-tools.sh (exit 77 = skipped when they cannot be
+// fetched outside CI). Exit 0 = passed, 1 = failed.
+import { spawnSync } from "node:child_process";
+import { createRequire } from "node:module";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.resolve(here, "../..");
+const chart = path.join(repo, "helm/kvindex");
+const valuesDir = path.join(here, "values");
+const badValuesDir = path.join(here, "bad-values");
+const RELEASE = "kv";
+const NAMESPACE = "llm";
+
+const fetched = spawnSync("bash", [path.join(here, "fetch-tools.sh")], {
+  encoding: "utf8",
+  stdio: ["ignore", "pipe", "inherit"],
+});
+if (fetched.status === 77) process.exit(77);
+if (fetched.status !== 0) {
+  console.error(`fetch-tools.sh failed (exit ${fetched.status})`);
+  process.exit(1);
+}
+const cache = fetched.stdout.trim().split("\n").pop();
+const requireTool = createRequire(path.join(cache, "node", "package.json"));
+const YAML = requireTool("yaml");
+const helm = path.join(cache, "bin", "helm");
+
+let failures = 0;
+let checks = 0;
+function check(condition, message) {
+  checks++;
+  if (!condition) {
+    failures++;
+    console.error(`FAIL: ${message}`);
+  }
+  return condition;
+}
+
+function run(command, args, options = {}) {
+  return spawnSync(command, args, { encoding: "utf8", maxBuffer: 64 << 20, ...options });
+}
+
+// Value sets: the defaults plus every file in values/.
+function valueSets() {
+  const sets = [{ name: "default", args: [] }];
+  for (const file of fs.readdirSync(valuesDir).sort()) {
+    if (file.endsWith(".yaml")) {
+      sets.push({ name: file.replace(/\.yaml$/, ""), args: ["-f", path.join(valuesDir, file)] });
+    }
+  }
+  return sets;
+}
+
+function template(args) {
+  const result = run(helm, ["template", RELEASE, chart, "--namespace", NAMESPACE, ...args]);
+  // helm warns on stderr that dashboards/kvindex.json is a link: expected.
+  const stderr = result.stderr
+    .split("\n")
+    .filter((line) => line && !line.includes("found symbolic link in path"))
+    .join("\n");
+  return { status: result.status, stdout: result.stdout, stderr };
+}
+
+function render(args) {
+  const result = template(args);
+  if (result.status !== 0) throw new Error(`helm template ${args.join(" ")}: ${result.stderr}`);
+  return YAML.parseAllDocuments(result.stdout)
+    .map((doc) => {
+      if (doc.errors.length) throw new Error(`rendered YAML: ${doc.errors[0].message}`);
+      return doc.toJS();
+    })
+    .filter((obj) => obj !== null);
+}
+
+const find = (objects, kind, suffix = "") =>
+  objects.filter((o) => o.kind === kind && o.metadata.name.endsWith(suffix));
+
+// ---------------------------------------------------------------- lint
+function lint() {
+  for (const set of valueSets()) {
+    const result = run(helm, ["lint", "--strict", chart, ...set.args]);
+    const ok = check(result.status === 0, `helm lint --strict (${set.name}):\n${result.stdout}${result.stderr}`);
+    if (ok) console.log(`lint ${set.name}: ok`);
+  }
+}
+
+// ---------------------------------------------------------------- render
+// The Kubernetes API schema of one object (kubernetes-models: the OpenAPI
+// schemas of the API server, compiled).
+function schemaClass(apiVersion, kind) {
+  const [group, version] = apiVersion.includes("/") ? apiVersion.split("/") : ["", apiVersion];
+  const module =
+    group === "monitoring.coreos.com"
+      ? `@kubernetes-models/prometheus-operator/${group}/${version}/${kind}`
+      : `kubernetes-models/${group ? group + "/" : ""}${version}/${kind}`;
+  return requireTool(module)[kind];
+}
+
+// The compiled validate function behind a kubernetes-models class.
+function schemaValidator(apiVersion, kind) {
+  const [group, version] = apiVersion.includes("/") ? apiVersion.split("/") : ["", apiVersion];
+  const module =
+    group === "monitoring.coreos.com"
+      ? `@kubernetes-models/prometheus-operator/${group}/${version}/${kind}`
+      : `kubernetes-models/${group ? group + "/" : ""}${version}/${kind}`;
+  const file = requireTool.resolve(module);
+  const schema = /require\("([^"]*_schemas\/[^"]+)"\)/.exec(fs.readFileSync(file, "utf8"));
+  if (!schema) throw new Error(`${module}: no schema module`);
+  return createRequire(file)(schema[1]).validate;
+}
+
+// A copy of `value` whose objects record which keys are read. A compiled
+// schema reads every property it declares (and every key of a map), so a key
+// it never read is a field the API does not have: the API server refuses it
+// (kubectl's default, --validate=strict), while the schemas alone, without
+// additionalProperties: false, would let it pass.
+function recording(value, where, objects) {
+  if (Array.isArray(value)) return value.map((v, i) => recording(v, `${where}/${i}`, objects));
+  if (value && typeof value === "object") {
+    const reads = new Set();
+    const target = {};
+    for (const key of Object.keys(value)) target[key] = recording(value[key], `${where}/${key}`, objects);
+    objects.push({ where, keys: Object.keys(value), reads });
+    return new Proxy(target, {
+      get(t, key, receiver) {
+        if (typeof key === "string") reads.add(key);
+        return Reflect.get(t, key, receiver);
+      },
+    });
+  }
+  return value;
+}
+
+function validateObject(obj, where) {
+  let validate;
+  try {
+    validate = schemaValidator(obj.apiVersion, obj.kind);
+  } catch (e) {
+    return check(false, `${where}: no Kubernetes schema for ${obj.apiVersion} ${obj.kind} (${e.message})`);
+  }
+  const name = `${obj.kind}/${obj.metadata?.name}`;
+  const objects = [];
+  const valid = validate(recording(obj, "", objects));
+  const errors = (validate.errors || []).map((e) => `${e.instancePath || "/"} ${e.message || e.keyword} ${JSON.stringify(e.params)}`);
+  check(valid, `${where}: ${name} does not validate: ${errors.join("; ")}`);
+  const unknown = objects.flatMap((o) => o.keys.filter((k) => !o.reads.has(k)).map((k) => `${o.where}/${k}`));
+  return check(unknown.length === 0, `${where}: ${name} has fields the Kubernetes API does not know: ${unknown.join(", ")}`);
+}
+
+const DNS_LABEL = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;
+
+// The pods the chart defines: workloads' templates and the sidecar snippet
+// pasted into an engine pod.
+function podSpecs(objects) {
+  const pods = [];
+  for (const o of objects) {
+    if (o.kind === "StatefulSet" || o.kind === "DaemonSet") {
+      pods.push({ name: `${o.kind}/${o.metadata.name}`, owner: o, spec: o.spec.template.spec, labels: o.spec.template.metadata.labels });
+    }
+    if (o.kind === "ConfigMap" && o.metadata.name.endsWith("-agent-sidecar")) {
+      const containers = YAML.parse(o.data["container.yaml"]);
+      const volumes = YAML.parse(o.data["volumes.yaml"]);
+      const pod = {
+        apiVersion: "v1",
+        kind: "Pod",
+        metadata: { name: "engine-0", namespace: NAMESPACE },
+        spec: {
+          enableServiceLinks: false,
+          securityContext: { runAsNonRoot: true, seccompProfile: { type: "RuntimeDefault" } },
+          containers: [{ name: "engine", image: "vllm/vllm-openai:latest" }, ...containers],
+          volumes,
+        },
+      };
+      pods.push({ name: "sidecar snippet in an engine Pod", owner: pod, spec: pod.spec, sidecar: true, snippet: pod });
+    }
+  }
+  return pods;
+}
+
+function checkPodSecurity(pod) {
+  const spec = pod.spec;
+  const podSc = spec.securityContext || {};
+  if (!pod.sidecar) {
+    check(podSc.runAsNonRoot === true, `${pod.name}: pod securityContext.runAsNonRoot`);
+    check(podSc.seccompProfile?.type === "RuntimeDefault", `${pod.name}: pod seccompProfile RuntimeDefault`);
+    check(spec.automountServiceAccountToken === false, `${pod.name}: automountServiceAccountToken false`);
+    check(spec.enableServiceLinks === false, `${pod.name}: enableServiceLinks false`);
+  }
+  const volumes = new Map((spec.volumes || []).map((v) => [v.name, v]));
+  for (const c of spec.containers) {
+    if (!c.name.startsWith("kvindex-")) continue;
+    const where = `${pod.name} container ${c.name}`;
+    const sc = c.securityContext || {};
+    check(sc.runAsNonRoot === true, `${where}: runAsNonRoot`);
+    check(sc.readOnlyRootFilesystem === true, `${where}: readOnlyRootFilesystem`);
+    check(sc.allowPrivilegeEscalation === false, `${where}: allowPrivilegeEscalation false`);
+    check((sc.capabilities?.drop || []).includes("ALL"), `${where}: capabilities drop ALL`);
+    check(sc.seccompProfile?.type === "RuntimeDefault", `${where}: seccompProfile RuntimeDefault`);
+    check(c.resources?.requests?.cpu && c.resources?.requests?.memory, `${where}: cpu and memory requests`);
+    check(c.resources?.limits?.memory, `${where}: memory limit`);
+    check(c.livenessProbe?.httpGet?.path === "/healthz", `${where}: liveness on /healthz`);
+    check(c.readinessProbe?.httpGet?.path === "/readyz", `${where}: readiness on /readyz`);
+    const ports = new Set((c.ports || []).map((p) => p.name));
+    for (const probe of [c.livenessProbe, c.readinessProbe, c.startupProbe].filter(Boolean)) {
+      check(ports.has(probe.httpGet.port), `${where}: probe port ${probe.httpGet.port} is a container port`);
+    }
+    if (c.name === "kvindex-router") {
+      const s = c.startupProbe;
+      check(s?.httpGet?.path === "/healthz", `${where}: startupProbe on /healthz`);
+      check(s && s.periodSeconds * s.failureThreshold >= 300, `${where}: startupProbe allows >= 5 min for a checkpoint load`);
+    }
+    for (const m of c.volumeMounts || []) {
+      const claimed = (pod.owner.spec?.volumeClaimTemplates || []).some((t) => t.metadata.name === m.name);
+      check(volumes.has(m.name) || claimed, `${where}: volumeMount ${m.name} has a volume or a volumeClaimTemplate`);
+    }
+    const env = c.env || [];
+    const names = env.map((e) => e.name);
+    check(new Set(names).size === names.length, `${where}: duplicate environment variables`);
+    for (const e of env) {
+      if (e.name.startsWith("KVINDEX_")) {
+        check(e.value !== undefined, `${where}: ${e.name} has a plain value (secrets come from files)`);
+        check(!/password|token/i.test(e.name) || /_FILE$/.test(e.name), `${where}: ${e.name} would carry a secret in the pod spec`);
+      }
+    }
+  }
+}
+
+function selects(selector, labels) {
+  return Object.entries(selector || {}).every(([k, v]) => labels?.[k] === v);
+}
+
+// Per value set: what must (not) be there beyond the common checks.
+const expectations = {
+  default(objects) {
+    const sts = find(objects, "StatefulSet")[0];
+    check(sts?.spec.replicas === 2, "default: 2 router replicas");
+    check(find(objects, "DaemonSet").length === 0, "default: no agent DaemonSet (agent.enabled=false)");
+    for (const kind of ["HorizontalPodAutoscaler", "ServiceMonitor", "NetworkPolicy"]) {
+      check(find(objects, kind).length === 0, `default: no ${kind}`);
+    }
+    check(find(objects, "PodDisruptionBudget").length === 1, "default: a PodDisruptionBudget");
+    const env = envOf(sts, "kvindex-router");
+    check(env.KVINDEX_NATS === "nats://nats.nats.svc:4222", "default: external NATS URL");
+    check(!("KVINDEX_AUTH_TOKEN_FILE" in env), "default: no API token");
+  },
+  "three-replicas"(objects) {
+    const sts = find(objects, "StatefulSet")[0];
+    check(sts.spec.replicas === 3, "three-replicas: 3 routers");
+    check(envOf(sts, "kvindex-router").KVINDEX_MODELS === "meta-llama/Llama-3.1-8B,Qwen/Qwen2.5-7B", "three-replicas: --models");
+    const ds = find(objects, "DaemonSet")[0];
+    check(ds, "three-replicas: agent DaemonSet");
+    const env = envOf(ds, "kvindex-agent");
+    check(env.KVINDEX_SOURCE.split(";").length === 2, "three-replicas: two sources joined with ';'");
+    check(env.KVINDEX_BUFFER_BYTES === "67108864", `three-replicas: large integers stay integers (${env.KVINDEX_BUFFER_BYTES})`);
+  },
+  tls(objects) {
+    for (const w of [...find(objects, "StatefulSet"), ...find(objects, "DaemonSet")]) {
+      const env = envOf(w, w.kind === "StatefulSet" ? "kvindex-router" : "kvindex-agent");
+      for (const name of ["KVINDEX_NATS_TLS_CA", "KVINDEX_NATS_TLS_CERT", "KVINDEX_NATS_TLS_KEY", "KVINDEX_NATS_CREDS_FILE"]) {
+        check(env[name]?.startsWith("/etc/kvindex/"), `tls: ${w.kind} ${name} is a mounted file`);
+      }
+      const secrets = w.spec.template.spec.volumes.filter((v) => v.secret).map((v) => v.secret.secretName);
+      check(secrets.includes("kvindex-nats-tls") && secrets.includes("kvindex-nats-creds"), `tls: ${w.kind} mounts both Secrets`);
+    }
+  },
+  "auth-token"(objects) {
+    const sts = find(objects, "StatefulSet")[0];
+    const env = envOf(sts, "kvindex-router");
+    check(env.KVINDEX_AUTH_TOKEN_FILE === "/etc/kvindex/auth/token", "auth-token: token file");
+    check(env.KVINDEX_METRICS_AUTH === "true", "auth-token: --metrics-auth");
+    check(env.KVINDEX_NATS_USER === "kvindex" && env.KVINDEX_NATS_PASSWORD_FILE, "auth-token: NATS user and password file");
+    const sm = find(objects, "ServiceMonitor", "-router")[0];
+    check(sm?.spec.endpoints[0].authorization?.credentials?.name === "kvindex-api-token", "auth-token: ServiceMonitor scrapes with the token");
+  },
+  sidecar(objects) {
+    check(find(objects, "DaemonSet").length === 0, "sidecar: no DaemonSet");
+    check(find(objects, "ConfigMap", "-agent-sidecar").length === 1, "sidecar: snippet ConfigMap");
+  },
+  servicemonitor(objects) {
+    const monitors = find(objects, "ServiceMonitor");
+    check(monitors.length === 2, "servicemonitor: router and agent ServiceMonitors");
+    for (const m of monitors) check(m.metadata.labels.release === "prometheus", "servicemonitor: extra labels");
+    // Each selects exactly one Service of the release.
+    for (const m of monitors) {
+      const matched = find(objects, "Service").filter(
+        (s) =>
+          selects(m.spec.selector.matchLabels, s.metadata.labels) &&
+          (m.spec.selector.matchExpressions || []).every((e) => e.operator !== "NotIn" || !e.values.includes(s.metadata.labels[e.key])),
+      );
+      check(matched.length === 1, `servicemonitor: ${m.metadata.name} selects ${matched.length} Services`);
+      check(matched[0]?.spec.ports.some((p) => p.name === m.spec.endpoints[0].port), `servicemonitor: ${m.metadata.name} port exists`);
+    }
+  },
+  hpa(objects) {
+    const hpa = find(objects, "HorizontalPodAutoscaler")[0];
+    const sts = find(objects, "StatefulSet")[0];
+    check(hpa?.spec.scaleTargetRef.name === sts.metadata.name && hpa.spec.scaleTargetRef.kind === "StatefulSet", "hpa: targets the router StatefulSet");
+    check(sts.spec.replicas === undefined, "hpa: the StatefulSet leaves replicas to the HPA");
+  },
+  networkpolicy(objects) {
+    const policies = find(objects, "NetworkPolicy");
+    check(policies.length === 2, "networkpolicy: router and agent policies");
+    const router = find(objects, "NetworkPolicy", "-router")[0];
+    const from = router.spec.ingress[0].from.map((p) => p.namespaceSelector.matchLabels["kubernetes.io/metadata.name"]);
+    check(from.includes("gateway") && from.includes("monitoring"), "networkpolicy: API from gateway, metrics from monitoring");
+    const egressPorts = router.spec.egress.flatMap((r) => r.ports.map((p) => `${p.protocol}/${p.port}`));
+    check(JSON.stringify(egressPorts.sort()) === JSON.stringify(["TCP/4222", "TCP/53", "UDP/53"]), `networkpolicy: router egress NATS + DNS only (${egressPorts})`);
+    const agent = find(objects, "NetworkPolicy", "-agent")[0];
+    check(agent.spec.egress.some((r) => r.ports.some((p) => p.port === 5557)), "networkpolicy: agent reaches the engines");
+  },
+};
+
+function envOf(workload, container) {
+  const c = workload.spec.template.spec.containers.find((x) => x.name === container);
+  return Object.fromEntries((c?.env || []).filter((e) => e.value !== undefined).map((e) => [e.name, e.value]));
+}
+
+function renderTests() {
+  const dashboard = JSON.parse(fs.readFileSync(path.join(repo, "docs/grafana-dashboard.json"), "utf8"));
+  for (const set of valueSets()) {
+    const before = failures;
+    const objects = render(set.args);
+    const where = `values ${set.name}`;
+    const names = new Set();
+    for (const o of objects) {
+      validateObject(o, where);
+      check(o.metadata.namespace === NAMESPACE || o.kind === "ConfigMap", `${where}: ${o.kind}/${o.metadata.name} in the release namespace`);
+      const key = `${o.kind}/${o.metadata.name}`;
+      check(!names.has(key), `${where}: ${key} rendered twice`);
+      names.add(key);
+      check(o.metadata.name.length <= 63 && DNS_LABEL.test(o.metadata.name), `${where}: ${key} is a DNS label`);
+      check(o.metadata.labels?.["app.kubernetes.io/instance"] === RELEASE, `${where}: ${key} has the standard labels`);
+    }
+    for (const pod of podSpecs(objects)) {
+      if (pod.snippet) validateObject(pod.snippet, `${where} (sidecar snippet)`);
+      checkPodSecurity(pod);
+    }
+    // Workloads: selectors match their pods; Services select pods of the release.
+    for (const w of [...find(objects, "StatefulSet"), ...find(objects, "DaemonSet")]) {
+      check(selects(w.spec.selector.matchLabels, w.spec.template.metadata.labels), `${where}: ${w.kind} selector matches its pods`);
+    }
+    for (const s of find(objects, "Service")) {
+      const pods = [...find(objects, "StatefulSet"), ...find(objects, "DaemonSet")].filter((w) => selects(s.spec.selector, w.spec.template.metadata.labels));
+      check(pods.length === 1, `${where}: Service ${s.metadata.name} selects one workload`);
+    }
+    for (const sts of find(objects, "StatefulSet")) {
+      const headless = find(objects, "Service").find((s) => s.metadata.name === sts.spec.serviceName);
+      check(headless?.spec.clusterIP === "None", `${where}: StatefulSet serviceName is a headless Service`);
+      const data = sts.spec.volumeClaimTemplates?.find((t) => t.metadata.name === "data");
+      const router = sts.spec.template.spec.containers[0];
+      const mount = router.volumeMounts.find((m) => m.name === "data");
+      check(data && mount && mount.mountPath === envOf(sts, "kvindex-router").KVINDEX_DATA_DIR, `${where}: --data-dir is the PVC`);
+    }
+    for (const p of find(objects, "PodDisruptionBudget")) {
+      check(find(objects, "StatefulSet").some((w) => selects(p.spec.selector.matchLabels, w.spec.template.metadata.labels)), `${where}: PDB selects the routers`);
+    }
+    const cm = objects.find((o) => o.kind === "ConfigMap" && o.metadata.name.endsWith("-dashboard"));
+    check(cm?.metadata.labels.grafana_dashboard === "1", `${where}: dashboard ConfigMap with grafana_dashboard: "1"`);
+    check(cm && JSON.stringify(JSON.parse(cm.data["kvindex.json"])) === JSON.stringify(dashboard), `${where}: the dashboard is docs/grafana-dashboard.json`);
+    (expectations[set.name] || (() => check(false, `no expectations for value set ${set.name}`)))(objects);
+    console.log(`render ${set.name}: ${objects.length} objects, ${failures === before ? "ok" : "FAILED"}`);
+  }
+}
+
+// ---------------------------------------------------------------- schema
+// Every file in bad-values/ must be refused; its first line says why:
+//   # expect: <text the error must contain>
+function schemaTests() {
+  const files = fs.readdirSync(badValuesDir).filter((f) => f.endsWith(".yaml")).sort();
+  check(files.length >= 5, `only ${files.length} negative value files`);
+  for (const file of files) {
+    const text = fs.readFileSync(path.join(badValuesDir, file), "utf8");
+    const expect = /^# expect: (.+)$/m.exec(text)?.[1];
+    if (!check(expect, `${file}: no '# expect:' line`)) continue;
+    const result = template(["-f", path.join(badValuesDir, file)]);
+    const ok =
+      check(result.status !== 0, `${file}: accepted, should be refused (${expect})`) &&
+      check(result.stderr.includes(expect), `${file}: refused, but not for '${expect}':\n${result.stderr}`);
+    if (ok) console.log(`schema ${file}: refused (${expect})`);
+  }
+}
+
+// ---------------------------------------------------------------- check-config
+// Runs the real binary of a rendered container with --check-config, as the
+// kubelet would start it: its env (field references filled, $(VAR)
+// expanded), its Secret volumes written to a temporary folder (paths
+// rewritten), nothing else in the environment.
+const FIELDS = { "spec.nodeName": "node-1", "status.hostIP": "10.1.2.3", "metadata.name": "engine-0" };
+
+function prepareContainer(container, volumes, tmp, options = {}) {
+  const mounts = [];
+  const secrets = [];
+  for (const m of container.volumeMounts || []) {
+    const volume = volumes.find((v) => v.name === m.name);
+    const local = path.join(tmp, m.name);
+    if (volume?.secret && !(options.skipSecret === m.name)) {
+      fs.mkdirSync(local, { recursive: true });
+      for (const item of volume.secret.items || []) {
+        const content = `secret-${volume.secret.secretName}-${item.key}-${Math.random().toString(36).slice(2)}`;
+        fs.writeFileSync(path.join(local, item.path), content + "\n", { mode: 0o440 });
+        secrets.push(content);
+      }
+    } else if (volume?.emptyDir) {
+      fs.mkdirSync(local, { recursive: true });
+    }
+    // PVCs and skipped Secrets stay absent: --check-config must not need them.
+    mounts.push([m.mountPath, local]);
+  }
+  const env = {};
+  for (const e of container.env || []) {
+    let value;
+    if (e.value !== undefined) {
+      // Kubernetes expands $(VAR) of variables defined earlier; $$ escapes.
+      value = e.value.replace(/\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (all, name) => (all === "$$" ? "$" : name in env ? env[name] : all));
+    } else if (e.valueFrom?.fieldRef) {
+      value = FIELDS[e.valueFrom.fieldRef.fieldPath];
+      if (value === undefined) throw new Error(`unknown fieldRef ${e.valueFrom.fieldRef.fieldPath}`);
+    } else {
+      throw new Error(`${container.name}: env ${e.name} has a source the test does not emulate`);
+    }
+    for (const [mountPath, local] of mounts) {
+      if (value === mountPath || value.startsWith(mountPath + "/")) value = local + value.slice(mountPath.length);
+    }
+    env[e.name] = value;
+  }
+  return { env, secrets, mounts };
+}
+
+function runCheckConfig(binary, container, env, extraArgs = []) {
+  const args = [...(container.command || []).slice(1), ...(container.args || []), ...extraArgs, "--check-config"];
+  return run(binary, args, { env: { PATH: process.env.PATH, ...env } });
+}
+
+// Compares the printed configuration with what the chart set.
+function checkPrinted(where, stdout, env) {
+  let printed;
+  try {
+    printed = YAML.parse(stdout) || {};
+  } catch (e) {
+    return check(false, `${where}: --check-config output is not YAML: ${e.message}\n${stdout}`);
+  }
+  for (const [name, value] of Object.entries(env)) {
+    if (!name.startsWith("KVINDEX_")) continue;
+    const key = name.slice("KVINDEX_".length).toLowerCase();
+    const got = printed[key];
+    const same = Array.isArray(got) ? got.join(",") === value || got.join(";") === value : String(got) === value;
+    check(same, `${where}: ${name}=${value} but the binary took ${key}: ${JSON.stringify(got)}`);
+  }
+  return true;
+}
+
+function workloadContainers(objects) {
+  const out = [];
+  for (const o of objects) {
+    if (o.kind === "StatefulSet" || o.kind === "DaemonSet") {
+      for (const c of o.spec.template.spec.containers) out.push({ name: `${o.kind}/${c.name}`, container: c, volumes: o.spec.template.spec.volumes || [] });
+    }
+    if (o.kind === "ConfigMap" && o.metadata.name.endsWith("-agent-sidecar")) {
+      const [c] = YAML.parse(o.data["container.yaml"]);
+      out.push({ name: `sidecar/${c.name}`, container: c, volumes: YAML.parse(o.data["volumes.yaml"]) });
+    }
+  }
+  return out;
+}
+
+function checkConfigTests(routerBinary, agentBinary) {
+  const binaries = { "kvindex-router": routerBinary, "kvindex-agent": agentBinary };
+  const tmpRoot = fs.mkdtempSync(path.join(os.tmpdir(), "kvindex-helm-"));
+  let n = 0;
+  const sets = [
+    ...valueSets(),
+    // A DaemonSet agent in the default values (the default set has none).
+    { name: "default+agent", args: ["-f", path.join(valuesDir, "servicemonitor.yaml"), "--set", "serviceMonitor.enabled=false"] },
+  ];
+  try {
+    for (const set of sets) {
+      const seen = new Set();
+      for (const { name, container, volumes } of workloadContainers(render(set.args))) {
+        const binary = binaries[container.command?.[0]];
+        if (!check(binary, `${set.name} ${name}: command ${container.command} is not a kvindex binary`)) continue;
+        seen.add(container.command[0]);
+        const tmp = path.join(tmpRoot, String(n++));
+        const { env, secrets, mounts } = prepareContainer(container, volumes, tmp);
+        const result = runCheckConfig(binary, container, env);
+        const where = `${set.name} ${name}`;
+        if (!check(result.status === 0, `${where}: --check-config exit ${result.status}:\n${result.stderr}`)) continue;
+        checkPrinted(where, result.stdout, env);
+        for (const secret of secrets) check(!result.stdout.includes(secret) && !result.stderr.includes(secret), `${where}: a secret's content was printed`);
+        for (const [mountPath, local] of mounts) {
+          if (mountPath === "/var/lib/kvindex") check(!fs.existsSync(local), `${where}: --check-config touched the data dir`);
+        }
+        console.log(`check-config ${where}: ok (${Object.keys(env).filter((k) => k.startsWith("KVINDEX_")).length} KVINDEX_* variables)`);
+      }
+      check(seen.has("kvindex-router") || set.name === "none", `${set.name}: no router container checked`);
+    }
+
+    // Negative cases: the same containers, one thing broken each time.
+    const negative = (label, setArgs, component, mutate, expectText) => {
+      const item = workloadContainers(render(setArgs)).find((x) => x.container.command[0] === component);
+      const tmp = path.join(tmpRoot, String(n++));
+      const prepared = prepareContainer(item.container, item.volumes, tmp, mutate.prepare || {});
+      if (mutate.env) mutate.env(prepared.env);
+      const result = runCheckConfig(binaries[component], item.container, prepared.env);
+      const ok =
+        check(result.status === 2, `negative ${label}: exit ${result.status}, expected 2\n${result.stdout}${result.stderr}`) &&
+        check(result.stderr.includes(expectText), `negative ${label}: stderr lacks '${expectText}':\n${result.stderr}`);
+      if (ok) console.log(`check-config negative ${label}: exit 2 (${expectText})`);
+    };
+    const agentSet = ["-f", path.join(valuesDir, "networkpolicy.yaml")];
+    // A value the schema allows but the binary refuses.
+    negative("agent.config.lease=0", [...agentSet, "--set", "agent.config.lease=0s"], "kvindex-agent", {}, "--lease");
+    // A variable the binary does not know (a renamed flag).
+    negative("renamed variable", [], "kvindex-router", { env: (e) => { e.KVINDEX_CHECKPOINT_INTERVALS = e.KVINDEX_CHECKPOINT_INTERVAL; delete e.KVINDEX_CHECKPOINT_INTERVAL; } }, "KVINDEX_CHECKPOINT_INTERVALS");
+    // A Secret that is not mounted: the file is unreadable.
+    negative("missing TLS CA", ["-f", path.join(valuesDir, "tls.yaml")], "kvindex-router", { prepare: { skipSecret: "kvindex-nats-tls" } }, "--nats-tls-ca");
+    negative("missing API token", ["-f", path.join(valuesDir, "auth-token.yaml")], "kvindex-router", { prepare: { skipSecret: "kvindex-auth" } }, "--auth-token-file");
+    negative("bad stream storage", [], "kvindex-router", { env: (e) => { e.KVINDEX_STREAM_STORAGE = "disk"; } }, "--stream-storage");
+  } finally {
+    fs.rmSync(tmpRoot, { recursive: true, force: true });
+  }
+}
+
+// ---------------------------------------------------------------- main
+const [mode, ...rest] = process.argv.slice(2);
+const started = Date.now();
+try {
+  if (mode === "lint") lint();
+  else if (mode === "render") renderTests();
+  else if (mode === "schema") schemaTests();
+  else if (mode === "check-config") {
+    if (rest.length !== 2) throw new Error("check-config needs ROUTER_BINARY AGENT_BINARY");
+    checkConfigTests(...rest);
+  } else throw new Error(`unknown mode '${mode}' (lint, render, schema, check-config)`);
+} catch (e) {
+  failures++;
+  console.error(`FAIL: ${e.stack || e}`);
+}
+console.log(`${mode}: ${checks} checks, ${failures} failed, ${((Date.now() - started) / 1000).toFixed(1)} s`);
+process.exit(failures === 0 ? 0 : 1);
