@@ -84,6 +84,26 @@ function render(args) {
     .filter((obj) => obj !== null);
 }
 
+// NOTES.txt as `helm install` prints it. helm renders NOTES only against a
+// cluster, so a copy of the chart renders it through `tpl` into a ConfigMap.
+let notesChart = null;
+function renderNotes(args) {
+  if (!notesChart) {
+    notesChart = fs.mkdtempSync(path.join(os.tmpdir(), "kvindex-notes-"));
+    fs.cpSync(chart, notesChart, { recursive: true, dereference: true });
+    fs.mkdirSync(path.join(notesChart, "notes-test"));
+    fs.copyFileSync(path.join(chart, "templates/NOTES.txt"), path.join(notesChart, "notes-test/NOTES.txt"));
+    fs.writeFileSync(
+      path.join(notesChart, "templates/zz-notes-test.yaml"),
+      'apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes-test\ndata:\n  notes: {{ tpl (.Files.Get "notes-test/NOTES.txt") . | quote }}\n',
+    );
+    process.on("exit", () => fs.rmSync(notesChart, { recursive: true, force: true }));
+  }
+  const result = run(helm, ["template", RELEASE, notesChart, "--namespace", NAMESPACE, "--show-only", "templates/zz-notes-test.yaml", ...args]);
+  if (result.status !== 0) throw new Error(`NOTES.txt: ${result.stderr}`);
+  return YAML.parse(result.stdout).data.notes;
+}
+
 const find = (objects, kind, suffix = "") =>
   objects.filter((o) => o.kind === kind && o.metadata.name.endsWith(suffix));
 
@@ -243,6 +263,14 @@ function selects(selector, labels) {
 
 // Per value set: what must (not) be there beyond the common checks.
 const expectations = {
+  "agents-only"(objects) {
+    for (const kind of ["StatefulSet", "PodDisruptionBudget", "HorizontalPodAutoscaler"]) {
+      check(find(objects, kind).length === 0, `agents-only: no ${kind}`);
+    }
+    check(find(objects, "DaemonSet").length === 1, "agents-only: the agent DaemonSet");
+    check(find(objects, "ServiceMonitor").length === 1 && find(objects, "NetworkPolicy").length === 1, "agents-only: the agents' ServiceMonitor and NetworkPolicy only");
+    check(!objects.some((o) => o.kind === "ConfigMap" && o.metadata.name.endsWith("-dashboard")), "agents-only: no dashboard");
+  },
   default(objects) {
     const sts = find(objects, "StatefulSet")[0];
     check(sts?.spec.replicas === 2, "default: 2 router replicas");
@@ -367,8 +395,21 @@ function renderTests() {
       check(find(objects, "StatefulSet").some((w) => selects(p.spec.selector.matchLabels, w.spec.template.metadata.labels)), `${where}: PDB selects the routers`);
     }
     const cm = objects.find((o) => o.kind === "ConfigMap" && o.metadata.name.endsWith("-dashboard"));
-    check(cm?.metadata.labels.grafana_dashboard === "1", `${where}: dashboard ConfigMap with grafana_dashboard: "1"`);
-    check(cm && JSON.stringify(JSON.parse(cm.data["kvindex.json"])) === JSON.stringify(dashboard), `${where}: the dashboard is docs/grafana-dashboard.json`);
+    if (set.name !== "agents-only") {
+      check(cm?.metadata.labels.grafana_dashboard === "1", `${where}: dashboard ConfigMap with grafana_dashboard: "1"`);
+      check(cm && JSON.stringify(JSON.parse(cm.data["kvindex.json"])) === JSON.stringify(dashboard), `${where}: the dashboard is docs/grafana-dashboard.json`);
+    }
+    const notes = renderNotes(set.args);
+    const router = find(objects, "Service").find((x) => x.metadata.name.endsWith("-router"));
+    if (router) {
+      check(notes.includes(`port-forward svc/${router.metadata.name} 8080:8080`), `${where}: NOTES.txt shows how to reach ${router.metadata.name}\n${notes}`);
+      check(notes.includes("localhost:8080/v1/match") && notes.includes("localhost:8080/v1/state"), `${where}: NOTES.txt shows /v1/match and /v1/state`);
+      const token = envOf(find(objects, "StatefulSet")[0], "kvindex-router").KVINDEX_AUTH_TOKEN_FILE;
+      check(notes.includes("Authorization: Bearer") === Boolean(token), `${where}: NOTES.txt sends the token exactly when one is required`);
+    }
+    for (const cm of find(objects, "ConfigMap", "-agent-sidecar")) {
+      check(notes.includes(`configmap ${cm.metadata.name}`), `${where}: NOTES.txt names the sidecar ConfigMap`);
+    }
     (expectations[set.name] || (() => check(false, `no expectations for value set ${set.name}`)))(objects);
     console.log(`render ${set.name}: ${objects.length} objects, ${failures === before ? "ok" : "FAILED"}`);
   }
@@ -503,7 +544,7 @@ function checkConfigTests(routerBinary, agentBinary) {
         }
         console.log(`check-config ${where}: ok (${Object.keys(env).filter((k) => k.startsWith("KVINDEX_")).length} KVINDEX_* variables)`);
       }
-      check(seen.has("kvindex-router") || set.name === "none", `${set.name}: no router container checked`);
+      check(seen.has("kvindex-router") || set.name === "agents-only", `${set.name}: no router container checked`);
     }
 
     // Negative cases: the same containers, one thing broken each time.
