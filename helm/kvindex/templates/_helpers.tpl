@@ -181,22 +181,30 @@ Null values and empty lists are left out (the binary's default applies).
 {{- end }}
 {{- end -}}
 
+{{/*
+Secret volumes of the NATS credential and TLS files. Call with
+(dict "root" $ "mode" "0440"): group-readable for pods whose fsGroup is the
+kvindex group; the sidecar snippet uses 0444, since the engine pod it is
+pasted into may set no fsGroup.
+*/}}
 {{- define "kvindex.natsVolumes" -}}
-{{- $nats := .Values.nats -}}
+{{- $nats := .root.Values.nats -}}
+{{- $mode := .mode -}}
+{{- $root := .root -}}
 {{- if ne $nats.auth.type "none" }}
 - name: kvindex-nats-auth
   secret:
     secretName: {{ $nats.auth.existingSecret | quote }}
-    defaultMode: 0440
+    defaultMode: {{ $mode }}
     items:
-      - key: {{ include "kvindex.natsAuthKey" . | quote }}
-        path: {{ include "kvindex.natsAuthKey" . | quote }}
+      - key: {{ include "kvindex.natsAuthKey" $root | quote }}
+        path: {{ include "kvindex.natsAuthKey" $root | quote }}
 {{- end }}
 {{- if $nats.tls.enabled }}
 - name: kvindex-nats-tls
   secret:
     secretName: {{ $nats.tls.existingSecret | quote }}
-    defaultMode: 0440
+    defaultMode: {{ $mode }}
     items:
       - key: {{ $nats.tls.caKey | quote }}
         path: {{ $nats.tls.caKey | quote }}
@@ -285,12 +293,12 @@ volumeMounts:
   {{- with (include "kvindex.natsVolumeMounts" $root) }}{{ . | trim | nindent 2 }}{{- end }}
 {{- end -}}
 
-{{/* Volumes of the agent container (DaemonSet and sidecar). */}}
+{{/* Volumes of the agent container: call with (dict "root" $ "sidecar" bool). */}}
 {{- define "kvindex.agent.volumes" -}}
 - name: kvindex-tmp
   emptyDir:
     sizeLimit: 64Mi
-{{- with (include "kvindex.natsVolumes" .) }}{{ . | trim | nindent 0 }}{{- end }}
+{{- with (include "kvindex.natsVolumes" (dict "root" .root "mode" (ternary "0444" "0440" .sidecar))) }}{{ . | trim | nindent 0 }}{{- end }}
 {{- end -}}
 
 {{/* Egress of both workloads: NATS and DNS. */}}
