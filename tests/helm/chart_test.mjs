@@ -250,7 +250,8 @@ function checkPodSecurity(pod) {
     check(new Set(names).size === names.length, `${where}: duplicate environment variables`);
     for (const e of env) {
       if (e.name.startsWith("KVINDEX_")) {
-        check(e.value !== undefined, `${where}: ${e.name} has a plain value (secrets come from files)`);
+        const fromSecret = e.name === "KVINDEX_NATS" && e.valueFrom?.secretKeyRef;
+        check(e.value !== undefined || fromSecret, `${where}: ${e.name} has a plain value (secrets come from files; only the NATS URL may come from a Secret)`);
         check(!/password|token/i.test(e.name) || /_FILE$/.test(e.name), `${where}: ${e.name} would carry a secret in the pod spec`);
       }
     }
@@ -317,6 +318,8 @@ const expectations = {
     check(find(objects, "ConfigMap", "-agent-sidecar").length === 1, "sidecar: snippet ConfigMap");
   },
   servicemonitor(objects) {
+    const ref = find(objects, "StatefulSet")[0].spec.template.spec.containers[0].env.find((e) => e.name === "KVINDEX_NATS");
+    check(ref?.valueFrom?.secretKeyRef?.name === "kvindex-nats-url", "servicemonitor: the NATS URL from its Secret");
     const monitors = find(objects, "ServiceMonitor");
     check(monitors.length === 2, "servicemonitor: router and agent ServiceMonitors");
     for (const m of monitors) check(m.metadata.labels.release === "prometheus", "servicemonitor: extra labels");
@@ -439,6 +442,12 @@ function schemaTests() {
 // expanded), its Secret volumes written to a temporary folder (paths
 // rewritten), nothing else in the environment.
 const FIELDS = { "spec.nodeName": "node-1", "status.hostIP": "10.1.2.3", "metadata.name": "engine-0" };
+// Values of secretKeyRef variables (Secret/key): a URL with credentials,
+// which --check-config must redact.
+const SECRET_VALUES = {
+  "kvindex-nats-url/url": "nats://kvindex:hunter2-in-url@nats-0.nats:4222,nats://kvindex:hunter2-in-url@nats-1.nats:4222",
+};
+const redactUrl = (text) => text.replace(/:\/\/[^/,;@ ]*@/g, "://***@");
 
 function prepareContainer(container, volumes, tmp, options = {}) {
   const mounts = [];
@@ -465,6 +474,11 @@ function prepareContainer(container, volumes, tmp, options = {}) {
     if (e.value !== undefined) {
       // Kubernetes expands $(VAR) of variables defined earlier; $$ escapes.
       value = e.value.replace(/\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g, (all, name) => (all === "$$" ? "$" : name in env ? env[name] : all));
+    } else if (e.valueFrom?.secretKeyRef) {
+      const ref = e.valueFrom.secretKeyRef;
+      value = SECRET_VALUES[`${ref.name}/${ref.key}`];
+      if (value === undefined) throw new Error(`${container.name}: no test value for Secret ${ref.name} key ${ref.key}`);
+      secrets.push(value.match(/:\/\/([^@]*)@/)?.[1] ?? value);
     } else if (e.valueFrom?.fieldRef) {
       value = FIELDS[e.valueFrom.fieldRef.fieldPath];
       if (value === undefined) throw new Error(`unknown fieldRef ${e.valueFrom.fieldRef.fieldPath}`);
@@ -496,7 +510,8 @@ function checkPrinted(where, stdout, env) {
     if (!name.startsWith("KVINDEX_")) continue;
     const key = name.slice("KVINDEX_".length).toLowerCase();
     const got = printed[key];
-    const same = Array.isArray(got) ? got.join(",") === value || got.join(";") === value : String(got) === value;
+    const expected = redactUrl(value);
+    const same = Array.isArray(got) ? got.join(",") === expected || got.join(";") === expected : String(got) === expected;
     check(same, `${where}: ${name}=${value} but the binary took ${key}: ${JSON.stringify(got)}`);
   }
   return true;

@@ -123,8 +123,16 @@ Null values and empty lists are left out (the binary's default applies).
 {{/* NATS connection, stream and secret-file variables shared by both binaries. */}}
 {{- define "kvindex.natsEnv" -}}
 {{- $nats := .Values.nats -}}
+{{- if $nats.urlSecret.name }}
+- name: KVINDEX_NATS
+  valueFrom:
+    secretKeyRef:
+      name: {{ $nats.urlSecret.name | quote }}
+      key: {{ $nats.urlSecret.key | quote }}
+{{- else }}
 - name: KVINDEX_NATS
   value: {{ $nats.url | quote }}
+{{- end }}
 - name: KVINDEX_STREAM
   value: {{ $nats.stream.name | quote }}
 - name: KVINDEX_STREAM_PREFIX
