@@ -5,6 +5,7 @@
 //   node chart_test.mjs render
 //   node chart_test.mjs schema
 //   node chart_test.mjs check-config ROUTER_BINARY AGENT_BINARY
+//   node chart_test.mjs dockerfile
 //
 // Tools come from fetch-tools.sh (exit 77 = skipped when they cannot be
 // fetched outside CI). Exit 0 = passed, 1 = failed.
@@ -588,6 +589,48 @@ function checkConfigTests(routerBinary, agentBinary) {
   }
 }
 
+// ---------------------------------------------------------------- dockerfile
+// Docker cannot run here: the Dockerfile is checked as text. Syntax
+// (instructions, flags) with dockerfile-utils, the linter of the Docker
+// language server; then its shape. Its runtime packages are checked against
+// the binaries by dockerfile_runtime_test.py.
+function dockerfileTests() {
+  const file = path.join(repo, "Dockerfile");
+  const text = fs.readFileSync(file, "utf8");
+  const diagnostics = requireTool("dockerfile-utils").validate(text);
+  for (const d of diagnostics) check(false, `Dockerfile:${d.range.start.line + 1}: ${d.message}`);
+  const instructions = text
+    .replace(/\\\n/g, " ")
+    .split("\n")
+    .map((line) => line.trim())
+    .filter((line) => line && !line.startsWith("#"))
+    .map((line) => {
+      const [keyword, ...rest] = line.split(/\s+/);
+      return { keyword: keyword.toUpperCase(), args: rest.join(" ") };
+    });
+  const froms = instructions.map((x, i) => [x, i]).filter(([x]) => x.keyword === "FROM");
+  check(froms.length === 2, `Dockerfile: ${froms.length} stages, expected a build and a runtime stage`);
+  check(/^debian:12(\s|$)/.test(froms[0]?.[0].args) && /\bAS build$/i.test(froms[0]?.[0].args), "Dockerfile: the build stage is FROM debian:12 AS build");
+  check(/^debian:12(-slim)?$/.test(froms[1]?.[0].args), "Dockerfile: the runtime stage is Debian 12");
+  const build = instructions.slice(froms[0]?.[1] ?? 0, froms[1]?.[1]);
+  const runtime = instructions.slice(froms[1]?.[1] ?? instructions.length);
+  check(build.some((x) => x.keyword === "RUN" && x.args.includes("scripts/install-deps.sh")), "Dockerfile: the build stage runs scripts/install-deps.sh");
+  for (const binary of ["kvindex-router", "kvindex-agent"]) {
+    check(build.some((x) => x.keyword === "RUN" && x.args.includes(`--target`) && x.args.includes(binary)), `Dockerfile: the build stage builds ${binary}`);
+  }
+  check(runtime.some((x) => x.keyword === "COPY" && x.args.startsWith("--from=build")), "Dockerfile: the runtime stage copies the binaries from the build stage");
+  check(!runtime.some((x) => x.keyword === "RUN" && /install-deps|build-essential|cmake|-dev\b/.test(x.args)), "Dockerfile: no toolchain in the runtime stage");
+  const users = runtime.filter((x) => x.keyword === "USER");
+  const user = users.at(-1)?.args ?? "";
+  check(/^[1-9][0-9]*(:[1-9][0-9]*)?$/.test(user), `Dockerfile: the runtime user is numeric and not root ('${user}'), so runAsNonRoot can verify it`);
+  const values = YAML.parse(fs.readFileSync(path.join(chart, "values.yaml"), "utf8"));
+  check(user.split(":")[0] === String(values.securityContext.runAsUser), "Dockerfile: USER is the chart's runAsUser");
+  for (const binary of ["kvindex-router", "kvindex-agent"]) {
+    check(text.includes(`/build/bin/${binary}`), `Dockerfile: ${binary} is installed into the image`);
+  }
+  console.log(`dockerfile: ${diagnostics.length} syntax diagnostics, ${instructions.length} instructions, user ${user}`);
+}
+
 // ---------------------------------------------------------------- main
 const [mode, ...rest] = process.argv.slice(2);
 const started = Date.now();
@@ -595,10 +638,11 @@ try {
   if (mode === "lint") lint();
   else if (mode === "render") renderTests();
   else if (mode === "schema") schemaTests();
+  else if (mode === "dockerfile") dockerfileTests();
   else if (mode === "check-config") {
     if (rest.length !== 2) throw new Error("check-config needs ROUTER_BINARY AGENT_BINARY");
     checkConfigTests(...rest);
-  } else throw new Error(`unknown mode '${mode}' (lint, render, schema, check-config)`);
+  } else throw new Error(`unknown mode '${mode}' (lint, render, schema, check-config, dockerfile)`);
 } catch (e) {
   failures++;
   console.error(`FAIL: ${e.stack || e}`);

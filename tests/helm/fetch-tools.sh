@@ -5,7 +5,7 @@
 #       cannot validate without an API server)
 #   <cache>/node/node_modules               the packages pinned in
 #       package.json / package-lock.json beside this script (Kubernetes API
-#       schemas, a YAML parser)
+#       schemas, a YAML parser, a Dockerfile linter)
 # The cache is reused while the pinned versions are unchanged. Nothing lands
 # in the repository: the default cache, <repo>/.cache/helm-tools, is ignored
 # by git (KVINDEX_HELM_TOOLS overrides it).
