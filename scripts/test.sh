@@ -4,13 +4,15 @@
 #   format   clang-format check of every C++ file
 #   release  Release build + the whole ctest suite (unit + integration)
 #   asan     AddressSanitizer + UndefinedBehaviorSanitizer build + ctest
+#   tsan     clang build with -Wthread-safety -Werror (the locking rules) and
+#            ThreadSanitizer; runs the tests labelled `concurrent`
 #   fuzz     libFuzzer targets (clang), bounded time each (KVINDEX_FUZZ_SECONDS, default 60)
 # Usage: scripts/test.sh [stage ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 stages=("$@")
-[ ${#stages[@]} -eq 0 ] && stages=(format release asan fuzz)
+[ ${#stages[@]} -eq 0 ] && stages=(format release asan tsan fuzz)
 jobs="${KVINDEX_JOBS:-2}"
 
 bash scripts/install-deps.sh
@@ -33,6 +35,26 @@ run_build_and_tests() {
   (cd "$dir" && ctest --output-on-failure -j "$jobs" --timeout 600)
 }
 
+# One clang build checks the annotated locking rules (-Wthread-safety, see
+# cmake/KvindexTargets.cmake) and runs the multi-threaded tests under TSan.
+# Only the tests labelled `concurrent` and what they link are built.
+run_tsan() {
+  local dir=build-tsan
+  echo "== build $dir (clang, -Wthread-safety, ThreadSanitizer)"
+  CC=clang CXX=clang++ cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DKVINDEX_TSAN=ON >/dev/null
+  local targets
+  mapfile -t targets < <(cd "$dir" && ctest -N -L concurrent | sed -n 's/^ *Test *#[0-9]*: *//p')
+  if [ ${#targets[@]} -eq 0 ]; then
+    echo "tsan: no tests labelled concurrent" >&2
+    return 1
+  fi
+  cmake --build "$dir" -j "$jobs" --target "${targets[@]}"
+  echo "== ctest $dir -L concurrent (${targets[*]})"
+  local options="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
+  (cd "$dir" && TSAN_OPTIONS="$options" ctest --output-on-failure -j "$jobs" -L concurrent --timeout 900)
+}
+
 for stage in "${stages[@]}"; do
   case "$stage" in
     format) run_format ;;
@@ -40,13 +62,14 @@ for stage in "${stages[@]}"; do
     asan)
       ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         run_build_and_tests build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVINDEX_SANITIZE=ON ;;
+    tsan) run_tsan ;;
     fuzz)
       if [ -x tests/fuzz/run_fuzzers.sh ] || [ -f tests/fuzz/run_fuzzers.sh ]; then
         bash tests/fuzz/run_fuzzers.sh "${KVINDEX_FUZZ_SECONDS:-60}"
       else
         echo "fuzz: no fuzz targets yet"
       fi ;;
-    *) echo "scripts/test.sh: unknown stage '$stage' (format, release, asan, fuzz)" >&2; exit 2 ;;
+    *) echo "scripts/test.sh: unknown stage '$stage' (format, release, asan, tsan, fuzz)" >&2; exit 2 ;;
   esac
 done
 echo "scripts/test.sh: all stages passed (${stages[*]})"

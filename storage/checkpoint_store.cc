@@ -359,22 +359,6 @@ StatusOr<CheckpointImage> CheckpointStore::Load(uint64_t id, bool verify_digest)
   return image;
 }
 
-StatusOr<CheckpointImage> CheckpointStore::LoadNewest(std::vector<uint64_t>* skipped,
-                                                      uint64_t* loaded_id) const {
-  for (const CheckpointInfo& info : List()) {
-    StatusOr<CheckpointImage> image =
-        info.manifest_status.ok() ? Load(info.id) : StatusOr<CheckpointImage>(info.manifest_status);
-    if (image.ok()) {
-      if (loaded_id != nullptr) *loaded_id = info.id;
-      return image;
-    }
-    log::Get("storage")->error("checkpoint {} in {} is unusable, trying an older one: {}", info.id,
-                               dir_, image.status().ToString());
-    if (skipped != nullptr) skipped->push_back(info.id);
-  }
-  return absl::NotFoundError(absl::StrCat("no usable checkpoint in ", dir_));
-}
-
 uint64_t CheckpointStore::DiskBytes() const {
   uint64_t total = 0;
   std::error_code ec;

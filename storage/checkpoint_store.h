@@ -6,12 +6,13 @@
 // either complete or absent, never half there. Each checkpoint lives in its
 // own file, so damage to one leaves the others readable: Load verifies the
 // manifest checksum, RocksDB's block checksums and the state digest, and
-// LoadNewest falls back to the previous checkpoint. Old checkpoints are
+// a restore (storage::RestoreNewest, checkpointer.h) falls back to the
+// previous checkpoint. Old checkpoints are
 // removed with one DeleteRange (the newest `keep` stay).
 //
 //   KVINDEX_ASSIGN_OR_RETURN(auto store, CheckpointStore::Open(dir));
 //   KVINDEX_ASSIGN_OR_RETURN(CheckpointInfo info, store->Write(image));
-//   StatusOr<CheckpointImage> loaded = store->LoadNewest(&skipped);
+//   KVINDEX_ASSIGN_OR_RETURN(CheckpointImage loaded, store->Load(info.id));
 //
 // A database that does not open (its MANIFEST or CURRENT damaged) is moved
 // aside to `<dir>.damaged-<unix time>` when OpenOptions::quarantine_damaged
@@ -88,10 +89,6 @@ class CheckpointStore {
   Status Stream(uint64_t id, CheckpointImage* manifest,
                 const std::function<Status(std::vector<CheckpointRun>&& runs,
                                            std::vector<uint64_t>&& hashes)>& on_chunk) const;
-  // The newest checkpoint that verifies; each one that does not is logged
-  // (one line) and its id appended to *skipped. NotFound when none does.
-  StatusOr<CheckpointImage> LoadNewest(std::vector<uint64_t>* skipped = nullptr,
-                                       uint64_t* loaded_id = nullptr) const;
   Status Prune(size_t keep);
 
   const std::string& dir() const { return dir_; }

@@ -44,6 +44,18 @@ class TempDir {
 
 using Entry = std::tuple<std::string, std::string, uint32_t, int, uint64_t>;
 
+// The newest usable checkpoint restored into `index` (the router's path);
+// its id, or 0 when the store holds none that restores.
+uint64_t RestoreNewestInto(const CheckpointStore& store, index::IndexInterface* index,
+                           consume::AgentTable* agents = nullptr, size_t* skipped = nullptr) {
+  uint64_t id = 0;
+  size_t skipped_here = 0;
+  auto manifest = RestoreNewest(store, index, agents, &id, &skipped_here);
+  EXPECT_TRUE(manifest.ok()) << manifest.status();
+  if (skipped != nullptr) *skipped = skipped_here;
+  return manifest.ok() && manifest->has_value() ? id : 0;
+}
+
 std::set<Entry> Entries(const index::IndexInterface& index) {
   std::set<Entry> out;
   index.ForEachEntry([&](std::string_view model, const SourceKey& source, Tier tier, uint64_t h) {
@@ -133,13 +145,11 @@ TEST(CheckpointStoreTest, RoundTripIntoBothIndexes) {
   // Raw hashes: 8 bytes per entry, plus a few bytes per run (short here).
   EXPECT_LT(info->bytes, image.total_entries() * 8 + image.runs.size() * 6 + 4096);
 
-  auto loaded = (*store)->LoadNewest();
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
   index::KvIndex restored;
   index::ReferenceIndex reference;
   consume::AgentTable restored_agents;
-  ASSERT_TRUE(RestoreCheckpoint(*loaded, &restored, &restored_agents).ok());
-  ASSERT_TRUE(RestoreCheckpoint(*loaded, &reference, nullptr).ok());
+  ASSERT_EQ(RestoreNewestInto(**store, &restored, &restored_agents), info->id);
+  ASSERT_EQ(RestoreNewestInto(**store, &reference), info->id);
   EXPECT_EQ(restored.Stats().digest, source.Stats().digest);
   EXPECT_EQ(restored.Stats().applied_seq, 3000u);
   EXPECT_EQ(reference.Stats().digest, source.Stats().digest);
@@ -196,10 +206,8 @@ TEST(CheckpointStoreTest, EmptyIndexAndModelsWithoutEntries) {
   auto store = CheckpointStore::Open(dir.path() + "/db");
   ASSERT_TRUE(store.ok());
   ASSERT_TRUE((*store)->Write(image).ok());
-  auto loaded = (*store)->LoadNewest();
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
   index::KvIndex restored;
-  ASSERT_TRUE(RestoreCheckpoint(*loaded, &restored, nullptr).ok());
+  ASSERT_NE(RestoreNewestInto(**store, &restored), 0u);
   EXPECT_EQ(restored.Models(), std::vector<std::string>{"m"});
   EXPECT_EQ(restored.BlockSize("m"), 32u);
   EXPECT_EQ(restored.Stats().applied_seq, 6u);
@@ -284,31 +292,20 @@ TEST(CheckpointStoreTest, DamagedNewestFallsBackToThePrevious) {
     DamageNewest(db, truncate);
     auto store = CheckpointStore::Open(db);
     ASSERT_TRUE(store.ok()) << store.status();
-    std::vector<uint64_t> skipped;
-    uint64_t loaded_id = 0;
-    auto loaded = (*store)->LoadNewest(&skipped, &loaded_id);
-    ASSERT_TRUE(loaded.ok()) << loaded.status();
-    EXPECT_EQ(skipped, std::vector<uint64_t>{newer_id});
-    EXPECT_EQ(loaded->digest, older_digest);
-    EXPECT_EQ(loaded_id, newer_id - 1);
-    // The router's path (streamed load + restore) lands on the older one
-    // too, and a half-restored newer one leaves nothing behind.
+    // The restore lands on the older one, and a half-restored newer one
+    // leaves nothing behind.
     index::KvIndex restored;
     consume::AgentTable restored_agents;
-    uint64_t id = 0;
-    size_t skipped_restores = 0;
-    auto manifest = RestoreNewest(**store, &restored, &restored_agents, &id, &skipped_restores);
-    ASSERT_TRUE(manifest.ok()) << manifest.status();
-    ASSERT_TRUE(manifest->has_value());
-    EXPECT_EQ(id, newer_id - 1);
-    EXPECT_EQ(skipped_restores, 1u);
+    size_t skipped = 0;
+    EXPECT_EQ(RestoreNewestInto(**store, &restored, &restored_agents, &skipped), newer_id - 1);
+    EXPECT_EQ(skipped, 1u);
     EXPECT_EQ(restored.Stats().digest, older_digest);
     // And the next write works and becomes the newest.
     auto info = (*store)->Write(CaptureCheckpoint(source, nullptr));
     ASSERT_TRUE(info.ok()) << info.status();
-    auto newest = (*store)->LoadNewest();
-    ASSERT_TRUE(newest.ok()) << newest.status();
-    EXPECT_EQ(newest->digest, source.Stats().digest);
+    index::KvIndex newest;
+    EXPECT_EQ(RestoreNewestInto(**store, &newest), info->id);
+    EXPECT_EQ(newest.Stats().digest, source.Stats().digest);
   }
 }
 
@@ -333,7 +330,8 @@ TEST(CheckpointStoreTest, UnopenableDatabaseIsMovedAside) {
   // ... a router moves it aside and starts afresh.
   auto store = CheckpointStore::Open(db, {.quarantine_damaged = true});
   ASSERT_TRUE(store.ok()) << store.status();
-  EXPECT_TRUE(absl::IsNotFound((*store)->LoadNewest().status()));
+  index::KvIndex restored;
+  EXPECT_EQ(RestoreNewestInto(**store, &restored), 0u);
   bool moved = false;
   for (const auto& entry : fs::directory_iterator(dir.path())) {
     moved |= entry.path().filename().string().rfind("db.damaged-", 0) == 0;

@@ -276,16 +276,5 @@ def scenario_retention(bin_dir):
         c.cleanup()
 
 
-SCENARIOS = {name[len("scenario_"):]: fn for name, fn in globals().items()
-             if name.startswith("scenario_")}
-
-
-def main():
-    bin_dir, name = sys.argv[1], sys.argv[2]
-    start = time.monotonic()
-    SCENARIOS[name](bin_dir)
-    print("%s passed in %.1fs" % (name, time.monotonic() - start))
-
-
 if __name__ == "__main__":
-    main()
+    ne.run_scenario(globals(), sys.argv)

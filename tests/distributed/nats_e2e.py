@@ -207,3 +207,17 @@ def same_digest(routers, digest=None, timeout=30):
         seqs = {s["applied_seq"] for s in states}
         return len(digests) == 1 and len(seqs) == 1 and (digest is None or digests == {digest})
     return wait_state(routers, ok, timeout, "equal digests%s" % (" == " + digest if digest else ""))
+
+
+def run_scenario(scenarios, argv):
+    """Runs the scenario named by argv[2] (argv[1]: the build's bin dir).
+
+    `scenarios` is a test module's globals(): every scenario_<name> function
+    in it is a scenario.
+    """
+    table = {name[len("scenario_"):]: fn for name, fn in scenarios.items()
+             if name.startswith("scenario_")}
+    bin_dir, name = argv[1], argv[2]
+    start = time.monotonic()
+    table[name](bin_dir)
+    print("%s passed in %.1fs" % (name, time.monotonic() - start))
