@@ -65,6 +65,10 @@ add_library(kvindex_civetweb INTERFACE)
 target_link_libraries(kvindex_civetweb INTERFACE ${CIVETWEB_LIBRARY})
 target_include_directories(kvindex_civetweb SYSTEM INTERFACE ${CIVETWEB_INCLUDE_DIR})
 
+# Boost.Beast/Asio (header-only) for the event-loop HTTP server.
+find_package(Boost 1.74 QUIET)
+kvindex_require(Boost_FOUND libboost-dev)
+
 if(KVINDEX_BUILD_TESTS)
   find_package(GTest CONFIG QUIET)
   kvindex_require(GTest_FOUND "libgtest-dev libgmock-dev")

@@ -13,6 +13,7 @@ PACKAGES=(
   # libraries
   prometheus-cpp-dev libcivetweb-dev libxxhash-dev libabsl-dev libcli11-dev
   libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev
+  libboost-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-zmq python3-msgpack python3-xxhash
   wrk curl

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "services/router/router.h"
@@ -64,7 +65,28 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--http", options.http, "HTTP listen address host:port")->capture_default_str();
   app.add_option("--http-threads", options.http_threads,
-                 "HTTP worker threads (= concurrent connections served)")
+                 "HTTP I/O threads (event loop; connections are not tied to threads)")
+      ->capture_default_str();
+  std::string http_server = "event-loop";
+  app.add_option("--http-server", http_server,
+                 "HTTP server: event-loop, or civetweb (the former thread-per-connection "
+                 "server, kept for comparison; none of the --http-max-connections and "
+                 "--http-*-timeout limits but the body timeout apply to it)")
+      ->check(CLI::IsMember({"event-loop", "civetweb"}))
+      ->capture_default_str();
+  app.add_option("--http-max-connections", options.http_max_connections,
+                 "HTTP connections served at once; past it 503 + Retry-After (/healthz and "
+                 "/readyz still answered)")
+      ->capture_default_str();
+  std::string http_idle_timeout = "60s", http_header_timeout = "10s", http_body_timeout = "30s";
+  app.add_option("--http-idle-timeout", http_idle_timeout,
+                 "Close a kept-alive HTTP connection idle this long")
+      ->capture_default_str();
+  app.add_option("--http-header-timeout", http_header_timeout,
+                 "Whole request header deadline, from its first byte; past it 408")
+      ->capture_default_str();
+  app.add_option("--http-body-timeout", http_body_timeout,
+                 "Whole request body deadline, from the end of the header; past it 408")
       ->capture_default_str();
   app.add_option("--max-body-bytes", options.max_body_bytes, "Largest request body; larger -> 413")
       ->capture_default_str();
@@ -119,6 +141,18 @@ int main(int argc, char** argv) {
   } else {
     options.checkpoint_interval = *d;
   }
+  for (auto [flag, text, out] :
+       {std::tuple{"--http-idle-timeout", &http_idle_timeout, &options.http_idle_timeout},
+        std::tuple{"--http-header-timeout", &http_header_timeout, &options.http_header_timeout},
+        std::tuple{"--http-body-timeout", &http_body_timeout, &options.http_body_timeout}}) {
+    auto d = config::ParseDuration(*text);
+    if (!d.ok() || d->count() <= 0) {
+      return Fail(std::string(flag) + ": must be a positive duration", 2);
+    }
+    *out = *d;
+  }
+  options.http_backend =
+      http_server == "civetweb" ? http::Backend::kThreadPerConnection : http::Backend::kEventLoop;
   auto replay = config::ParseDuration(replay_timeout);
   if (!replay.ok()) return Fail("--replay-timeout: " + std::string(replay.status().message()), 2);
 
@@ -130,10 +164,21 @@ int main(int argc, char** argv) {
   if (!auth_token_file.empty()) {
     std::ifstream in(auth_token_file);
     if (!in) return Fail("cannot read --auth-token-file '" + auth_token_file + "'", 2);
-    std::stringstream text;
-    text << in.rdbuf();
-    auth_token = std::string(strings::Trim(text.str()));
-    if (auth_token.empty()) return Fail("--auth-token-file '" + auth_token_file + "' is empty", 2);
+    // The first line, trimmed (docs/api.md); anything after it is ignored
+    // with a warning that names the file, never its content.
+    std::string first_line;
+    std::getline(in, first_line);
+    std::stringstream rest;
+    rest << in.rdbuf();
+    auth_token = std::string(strings::Trim(first_line));
+    if (auth_token.empty()) {
+      return Fail("--auth-token-file '" + auth_token_file + "': the first line is empty", 2);
+    }
+    if (!strings::Trim(rest.str()).empty()) {
+      logger->warn(
+          "--auth-token-file '{}' has more than one line; only the first line is the token",
+          auth_token_file);
+    }
   }
   options.auth_token = std::string(strings::Trim(auth_token));
 

@@ -3,6 +3,7 @@
 #include "shared/codec/placement_codec.h"
 #include "shared/consume/jetstream_log_reader.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -23,13 +24,26 @@ Status RouterOptions::Validate() const {
   } else if (agent.sources.empty()) {
     return absl::InvalidArgumentError("--embedded needs at least one --source");
   }
-  http::ServerOptions server;
-  server.listen = http;
-  server.threads = http_threads;
-  server.max_body_bytes = max_body_bytes;
-  KVINDEX_RETURN_IF_ERROR(server.Validate());
+  KVINDEX_RETURN_IF_ERROR(HttpOptions().Validate());
   if (log_capacity == 0) return absl::InvalidArgumentError("log capacity must be > 0");
   return embedded ? agent.Validate() : absl::OkStatus();
+}
+
+http::ServerOptions RouterOptions::HttpOptions() const {
+  http::ServerOptions server;
+  server.listen = http;
+  server.backend = http_backend;
+  server.threads = http_threads;
+  server.max_body_bytes = max_body_bytes;
+  server.max_connections = http_max_connections;
+  auto ms = [](std::chrono::milliseconds d) {
+    return static_cast<uint32_t>(std::clamp<int64_t>(d.count(), 0, UINT32_MAX));
+  };
+  server.idle_timeout_ms = ms(http_idle_timeout);
+  server.header_timeout_ms = ms(http_header_timeout);
+  server.body_timeout_ms = ms(http_body_timeout);
+  server.bearer_token = auth_token;
+  return server;
 }
 
 Router::Router(RouterOptions options) : options_(std::move(options)) {}
@@ -148,12 +162,7 @@ Status Router::Start() {
   api_options.metrics_auth = options_.metrics_auth;
   api_ = std::make_unique<query::RouterApi>(api_options, std::move(context));
 
-  http::ServerOptions server_options;
-  server_options.listen = options_.http;
-  server_options.threads = options_.http_threads;
-  server_options.max_body_bytes = options_.max_body_bytes;
-  server_options.bearer_token = options_.auth_token;
-  server_ = std::make_unique<http::Server>(server_options);
+  server_ = std::make_unique<http::Server>(options_.HttpOptions());
   api_->Register(*server_);
   if (Status status = server_->Start(); !status.ok()) {
     if (ingest_) ingest_->Stop();

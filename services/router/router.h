@@ -57,8 +57,21 @@ namespace kvindex::router {
 struct RouterOptions {
   // HTTP listen address host:port (port 0 = any free port). Default: 127.0.0.1:8080.
   std::string http = "127.0.0.1:8080";
-  // HTTP worker threads = concurrent connections served. Default: 32.
-  uint32_t http_threads = 32;
+  // HTTP server backend: the event loop, or the former civetweb
+  // thread-per-connection server (kept for the benchmark comparison).
+  // Default: event loop.
+  http::Backend http_backend = http::Backend::kEventLoop;
+  // HTTP I/O threads of the event-loop server (civetweb: worker threads =
+  // concurrent connections). Default: 2.
+  uint32_t http_threads = 2;
+  // HTTP connections served at once; past it 503 + Retry-After (the open
+  // /healthz and /readyz are still answered). Default: 1024.
+  uint32_t http_max_connections = 1024;
+  // HTTP timeouts: idle keep-alive, whole request header, whole body.
+  // Defaults: 60 s, 10 s, 30 s.
+  std::chrono::milliseconds http_idle_timeout{60000};
+  std::chrono::milliseconds http_header_timeout{10000};
+  std::chrono::milliseconds http_body_timeout{30000};
   // Largest request body in bytes; larger -> 413. Default: 8 MiB.
   size_t max_body_bytes = size_t{8} << 20;
   // Directory for checkpoints; created when missing. Required.
@@ -88,6 +101,8 @@ struct RouterOptions {
   size_t log_capacity = size_t{1} << 20;
 
   Status Validate() const;
+  // The HTTP server's options (listen address, limits, timeouts, token).
+  http::ServerOptions HttpOptions() const;
 };
 
 class Router {

@@ -1,5 +1,7 @@
-// kvindex::http::Server: a small embeddable HTTP/1.1 server (civetweb inside)
-// for the JSON APIs, /metrics, /healthz and /readyz of kvindex services.
+// kvindex::http::Server: a small embeddable HTTP/1.1 server (an event loop on
+// Boost.Beast/Asio; the older civetweb thread-per-connection server stays
+// selectable for the benchmark comparison) for the JSON APIs, /metrics,
+// /healthz and /readyz of kvindex services.
 //
 // Use it for every HTTP endpoint a kvindex binary serves; use
 // shared/http/client.h to call one. Handlers are plain functions from a
@@ -15,16 +17,24 @@
 //   ... server.port() ...
 //   server.Stop();
 //
-// Routing is by exact path. A known path with another method answers 405
-// (with an Allow header), an unknown path 404, both as {"error": "..."}.
+// Routing is by exact (percent-decoded) path. With a bearer token
+// configured, every path that is not `open` answers 401 unless the request
+// carries `Authorization: Bearer <token>`, checked before routing. A known
+// path with another method answers 405 (with an Allow header), an unknown
+// path 404; HEAD is served wherever GET is. Every error is {"error": "..."}.
 // A request body larger than ServerOptions::max_body_bytes is refused with
-// 413 from its Content-Length, before the body is read. With a bearer token
-// configured, every route not marked `open` answers 401 unless the request
-// carries `Authorization: Bearer <token>`.
+// 413 from its Content-Length, before the body is read (and before any
+// "100 Continue").
 //
-// Connections are kept alive; each connection occupies one worker thread
-// while open (civetweb's model), so `threads` must cover the number of
-// concurrent client connections expected (load generators included).
+// Event loop (the default backend): `threads` I/O threads serve every
+// connection; handlers run on them, so they must not block. Past
+// `max_connections` a connection is shed with 503 + Retry-After, except
+// that requests for open GET routes (/healthz, /readyz) are still served on
+// it. Timeouts: idle keep-alive (`idle_timeout_ms`, closed silently), the
+// whole request header (`header_timeout_ms`, 408) and the whole body
+// (`body_timeout_ms`, 408), each a total deadline, not reset by progress.
+// After an error response the connection closes with a lingering close so
+// a client still sending its body reads the response.
 //
 // Thread safety: Handle() only before Start(). Start()/Stop() from one
 // controlling thread; both idempotent, Start() after Stop() starts again.
@@ -59,9 +69,10 @@ struct Request {
   // Case-insensitive header lookup; empty when absent.
   std::string_view Header(std::string_view name) const;
 
-  // Internal: raw header pairs (valid during the handler call only).
+  // Internal: the backend's headers and their lookup (valid during the
+  // handler call only).
   const void* internal_headers = nullptr;
-  int internal_num_headers = 0;
+  std::string_view (*internal_lookup)(const void* headers, std::string_view name) = nullptr;
 };
 
 struct Response {
@@ -86,16 +97,38 @@ struct RouteOptions {
   bool open = false;
 };
 
+enum class Backend {
+  // Boost.Beast/Asio, a fixed number of I/O threads (the default).
+  kEventLoop,
+  // civetweb, one worker thread per open connection: the former server, kept
+  // for the benchmark comparison (docs/benchmarks.md, "HTTP"). Only the
+  // listen address, threads, max_body_bytes, body_timeout_ms and the bearer
+  // token apply to it.
+  kThreadPerConnection,
+};
+
 struct ServerOptions {
-  // "host:port" to listen on; port 0 picks a free port (see Server::port()).
-  // Default: "127.0.0.1:8080". Not reloadable.
+  // "host:port" to listen on, host an IPv4 literal, "[IPv6]" or "localhost";
+  // port 0 picks a free port (see Server::port()). Default: "127.0.0.1:8080".
   std::string listen = "127.0.0.1:8080";
-  // Worker threads = maximum concurrent connections served. Default: 32.
-  uint32_t threads = 32;
+  Backend backend = Backend::kEventLoop;
+  // Event loop: I/O threads. Thread per connection: worker threads = the
+  // concurrent connections served. Default: 2.
+  uint32_t threads = 2;
   // Largest request body accepted, in bytes; larger -> 413. Default: 8 MiB.
   size_t max_body_bytes = size_t{8} << 20;
-  // Idle keep-alive / request read timeout, in milliseconds. Default: 30000.
-  uint32_t request_timeout_ms = 30000;
+  // Connections served at once; past it, 503 + Retry-After (open GET routes
+  // still answered). Default: 1024.
+  uint32_t max_connections = 1024;
+  // A kept-alive connection with no request byte for this long is closed.
+  // Default: 60 s.
+  uint32_t idle_timeout_ms = 60000;
+  // The whole request header must arrive within this, from its first byte;
+  // else 408. Default: 10 s.
+  uint32_t header_timeout_ms = 10000;
+  // The whole body must arrive within this, from the end of the header;
+  // else 408. Default: 30 s.
+  uint32_t body_timeout_ms = 30000;
   // Bearer token required on non-open routes; empty = no authentication.
   // Default: "".
   std::string bearer_token;
