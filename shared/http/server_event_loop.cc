@@ -1,6 +1,8 @@
 // The event-loop backend of http::Server: Boost.Beast's HTTP/1.1 parser on
-// Boost.Asio, `threads` I/O threads sharing one io_context, every connection
-// a Session on its own strand. No thread ever waits for a client, so idle or
+// Boost.Asio, `threads` I/O threads each running its own io_context (no
+// cross-thread locking on the hot path; accepted connections are dealt round
+// robin), every connection a Session on one of them. No thread ever waits
+// for a client, so idle or
 // slow clients cost a socket and a few KiB each, not a thread; the total
 // deadlines (header, body) and the connection limit bound what they can
 // hold. Chosen over civetweb by measurement: docs/benchmarks.md, "HTTP".
@@ -10,10 +12,10 @@
 #include <array>
 #include <atomic>
 #include <boost/asio/dispatch.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/error.hpp>
@@ -60,7 +62,10 @@ constexpr auto kLingerTimeout = std::chrono::milliseconds(3000);
 constexpr size_t kLingerMaxBytes = size_t{64} << 20;
 // Buffers a kept-alive connection keeps between requests; larger ones are
 // released after the request (no per-connection high-water marks).
-constexpr size_t kKeepBufferBytes = 16 * 1024;
+constexpr size_t kKeepBufferBytes = 64 * 1024;
+// The first read of a request takes up to this much, so that a typical
+// /v1/match (header and ~6 KB body) arrives in one read.
+constexpr size_t kFirstRead = 16 * 1024;
 // A failed accept (EMFILE, ENFILE) is retried after this.
 constexpr auto kAcceptRetry = std::chrono::milliseconds(50);
 
@@ -105,7 +110,12 @@ class Session : public std::enable_shared_from_this<Session> {
     SetError(response_, status, message);
     Send(true, false, true);
   }
+  // Sets the deadline of what the Session waits for next. Cheap: a time
+  // stamp; the one timer per Session wakes every tick and compares (a timer
+  // re-armed per operation cost ~2x the throughput in syscalls and
+  // cancelled handlers).
   void Arm(std::chrono::milliseconds timeout);
+  void WaitTick();
   // True when `ec` ended an operation because the deadline passed.
   bool TimedOut(beast::error_code ec) const {
     return timed_out_ && ec == asio::error::operation_aborted;
@@ -120,6 +130,8 @@ class Session : public std::enable_shared_from_this<Session> {
   // One deadline for whatever the Session waits for (Arm). Not Beast's
   // tcp_stream: it closes the socket on expiry, and a 408 must still go out.
   asio::steady_timer deadline_;
+  std::chrono::steady_clock::time_point deadline_at_;
+  bool ticking_ = false;
   bool timed_out_ = false;
   beast::flat_buffer buffer_;
   std::optional<Parser> parser_;
@@ -147,12 +159,16 @@ class EventLoopBackend final : public ServerBackend {
   const RouteTable& routes;
   std::atomic<uint32_t> connections{0};
   std::atomic<uint32_t> shed{0};
+  // How often a Session's timer wakes to compare its deadline: a quarter of
+  // the shortest timeout, at most 1 s (a deadline fires at most that late).
+  std::chrono::milliseconds tick{1000};
 
  private:
   void Accept();
   void OnAccept(beast::error_code ec, tcp::socket socket);
 
-  std::unique_ptr<asio::io_context> io_;
+  std::vector<std::unique_ptr<asio::io_context>> io_;  // one per thread
+  size_t next_io_ = 0;  // round robin; only the accepting thread touches it
   std::optional<tcp::acceptor> acceptor_;
   std::optional<asio::steady_timer> retry_;
   std::vector<std::thread> threads_;
@@ -170,12 +186,22 @@ Session::~Session() { (shed_ ? server_->shed : server_->connections).fetch_sub(1
 
 void Session::Arm(std::chrono::milliseconds timeout) {
   timed_out_ = false;
-  deadline_.expires_after(timeout);
-  // A weak reference: a pending deadline must not keep a finished Session
-  // (and its connection slot) alive.
+  deadline_at_ = std::chrono::steady_clock::now() + timeout;
+  if (!ticking_) {
+    ticking_ = true;
+    WaitTick();
+  }
+}
+
+void Session::WaitTick() {
+  deadline_.expires_at(std::min(deadline_at_, std::chrono::steady_clock::now() + server_->tick));
+  // A weak reference: a pending tick must not keep a finished Session (and
+  // its connection slot) alive.
   deadline_.async_wait([weak = weak_from_this()](beast::error_code ec) {
     auto self = weak.lock();
     if (ec || self == nullptr) return;
+    if (std::chrono::steady_clock::now() < self->deadline_at_) return self->WaitTick();
+    self->ticking_ = false;
     self->timed_out_ = true;
     beast::error_code ignored;
     self->socket_.cancel(ignored);
@@ -191,7 +217,7 @@ void Session::ReadIdle() {
   parser_->body_limit(std::numeric_limits<uint64_t>::max());
   if (buffer_.size() > 0) return ReadHeader();  // pipelined request
   Arm(shed_ ? kShedHeaderTimeout : std::chrono::milliseconds(options_.idle_timeout_ms));
-  socket_.async_read_some(buffer_.prepare(4096),
+  socket_.async_read_some(buffer_.prepare(kFirstRead),
                           [self = shared_from_this()](beast::error_code ec, size_t n) {
                             // Idle timeout or the client closed: nothing to answer.
                             if (ec) return;
@@ -383,7 +409,7 @@ void Session::ReleaseRequest() {
 }
 
 Status EventLoopBackend::Start() {
-  if (io_ != nullptr) return absl::OkStatus();
+  if (!io_.empty()) return absl::OkStatus();
   const std::string& listen = options.listen;
   const size_t colon = listen.rfind(':');
   std::string host = listen.substr(0, colon);
@@ -394,14 +420,22 @@ Status EventLoopBackend::Start() {
   const asio::ip::address address = asio::ip::make_address(host, ec);
   if (ec) return absl::InvalidArgumentError(Cat("http: bad listen address '", listen, "'"));
 
-  io_ = std::make_unique<asio::io_context>(static_cast<int>(options.threads));
-  acceptor_.emplace(*io_);
+  tick = std::clamp(std::min({std::chrono::milliseconds(options.idle_timeout_ms),
+                              std::chrono::milliseconds(options.header_timeout_ms),
+                              std::chrono::milliseconds(options.body_timeout_ms),
+                              kShedHeaderTimeout, kLingerTimeout}) /
+                        4,
+                    std::chrono::milliseconds(5), std::chrono::milliseconds(1000));
+  for (uint32_t i = 0; i < options.threads; ++i) {
+    io_.push_back(std::make_unique<asio::io_context>(1));
+  }
+  acceptor_.emplace(*io_[0]);
   const tcp::endpoint endpoint(address, port);
   auto fail = [&](std::string_view step) {
     const Status status = absl::UnavailableError(
         Cat("http: cannot listen on ", listen, ": ", step, ": ", ec.message()));
     acceptor_.reset();
-    io_.reset();
+    io_.clear();
     return status;
   };
   if (acceptor_->open(endpoint.protocol(), ec)) return fail("open");
@@ -409,17 +443,21 @@ Status EventLoopBackend::Start() {
   if (acceptor_->bind(endpoint, ec)) return fail("bind");
   if (acceptor_->listen(4096, ec)) return fail("listen");
   port_ = acceptor_->local_endpoint().port();
-  retry_.emplace(*io_);
+  retry_.emplace(*io_[0]);
   Accept();
-  for (uint32_t i = 0; i < options.threads; ++i) {
-    threads_.emplace_back([this] { io_->run(); });
+  for (auto& io : io_) {
+    threads_.emplace_back([context = io.get()] {
+      // Kept running while idle; Stop() ends it.
+      auto guard = asio::make_work_guard(*context);
+      context->run();
+    });
   }
   return absl::OkStatus();
 }
 
 void EventLoopBackend::Accept() {
   acceptor_->async_accept(
-      asio::make_strand(*io_),
+      io_[next_io_++ % io_.size()]->get_executor(),
       [this](beast::error_code ec, tcp::socket socket) { OnAccept(ec, std::move(socket)); });
 }
 
@@ -455,15 +493,15 @@ void EventLoopBackend::OnAccept(beast::error_code ec, tcp::socket socket) {
 }
 
 void EventLoopBackend::Stop() {
-  if (io_ == nullptr) return;
-  io_->stop();
+  if (io_.empty()) return;
+  for (auto& io : io_) io->stop();
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();
   retry_.reset();
   acceptor_.reset();
   // Destroying the context destroys the pending handlers, hence the
   // Sessions and their sockets.
-  io_.reset();
+  io_.clear();
   port_ = 0;
 }
 
