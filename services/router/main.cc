@@ -100,6 +100,10 @@ int main(int argc, char** argv) {
   app.add_option("--replay-timeout", replay_timeout,
                  "Embedded agent: how long to wait for an engine replay")
       ->capture_default_str();
+  app.add_option("--zmq-max-message-bytes", options.agent.max_message_bytes,
+                 "Embedded agent: largest engine ZMQ message (ZMQ_MAXMSGSIZE; -1 = no limit); a "
+                 "larger one drops the connection unread (counted)")
+      ->capture_default_str();
   app.add_option("--auth-token-file", auth_token_file,
                  "File holding the bearer token required by the API");
   app.add_option(

@@ -11,6 +11,7 @@
 #include "shared/base/stop_signal.h"
 #include "shared/base/strings.h"
 #include "shared/ingest/agent_probe.h"
+#include "shared/ingest/internal/disconnect_monitor.h"
 #include "shared/ingest/internal/zmq_util.h"
 #include "shared/ingest/replay_client.h"
 #include "shared/ingest/source_session.h"
@@ -44,6 +45,10 @@ Status AgentOptions::Validate() const {
   }
   if (heartbeat_lease_ms == 0) {
     return absl::InvalidArgumentError("heartbeat_lease_ms must be positive");
+  }
+  if (max_message_bytes != -1 && max_message_bytes < 1024) {
+    return absl::InvalidArgumentError(strings::Cat(
+        "max message bytes must be -1 (no limit) or >= 1024, got ", max_message_bytes));
   }
   if (heartbeat_interval.count() < 0) {
     return absl::InvalidArgumentError("heartbeat_interval must not be negative");
@@ -82,6 +87,8 @@ struct AgentPipeline::Impl final : public BatchSink {
     std::atomic<bool> snapshot_wanted{false};
     // Per run; owned by the source's thread while it runs.
     std::unique_ptr<zmq::socket_t> sub;
+    internal::DisconnectMonitor sub_monitor;
+    uint64_t sub_disconnects = 0;  // source thread only
     std::unique_ptr<ZmqReplayClient> replay;
     std::unique_ptr<SourceSession> session;
     std::thread thread;
@@ -194,16 +201,19 @@ struct AgentPipeline::Impl final : public BatchSink {
       source.sub->set(zmq::sockopt::linger, 0);
       source.sub->set(zmq::sockopt::rcvhwm, options.receive_hwm);
       source.sub->set(zmq::sockopt::subscribe, "");
+      source.sub->set(zmq::sockopt::maxmsgsize, options.max_message_bytes);
     } catch (const zmq::error_t& error) {
       return internal::ZmqError(error, "SUB socket for " + source.label);
     }
+    KVINDEX_RETURN_IF_ERROR(source.sub_monitor.Attach(*context, *source.sub));
     KVINDEX_RETURN_IF_ERROR(
         internal::Attach(*source.sub, source.spec.pub_endpoint, source.spec.pub_bind));
     if (!source.spec.replay_endpoint.empty()) {
       source.replay = std::make_unique<ZmqReplayClient>(
           context.get(),
           ReplayClientOptions{.endpoint = source.spec.replay_endpoint,
-                              .timeout = options.replay_timeout},
+                              .timeout = options.replay_timeout,
+                              .max_message_bytes = options.max_message_bytes},
           &stop, &source.counters);
     }
     return absl::OkStatus();
@@ -225,6 +235,7 @@ struct AgentPipeline::Impl final : public BatchSink {
         WaitUnlessStopping(kPollInterval);
         continue;
       }
+      if (!*readable) DrainDisconnects(source);
       if (source->snapshot_wanted.exchange(false)) PublishSnapshot(source);
       for (int i = 0; *readable && i < kMaxMessagesPerWake && !stop.load(); ++i) {
         StatusOr<bool> received = internal::ReceiveMultipart(*source->sub, &message);
@@ -236,7 +247,40 @@ struct AgentPipeline::Impl final : public BatchSink {
         }
         source->session->OnLiveFrames(message.frames);
       }
+      DrainDisconnects(source);
       source->metrics->Sync(source->stats, source->counters, true);
+    }
+  }
+
+  // Counts the SUB connections libzmq dropped (a message over
+  // max_message_bytes, or the engine went away), with a rate-limited line.
+  void DrainDisconnects(Source* source) {
+    const uint64_t lost = source->sub_monitor.Drain();
+    if (lost == 0) return;
+    source->sub_disconnects += lost;
+    source->metrics->SyncDisconnects(source->sub_disconnects);
+    // libzmq does not reconnect after a protocol error (an oversized message
+    // is one): connect again, or the source would stay silent for good.
+    // Harmless after an ordinary disconnect. A bound SUB waits for the
+    // engine to reconnect, which it does.
+    if (!source->spec.pub_bind) {
+      try {
+        source->sub->disconnect(source->spec.pub_endpoint);
+      } catch (const zmq::error_t&) {
+        // Not connected any more: nothing to undo.
+      }
+      if (Status status = internal::Attach(*source->sub, source->spec.pub_endpoint, false);
+          !status.ok()) {
+        log::Get("ingest")->warn("source {}: reconnect failed: {}", source->label,
+                                 status.ToString());
+      }
+    }
+    uint64_t suppressed = 0;
+    if (io_warnings.Allow(&suppressed)) {
+      log::Get("ingest")->warn(
+          "source {}: the engine connection dropped (a message over {} bytes, or the engine "
+          "went away); {} so far ({} lines suppressed)",
+          source->label, options.max_message_bytes, source->sub_disconnects, suppressed);
     }
   }
 
@@ -286,6 +330,7 @@ struct AgentPipeline::Impl final : public BatchSink {
       source->ready.store(false);
       source->session.reset();
       source->replay.reset();
+      source->sub_monitor.Detach();
       source->sub.reset();  // linger 0: closes at once
     }
     context.reset();

@@ -67,6 +67,12 @@ struct AgentOptions {
   // SUB socket receive high-water mark, in messages (the engines' PUB HWM).
   // Default: 100000.
   int receive_hwm = 100000;
+  // Largest inbound ZMQ message (ZMQ_MAXMSGSIZE on the SUB socket and the
+  // replay DEALER), in bytes; -1 = no limit. libzmq drops the connection
+  // that sends a larger one without reading it whole: the source sees a
+  // disconnect (kvindex_agent_sub_disconnects_total), then a sequence gap
+  // and a replay, which meets the same limit. Default: 64 MiB.
+  int64_t max_message_bytes = int64_t{64} << 20;
 
   // InvalidArgument naming the offending field: empty node or sources, bad
   // spec fields, non-positive timeouts, a model with two block sizes, two

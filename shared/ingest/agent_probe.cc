@@ -123,6 +123,11 @@ SourceMetrics* AgentProbe::AddSource(const std::string& source_label, wire::Engi
                 {{"source", source_label},
                  {"reason", std::string(FrameErrorLabel(static_cast<FrameError>(i)))}}));
   }
+  m->sub_disconnects_ = BoundCounter(
+      Counter(r, "kvindex_agent_sub_disconnects_total",
+              "Engine SUB connections dropped: a message over --zmq-max-message-bytes (libzmq "
+              "drops the connection unread) or the engine went away",
+              source));
   m->gaps_ = BoundCounter(
       Counter(r, "kvindex_agent_gaps_total", "Sequence gaps (live and inside replays)", source));
   auto replays = [&](const char* result) {

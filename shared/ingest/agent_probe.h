@@ -76,6 +76,8 @@ class SourceMetrics {
  public:
   // Exports everything that changed since the last call.
   void Sync(const normalize::SourceStats& stats, const SessionCounters& counters, bool ready);
+  // SUB connections lost so far (the source thread counts them).
+  void SyncDisconnects(uint64_t total) { sub_disconnects_.Sync(total); }
 
  private:
   friend class AgentProbe;
@@ -85,7 +87,7 @@ class SourceMetrics {
   BoundCounter batches_, decode_errors_, placements_[3];
   BoundCounter frames_invalid_[kNumFrameErrors];
   BoundCounter gaps_, replays_ok_, replays_failed_, replays_skipped_, replayed_batches_,
-      overlap_skipped_, restarts_;
+      overlap_skipped_, restarts_, sub_disconnects_;
   BoundCounter clears_[kNumClearCauses];
   prometheus::Gauge* last_seq_ = nullptr;
   prometheus::Gauge* tracked_blocks_ = nullptr;

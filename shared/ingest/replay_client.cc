@@ -21,6 +21,7 @@ Status ZmqReplayClient::Fetch(uint64_t start_seq,
     socket.set(zmq::sockopt::linger, 0);
     // Room for a whole engine buffer (10000 batches) in flight.
     socket.set(zmq::sockopt::rcvhwm, 100000);
+    socket.set(zmq::sockopt::maxmsgsize, options_.max_message_bytes);
     KVINDEX_RETURN_IF_ERROR(internal::Attach(socket, options_.endpoint, /*bind=*/false));
     uint8_t seq[kSeqBytes];
     EncodeSeq(start_seq, seq);

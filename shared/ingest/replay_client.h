@@ -33,6 +33,8 @@ struct ReplayClientOptions {
   std::string endpoint;
   // Longest wait for the next reply (the first one included). Default: 2 s.
   std::chrono::milliseconds timeout{2000};
+  // ZMQ_MAXMSGSIZE of the DEALER socket; -1 = no limit. Default: -1.
+  int64_t max_message_bytes = -1;
 };
 
 class ZmqReplayClient final : public ReplayFetcher {
