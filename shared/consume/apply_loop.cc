@@ -152,7 +152,7 @@ void ApplyLoop::Run() {
 void ApplyLoop::ApplyBatch(const LogBatch& batch) {
   RouterProbe::ApplyTally tally;
   const auto now = std::chrono::steady_clock::now();
-  uint64_t stale = 0, invalid = 0, expired = 0;
+  uint64_t stale = 0, invalid = 0, expired = 0, exhausted = 0;
   for (size_t m = 0; m < batch.messages.size(); ++m) {
     const LogBatch::Message& message = batch.messages[m];
     const std::span<const PlacementEvent> events = batch.Events(m);
@@ -197,14 +197,25 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
       }
       tally.Add(event, pass && wanted);
     }
-    index_->ApplyMessage(rewrite ? std::span<const PlacementEvent>(rewritten_) : events,
-                         message.position);
+    const index::ApplyResult applied = index_->ApplyMessage(
+        rewrite ? std::span<const PlacementEvent>(rewritten_) : events, message.position);
+    if (!applied.status.ok()) {
+      // Applied as far as memory allowed (the position still moves): what
+      // is left out is never matched, so routing degrades, never lies.
+      ++exhausted;
+      uint64_t suppressed = 0;
+      if (exhausted_warnings_.Allow(&suppressed)) {
+        log::Get("consume")->warn("log position {}: {} ({} suppressed)", message.position,
+                                  applied.status.ToString(), suppressed);
+      }
+    }
     position_.store(message.position, std::memory_order_release);
   }
   if (probe_ != nullptr) {
     if (stale != 0) probe_->RecordLog(LogOutcome::kStale, stale);
     if (invalid != 0) probe_->RecordLog(LogOutcome::kInvalid, invalid);
     if (expired != 0) probe_->RecordLog(LogOutcome::kAgentExpired, expired);
+    if (exhausted != 0) probe_->RecordLog(LogOutcome::kIndexExhausted, exhausted);
     uint64_t last_ts = 0;
     for (const PlacementEvent& event : batch.events)
       last_ts = std::max(last_ts, event.timestamp_ns);

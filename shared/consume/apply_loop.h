@@ -47,6 +47,7 @@
 #include "shared/consume/log_reader.h"
 #include "shared/consume/router_probe.h"
 #include "shared/index/index_interface.h"
+#include "shared/log/log.h"
 #include "shared/model/source_key.h"
 
 namespace kvindex::consume {
@@ -130,6 +131,7 @@ class ApplyLoop {
   std::vector<PlacementEvent> clears_;
   std::vector<PlacementEvent> expansion_;
   std::vector<PlacementEvent> rewritten_;
+  log::RateLimiter exhausted_warnings_{std::chrono::seconds(10)};
 
   mutable Mutex mu_;
   absl::flat_hash_map<SourceKey, SourceActivity> activity_ ABSL_GUARDED_BY(mu_);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "shared/consume/in_process_log_reader.h"
@@ -62,6 +63,40 @@ TEST(ApplyLoopTest, AssignsPositionsAndTracksActivity) {
   EXPECT_EQ(index.Stats().applied_seq, 3u);
   EXPECT_EQ(index.Stats().sources, 3u);
   loop.Stop();
+}
+
+// The value of `name`{outcome=`outcome`} in the probe's families (-1: absent).
+double Sample(const RouterProbe& probe, const std::string& name, const std::string& outcome) {
+  for (const auto& family : probe.Collect()) {
+    if (family.name != name) continue;
+    for (const auto& metric : family.metric) {
+      if (outcome.empty()) return metric.counter.value;
+      for (const auto& label : metric.label) {
+        if (label.name == "outcome" && label.value == outcome) return metric.counter.value;
+      }
+    }
+  }
+  return -1;
+}
+
+TEST(ApplyLoopTest, IndexOutOfMemoryIsCountedAndThePositionMoves) {
+  InProcessSink sink;
+  InProcessLogReader reader(&sink);
+  index::KvIndexOptions options;
+  options.max_arena_chunks = 1;  // all of it reserved for removals: no store fits
+  index::KvIndex index(options);
+  RouterProbe probe;
+  probe.Bind(&index, [] { return uint64_t{0}; });
+  ApplyLoop loop(&reader, &index, &probe, {});
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(sink.Publish(std::vector<PlacementEvent>{Stored("w0", {1, 2, 3})}).ok());
+  ASSERT_TRUE(WaitCaughtUp(loop));
+  loop.Stop();
+  EXPECT_EQ(index.Stats().applied_seq, 1u);
+  EXPECT_EQ(index.Stats().entries[0], 0u);
+  EXPECT_EQ(Sample(probe, "kvindex_router_log_messages_total", "index_exhausted"), 1);
+  EXPECT_EQ(Sample(probe, "kvindex_router_index_blocks_not_indexed_total", ""), 3);
+  EXPECT_EQ(Sample(probe, "kvindex_router_index_sources_cleared_on_exhaustion_total", ""), 0);
 }
 
 TEST(ApplyLoopTest, AStartUpClearIsNoLastEvent) {

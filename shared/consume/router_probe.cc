@@ -30,6 +30,8 @@ std::string_view LogOutcomeLabel(LogOutcome outcome) {
       return "resync_requested";
     case LogOutcome::kPositionGap:
       return "position_gap";
+    case LogOutcome::kIndexExhausted:
+      return "index_exhausted";
   }
   return "unknown";
 }
@@ -215,6 +217,18 @@ std::vector<prometheus::MetricFamily> RouterProbe::Collect() const {
         "Stored events not indexed because their model already holds 4096 sources (fail closed)");
     metrics::AddSample(over, static_cast<double>(stats.events_over_source_limit));
     out.push_back(std::move(over));
+    auto not_indexed = metrics::CounterFamily(
+        "kvindex_router_index_blocks_not_indexed_total",
+        "Blocks of stored events not indexed because their model's index memory ran out (fail "
+        "closed)");
+    metrics::AddSample(not_indexed, static_cast<double>(stats.blocks_not_indexed));
+    out.push_back(std::move(not_indexed));
+    auto cleared = metrics::CounterFamily(
+        "kvindex_router_index_sources_cleared_on_exhaustion_total",
+        "Sources cleared from a model because a removal found no memory to split a node (fail "
+        "closed)");
+    metrics::AddSample(cleared, static_cast<double>(stats.sources_cleared_on_exhaustion));
+    out.push_back(std::move(cleared));
   }
   return out;
 }

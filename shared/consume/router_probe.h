@@ -60,8 +60,9 @@ enum class LogOutcome : uint8_t {
   kExpiryAppended = 4,   // agent_expired events this router appended
   kResyncRequested = 5,  // resync requests this router appended
   kPositionGap = 6,      // log positions missing before a message (retention)
+  kIndexExhausted = 7,   // applied only in part: a model's index memory ran out
 };
-inline constexpr int kNumLogOutcomes = 7;
+inline constexpr int kNumLogOutcomes = 8;
 std::string_view LogOutcomeLabel(LogOutcome outcome);
 
 enum class Endpoint : uint8_t { kMatch = 0, kQuery = 1, kState = 2, kWorkers = 3 };

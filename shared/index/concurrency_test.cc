@@ -146,7 +146,7 @@ TEST(ConcurrencyTest, ReadersNeverOvercountWhileOneWriterApplies) {
   init.model = "m";
   init.block_size = 16;
   init.source = {"init", 0};
-  ASSERT_TRUE(index.Apply(init, 1));
+  ASSERT_TRUE(index.Apply(init, 1).applied);
   std::atomic<uint64_t> done{0};  // events of the script fully applied
   std::atomic<bool> stop{false};
 

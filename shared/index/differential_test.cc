@@ -3,6 +3,10 @@
 // sources after every step. A failure prints its seed; replay it with
 //   KVINDEX_SEED=<seed> [KVINDEX_STEPS=<n>] kvindex_index_differential_test
 // The self-test proves the harness catches an index that ignores removals.
+// Under memory limits (a tight cap, or injected allocation failures) the
+// oracle is given what KvIndex reports it applied (a stored event's head; a
+// removal followed by a clear of its source), and a second oracle fed the
+// whole stream proves KvIndex never holds an entry it was not given.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,12 +29,19 @@ struct StreamShape {
   int workers = 6;  // x ranks = sources
   int ranks = 3;
   int steps = 2500;
+  int extend = 6;  // a store adds fewer than this many new blocks to its chain
+};
+
+// Memory limits in a stream: `a` (a KvIndex) may leave entries out.
+struct Exhaustion {
+  KvIndex* inject = nullptr;       // gets random allocation failures
+  IndexInterface* full = nullptr;  // fed the whole stream: a superset of `a`
 };
 
 // A random prefix tree per model: chains share prefixes, as real prompts do.
 class ChainForest {
  public:
-  explicit ChainForest(std::mt19937_64* rng) : rng_(rng) {}
+  ChainForest(std::mt19937_64* rng, int extend) : rng_(rng), extend_(extend) {}
   // Path from the root to a random node, possibly extended by new nodes.
   std::vector<uint64_t> RandomPath(bool may_extend) {
     std::vector<uint64_t> path;
@@ -40,7 +51,7 @@ class ChainForest {
     std::reverse(path.begin(), path.end());
     if (may_extend) {
       size_t parent = picked;
-      const int extra = static_cast<int>((*rng_)() % 6);
+      const int extra = static_cast<int>((*rng_)() % extend_);
       for (int i = 0; i < extra; ++i) {
         nodes_.push_back((*rng_)() | 1);  // random canonical hashes
         parent_.push_back(parent);
@@ -54,6 +65,7 @@ class ChainForest {
  private:
   static constexpr size_t kRoot = static_cast<size_t>(-1);
   std::mt19937_64* rng_;
+  int extend_;
   std::vector<uint64_t> nodes_;
   std::vector<size_t> parent_;
 };
@@ -69,12 +81,24 @@ std::string Describe(const MatchResult& r) {
   return out.str() + "}";
 }
 
-// Returns a description of the first divergence, or nullopt.
+using Row = std::tuple<std::string, SourceKey, Tier, uint64_t>;
+
+std::set<Row> Rows(const IndexInterface& index) {
+  std::set<Row> rows;
+  index.ForEachEntry([&](std::string_view m, const SourceKey& s, Tier t, uint64_t h) {
+    rows.insert({std::string(m), s, t, h});
+  });
+  return rows;
+}
+
+// Returns a description of the first divergence, or nullopt. `exhaustion`
+// null: `a` must apply every event in full.
 std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint64_t seed,
-                                     const StreamShape& shape) {
+                                     const StreamShape& shape,
+                                     const Exhaustion* exhaustion = nullptr) {
   std::mt19937_64 rng(seed);
   std::vector<ChainForest> forests;
-  for (int m = 0; m < shape.models; ++m) forests.emplace_back(&rng);
+  for (int m = 0; m < shape.models; ++m) forests.emplace_back(&rng, shape.extend);
   auto model_name = [](int m) { return "model" + std::to_string(m); };
   uint64_t position = 0;
   for (int step = 0; step < shape.steps; ++step) {
@@ -128,13 +152,44 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
     // Occasionally replay an old position: both must ignore it.
     const uint64_t at =
         (rng() % 20 == 0 && position > 0) ? position - rng() % position : ++position;
-    const bool applied_a = a.Apply(e, at);
-    const bool applied_b = b.Apply(e, at);
     std::ostringstream where;
     where << "seed " << seed << " step " << step << " (" << PlacementKindName(e.kind) << " "
           << e.model << " " << e.source.worker << "/" << e.source.dp_rank << " tier "
           << TierName(e.tier) << " n=" << e.block_hashes.size() << "): ";
-    if (applied_a != applied_b) return where.str() + "Apply result differs";
+    // Failures before removals too (they clear), where splits are rarer.
+    if (exhaustion != nullptr && exhaustion->inject != nullptr &&
+        rng() % (e.kind == PlacementKind::kRemoved ? 2 : 5) == 0 &&
+        exhaustion->inject->BlockSize(e.model).has_value()) {
+      exhaustion->inject->FailNodeAllocationsForTesting(e.model, static_cast<uint32_t>(rng() % 3),
+                                                        static_cast<uint32_t>(1 + rng() % 3));
+    }
+    const ApplyResult result_a = a.Apply(e, at);
+    // What `a` applied of the event, for the oracle.
+    std::vector<PlacementEvent> applied = {e};
+    if (result_a.blocks_not_indexed != 0 || result_a.sources_cleared != 0) {
+      if (exhaustion == nullptr) return where.str() + "unexpected " + result_a.status.ToString();
+      if (result_a.status.code() != absl::StatusCode::kResourceExhausted) {
+        return where.str() + "exhaustion reported as " + result_a.status.ToString();
+      }
+      if (e.kind == PlacementKind::kStored && result_a.sources_cleared == 0 &&
+          result_a.blocks_not_indexed <= e.block_hashes.size()) {
+        applied[0].block_hashes.resize(e.block_hashes.size() - result_a.blocks_not_indexed);
+      } else if (e.kind == PlacementKind::kRemoved && result_a.sources_cleared == 1 &&
+                 result_a.blocks_not_indexed == 0) {
+        PlacementEvent clear;
+        clear.kind = PlacementKind::kCleared;
+        clear.model = e.model;
+        clear.source = e.source;
+        applied.push_back(clear);
+      } else {
+        return where.str() + "exhaustion does not fit the event: " + result_a.status.ToString();
+      }
+    } else if (!result_a.status.ok()) {
+      return where.str() + "status without exhaustion: " + result_a.status.ToString();
+    }
+    const ApplyResult result_b = b.ApplyMessage(applied, at);
+    if (exhaustion != nullptr && exhaustion->full != nullptr) exhaustion->full->Apply(e, at);
+    if (result_a.applied != result_b.applied) return where.str() + "Apply result differs";
 
     const IndexStats sa = a.Stats(), sb = b.Stats();
     if (sa.digest != sb.digest) return where.str() + "digest differs";
@@ -147,6 +202,12 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
       }
     }
     if (a.Models() != b.Models()) return where.str() + "models differ";
+    if (exhaustion != nullptr && exhaustion->full != nullptr && step % 10 == 0) {
+      const std::set<Row> rows_a = Rows(a), rows_full = Rows(*exhaustion->full);
+      if (!std::includes(rows_full.begin(), rows_full.end(), rows_a.begin(), rows_a.end())) {
+        return where.str() + "an entry that was never stored, or was removed (overcount)";
+      }
+    }
     for (int q = 0; q < 3; ++q) {
       const int qm = static_cast<int>(rng() % shape.models);
       std::vector<uint64_t> query = forests[qm].RandomPath(false);
@@ -171,15 +232,7 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
           return where.str() + "Sources() differ at " + std::to_string(i);
         }
       }
-      using Row = std::tuple<std::string, SourceKey, Tier, uint64_t>;
-      std::set<Row> rows_a, rows_b;
-      a.ForEachEntry([&](std::string_view mm, const SourceKey& s, Tier t, uint64_t h) {
-        rows_a.insert({std::string(mm), s, t, h});
-      });
-      b.ForEachEntry([&](std::string_view mm, const SourceKey& s, Tier t, uint64_t h) {
-        rows_b.insert({std::string(mm), s, t, h});
-      });
-      if (rows_a != rows_b) return where.str() + "ForEachEntry differs";
+      if (Rows(a) != Rows(b)) return where.str() + "ForEachEntry differs";
       // A restore from the entries (the checkpoint seam) reproduces the state.
       KvIndex restored;
       a.ForEachEntry([&](std::string_view mm, const SourceKey& s, Tier t, uint64_t h) {
@@ -220,6 +273,47 @@ TEST(DifferentialTest, MatchesOracleOnRandomStreams) {
     const std::optional<std::string> failure = RunStream(index, oracle, seed, shape);
     EXPECT_FALSE(failure.has_value())
         << *failure << "\nreplay: KVINDEX_SEED=" << seed << " kvindex_index_differential_test";
+  }
+}
+
+TEST(DifferentialTest, MatchesOracleUnderInjectedAllocationFailures) {
+  std::vector<uint64_t> seeds = {11, 12, 13};
+  if (auto seed = EnvU64("KVINDEX_SEED")) seeds = {*seed};
+  uint64_t cut_short = 0, cleared = 0;
+  for (uint64_t seed : seeds) {
+    StreamShape shape;
+    if (seed % 3 == 1) shape.workers = 50;
+    if (auto steps = EnvU64("KVINDEX_STEPS")) shape.steps = static_cast<int>(*steps);
+    KvIndex index;
+    ReferenceIndex oracle, full;
+    const Exhaustion exhaustion{&index, &full};
+    const std::optional<std::string> failure = RunStream(index, oracle, seed, shape, &exhaustion);
+    EXPECT_FALSE(failure.has_value()) << *failure << "\nreplay: KVINDEX_SEED=" << seed;
+    cut_short += index.Stats().blocks_not_indexed;
+    cleared += index.Stats().sources_cleared_on_exhaustion;
+  }
+  // Both paths were taken: stores cut short and removals that cleared.
+  EXPECT_GT(cut_short, 0u);
+  EXPECT_GT(cleared, 0u);
+}
+
+TEST(DifferentialTest, MatchesOracleUnderATightMemoryCap) {
+  std::vector<uint64_t> seeds = {21, 22};
+  if (auto seed = EnvU64("KVINDEX_SEED")) seeds = {*seed};
+  for (uint64_t seed : seeds) {
+    StreamShape shape;
+    shape.extend = 40;
+    if (auto steps = EnvU64("KVINDEX_STEPS")) shape.steps = static_cast<int>(*steps);
+    // New entries get one node chunk and the first 8 KiB locator (665
+    // blocks); removals get one more chunk.
+    KvIndexOptions options;
+    options.max_model_bytes = (size_t{4} << 20) + (size_t{8} << 10);
+    KvIndex index(options);
+    ReferenceIndex oracle, full;
+    const Exhaustion exhaustion{nullptr, &full};
+    const std::optional<std::string> failure = RunStream(index, oracle, seed, shape, &exhaustion);
+    EXPECT_FALSE(failure.has_value()) << *failure << "\nreplay: KVINDEX_SEED=" << seed;
+    EXPECT_GT(index.Stats().blocks_not_indexed, 0u) << seed;
   }
 }
 

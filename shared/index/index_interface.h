@@ -28,6 +28,21 @@
 
 namespace kvindex::index {
 
+// What ApplyMessage did with one log message. Not [[nodiscard]]: most
+// writers (restores, benchmarks, tests) only need the state it leaves.
+struct ApplyResult {
+  // False: the position was at or below applied_seq; the message was ignored.
+  bool applied = false;
+  // OK, or ResourceExhausted: a model ran out of index memory, so stored
+  // blocks were left out or a source was cleared (fail closed: the index
+  // undercounts, never overcounts). The message still counts as applied.
+  Status status;
+  // Of this message: blocks of stored events not indexed (always the tail
+  // of their event), and sources cleared because a removal could not split.
+  uint64_t blocks_not_indexed = 0;
+  uint64_t sources_cleared = 0;
+};
+
 class IndexInterface {
  public:
   using EntryVisitor =
@@ -37,16 +52,18 @@ class IndexInterface {
 
   // Applies the events of one log message, in order, all at log position
   // `log_position` (strictly increasing; a message at or below the current
-  // applied_seq is ignored and returns false, so replay is idempotent; an
+  // applied_seq is ignored, `applied` false, so replay is idempotent; an
   // empty message only advances applied_seq). Heartbeats and agent_expired
   // only advance applied_seq (liveness is decided by consume::AgentTable,
   // which turns an expiry into kCleared events). kWorkerExpired removes every
   // dp_rank of source.worker in every model. kCleared with an empty model
-  // clears the source in every model.
-  virtual bool ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) = 0;
+  // clears the source in every model. An implementation with memory limits
+  // applies what fits and reports the rest in `status` (ApplyResult).
+  virtual ApplyResult ApplyMessage(std::span<const PlacementEvent> events,
+                                   uint64_t log_position) = 0;
 
   // One event as its own message at `log_position`.
-  bool Apply(const PlacementEvent& event, uint64_t log_position) {
+  ApplyResult Apply(const PlacementEvent& event, uint64_t log_position) {
     return ApplyMessage(std::span<const PlacementEvent>(&event, 1), log_position);
   }
 

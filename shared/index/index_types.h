@@ -45,6 +45,11 @@ struct IndexStats {
   // Stored events of sources beyond a model's source capacity (4096): not
   // indexed (fail closed), counted so an operator sees it.
   uint64_t events_over_source_limit = 0;
+  // Index memory exhausted (KvIndexOptions::max_model_bytes, or the arena's
+  // hard limit): blocks of stored events not indexed, and sources cleared
+  // because a removal could not split a node (fail closed, both counted).
+  uint64_t blocks_not_indexed = 0;
+  uint64_t sources_cleared_on_exhaustion = 0;
   uint64_t bytes_allocated = 0;  // real bytes held by the index's structures
 };
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
+
 #include "shared/index/internal/memory.h"
 #include "shared/index/internal/model_index.h"
 
@@ -17,7 +19,29 @@ struct ModelList {
 using internal::ModelIndex;
 using internal::ModelList;
 
-KvIndex::KvIndex() : memory_(std::make_unique<internal::MemoryCounter>()) {
+namespace {
+
+// `m` null: the model could not even be created.
+Status Exhausted(std::string_view model, const ModelIndex* m, const ApplyResult& result) {
+  std::string limit = "its first block locator could not be mapped";
+  if (m != nullptr) {
+    limit = m->limits().max_bytes != 0
+                ? absl::StrCat("max_model_bytes ", m->limits().max_bytes)
+                : absl::StrCat("hard limit of ", m->limits().max_chunks, " node arena chunks");
+    absl::StrAppend(&limit, ", arena + locator ", m->limited_bytes(), " bytes");
+  }
+  return absl::ResourceExhaustedError(
+      absl::StrCat("index memory of model '", std::string(model), "' exhausted (", limit,
+                   "): ", result.blocks_not_indexed, " stored blocks not indexed, ",
+                   result.sources_cleared, " sources cleared (a removal could not split a node)"));
+}
+
+}  // namespace
+
+KvIndex::KvIndex() : KvIndex(KvIndexOptions{}) {}
+
+KvIndex::KvIndex(const KvIndexOptions& options)
+    : options_(options), memory_(std::make_unique<internal::MemoryCounter>()) {
   model_lists_.push_back(std::make_unique<ModelList>());
   models_.store(model_lists_.back().get(), std::memory_order_release);
 }
@@ -34,7 +58,13 @@ const ModelIndex* KvIndex::FindModel(std::string_view model) const {
 
 ModelIndex* KvIndex::GetOrCreateModel(std::string_view model) {
   if (const ModelIndex* found = FindModel(model)) return const_cast<ModelIndex*>(found);
-  owned_models_.push_back(std::make_unique<ModelIndex>(std::string(model), memory_.get()));
+  internal::ModelLimits limits;
+  limits.max_bytes = options_.max_model_bytes;
+  limits.max_chunks = options_.max_arena_chunks;
+  std::unique_ptr<ModelIndex> created =
+      ModelIndex::Create(std::string(model), memory_.get(), limits);
+  if (created == nullptr) return nullptr;
+  owned_models_.push_back(std::move(created));
   auto list = std::make_unique<ModelList>(*models_.load(std::memory_order_relaxed));
   list->models.push_back(owned_models_.back().get());
   std::sort(list->models.begin(), list->models.end(),
@@ -44,25 +74,53 @@ ModelIndex* KvIndex::GetOrCreateModel(std::string_view model) {
   return owned_models_.back().get();
 }
 
-bool KvIndex::ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) {
+ApplyResult KvIndex::ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) {
   FlushRestore();
-  if (log_position <= applied_seq_.load(std::memory_order_relaxed)) return false;
-  for (const PlacementEvent& event : events) ApplyEvent(event);
+  ApplyResult result;
+  if (log_position <= applied_seq_.load(std::memory_order_relaxed)) return result;
+  result.applied = true;
+  std::string_view exhausted;
+  for (const PlacementEvent& event : events) ApplyEvent(event, &result, &exhausted);
+  // A partly indexed message is still consumed: replicas applying the same
+  // log leave out the same blocks, so they stay identical.
   applied_seq_.store(log_position, std::memory_order_release);
-  return true;
+  if (result.blocks_not_indexed != 0 || result.sources_cleared != 0) {
+    result.status = Exhausted(exhausted, FindModel(exhausted), result);
+  }
+  return result;
 }
 
-void KvIndex::ApplyEvent(const PlacementEvent& event) {
+size_t KvIndex::StoreBlocks(std::string_view model, const SourceKey& source, Tier tier,
+                            std::span<const uint64_t> hashes, uint32_t block_size) {
+  ModelIndex* m = GetOrCreateModel(model);
+  size_t left_out = hashes.size();
+  if (m != nullptr) {
+    m->SetBlockSize(block_size);
+    left_out = m->Store(source, tier, hashes);
+  }
+  if (left_out != 0) blocks_not_indexed_.fetch_add(left_out, std::memory_order_relaxed);
+  return left_out;
+}
+
+void KvIndex::ApplyEvent(const PlacementEvent& event, ApplyResult* result,
+                         std::string_view* exhausted) {
   switch (event.kind) {
     case PlacementKind::kStored: {
-      ModelIndex* m = GetOrCreateModel(event.model);
-      m->SetBlockSize(event.block_size);
-      m->Store(event.source, event.tier, event.block_hashes);
+      const size_t left_out =
+          StoreBlocks(event.model, event.source, event.tier, event.block_hashes, event.block_size);
+      if (left_out != 0) {
+        result->blocks_not_indexed += left_out;
+        if (exhausted->empty()) *exhausted = event.model;
+      }
       break;
     }
     case PlacementKind::kRemoved:
       if (const ModelIndex* m = FindModel(event.model)) {
-        const_cast<ModelIndex*>(m)->Remove(event.source, event.tier, event.block_hashes);
+        if (!const_cast<ModelIndex*>(m)->Remove(event.source, event.tier, event.block_hashes)) {
+          sources_cleared_on_exhaustion_.fetch_add(1, std::memory_order_relaxed);
+          ++result->sources_cleared;
+          if (exhausted->empty()) *exhausted = event.model;
+        }
       }
       break;
     case PlacementKind::kCleared:
@@ -114,6 +172,9 @@ IndexStats KvIndex::Stats() const {
   IndexStats stats;
   stats.applied_seq = applied_seq_.load(std::memory_order_acquire);
   for (const ModelIndex* m : models_.load(std::memory_order_acquire)->models) m->AddStats(&stats);
+  stats.blocks_not_indexed = blocks_not_indexed_.load(std::memory_order_relaxed);
+  stats.sources_cleared_on_exhaustion =
+      sources_cleared_on_exhaustion_.load(std::memory_order_relaxed);
   stats.bytes_allocated = memory_->bytes();
   return stats;
 }
@@ -156,22 +217,22 @@ void KvIndex::RestoreEntry(std::string_view model, const SourceKey& source, Tier
 void KvIndex::FlushRestore() {
   PendingRestore& p = restore_;
   if (p.hashes.empty()) return;
-  ModelIndex* m = GetOrCreateModel(p.model);
-  m->SetBlockSize(p.block_size);
-  m->Store(p.source, p.tier, p.hashes);
+  StoreBlocks(p.model, p.source, p.tier, p.hashes, p.block_size);
   p.hashes.clear();
 }
 
 void KvIndex::RestoreRun(std::string_view model, const SourceKey& source, Tier tier,
                          std::span<const uint64_t> hashes, uint32_t block_size) {
   FlushRestore();
-  ModelIndex* m = GetOrCreateModel(model);
-  m->SetBlockSize(block_size);
-  m->Store(source, tier, hashes);
+  StoreBlocks(model, source, tier, hashes, block_size);
 }
 
 void KvIndex::ReserveBlocks(std::string_view model, uint64_t blocks) {
-  GetOrCreateModel(model)->Reserve(blocks);
+  if (ModelIndex* m = GetOrCreateModel(model)) m->Reserve(blocks);
+}
+
+void KvIndex::FailNodeAllocationsForTesting(std::string_view model, uint32_t skip, uint32_t n) {
+  const_cast<ModelIndex*>(FindModel(model))->FailNodeAllocationsForTesting(skip, n);
 }
 
 uint64_t KvIndex::DistinctBlocks(std::string_view model) const {

@@ -27,6 +27,14 @@
 // ForEachEntry: writer thread or quiescent. A checkpoint restore is
 // RestoreEntry calls ended by RestoreAppliedSeq (entries are buffered until
 // then).
+//
+// Memory: KvIndexOptions::max_model_bytes caps each model's node arena and
+// block locator. New entries stop below the cap (the rest of their event is
+// not indexed; ApplyMessage reports ResourceExhausted and Stats counts
+// them); removals use the reserve kept below it, and one that still cannot
+// split a node clears its source from the model; clears and expiries need
+// no memory. Nothing throws when memory runs out (README.md, "Memory
+// limits").
 #pragma once
 
 #include <atomic>
@@ -51,14 +59,25 @@ class MemoryCounter;
 struct ModelList;
 }  // namespace internal
 
+struct KvIndexOptions {
+  // Bytes of node arena + block locator per model (the bulk of its memory).
+  // New entries stop max(2 MiB, 1/32 of it) below, which is left to the
+  // splits of removals. Default: 0 = only the hard limit (8 GiB of nodes).
+  uint64_t max_model_bytes = 0;
+  // Testing: node arena chunks (2 MiB) per model, the hard limit; at most
+  // and by default 4096.
+  uint32_t max_arena_chunks = 4096;
+};
+
 class KvIndex final : public IndexInterface {
  public:
   KvIndex();
+  explicit KvIndex(const KvIndexOptions& options);
   ~KvIndex() override;
   KvIndex(const KvIndex&) = delete;
   KvIndex& operator=(const KvIndex&) = delete;
 
-  bool ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) override;
+  ApplyResult ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) override;
   StatusOr<MatchResult> MatchSequenceHashes(std::string_view model,
                                             std::span<const uint64_t> seq_hashes,
                                             const MatchOptions& options = {}) const override;
@@ -75,13 +94,24 @@ class KvIndex final : public IndexInterface {
   void ReserveBlocks(std::string_view model, uint64_t blocks) override;
   uint64_t DistinctBlocks(std::string_view model) const override;
 
+  // Testing (writer thread): after `skip` more node allocations of `model`
+  // (which must exist), the next `n` fail as if its memory were exhausted.
+  void FailNodeAllocationsForTesting(std::string_view model, uint32_t skip, uint32_t n);
+
  private:
-  void ApplyEvent(const PlacementEvent& event);
+  // Exhaustion is added to *result; *exhausted names the first model short
+  // of memory.
+  void ApplyEvent(const PlacementEvent& event, ApplyResult* result, std::string_view* exhausted);
+  // Stores into `model` (created on first use); counts and returns the
+  // blocks not indexed.
+  size_t StoreBlocks(std::string_view model, const SourceKey& source, Tier tier,
+                     std::span<const uint64_t> hashes, uint32_t block_size);
   const internal::ModelIndex* FindModel(std::string_view model) const;
   internal::ModelIndex* GetOrCreateModel(std::string_view model);
   // Applies the buffered run of restored entries as one stored event.
   void FlushRestore();
 
+  const KvIndexOptions options_;
   std::unique_ptr<internal::MemoryCounter> memory_;
   // Copy-on-write list of models, published with release; old lists are kept
   // until destruction (models are few and never dropped), so readers need no
@@ -90,6 +120,8 @@ class KvIndex final : public IndexInterface {
   std::vector<std::unique_ptr<const internal::ModelList>> model_lists_;
   std::vector<std::unique_ptr<internal::ModelIndex>> owned_models_;
   std::atomic<uint64_t> applied_seq_{0};
+  std::atomic<uint64_t> blocks_not_indexed_{0};
+  std::atomic<uint64_t> sources_cleared_on_exhaustion_{0};
 
   // RestoreEntry buffers consecutive entries of one (model, source, tier), as
   // ForEachEntry yields them node by node, so a restore rebuilds whole nodes

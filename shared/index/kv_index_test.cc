@@ -55,7 +55,11 @@ PlacementEvent Expired(std::string worker) {
 template <typename T>
 class IndexRulesTest : public ::testing::Test {
  protected:
-  void Apply(const PlacementEvent& e) { ASSERT_TRUE(index_.Apply(e, ++seq_)); }
+  void Apply(const PlacementEvent& e) {
+    const ApplyResult result = index_.Apply(e, ++seq_);
+    ASSERT_TRUE(result.applied);
+    ASSERT_TRUE(result.status.ok()) << result.status;
+  }
   MatchResult Match(std::vector<uint64_t> hashes, const MatchOptions& opts = {}) {
     auto r = index_.MatchSequenceHashes("m", hashes, opts);
     EXPECT_TRUE(r.ok()) << r.status();
@@ -218,13 +222,13 @@ TYPED_TEST(IndexRulesTest, WorkerExpiredRemovesEveryRankInEveryModel) {
 }
 
 TYPED_TEST(IndexRulesTest, ReplayedPositionsAreIgnored) {
-  ASSERT_TRUE(this->index_.Apply(Stored("a", Tier::kDevice, {1}), 5));
-  EXPECT_FALSE(this->index_.Apply(Removed("a", Tier::kDevice, {1}), 5));
-  EXPECT_FALSE(this->index_.Apply(Removed("a", Tier::kDevice, {1}), 3));
+  ASSERT_TRUE(this->index_.Apply(Stored("a", Tier::kDevice, {1}), 5).applied);
+  EXPECT_FALSE(this->index_.Apply(Removed("a", Tier::kDevice, {1}), 5).applied);
+  EXPECT_FALSE(this->index_.Apply(Removed("a", Tier::kDevice, {1}), 3).applied);
   EXPECT_EQ(this->index_.Stats().entries[0], 1u);
   PlacementEvent hb;
   hb.kind = PlacementKind::kHeartbeat;
-  ASSERT_TRUE(this->index_.Apply(hb, 9));
+  ASSERT_TRUE(this->index_.Apply(hb, 9).applied);
   EXPECT_EQ(this->index_.Stats().applied_seq, 9u);
 }
 
@@ -366,9 +370,11 @@ TYPED_TEST(IndexRulesTest, RowsOrderedForFewAndManyDistinctLengths) {
       const std::string worker = "w" + std::to_string((i * 7) % 40);
       const uint32_t length = 1 + i % distinct;
       ASSERT_TRUE(
-          index.Apply(Stored(worker, Tier::kDevice,
-                             std::vector<uint64_t>(chain.begin(), chain.begin() + length), i % 2),
-                      ++seq));
+          index
+              .Apply(Stored(worker, Tier::kDevice,
+                            std::vector<uint64_t>(chain.begin(), chain.begin() + length), i % 2),
+                     ++seq)
+              .applied);
     }
     auto r = index.MatchSequenceHashes("m", chain);
     ASSERT_TRUE(r.ok());

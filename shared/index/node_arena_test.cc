@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <set>
+#include <vector>
 
 namespace kvindex::index::internal {
 namespace {
@@ -55,6 +56,43 @@ TEST(NodeArenaTest, BlocksAreAlignedDisjointResolvableAndReusedByClass) {
     EXPECT_EQ(memory.bytes(), mapped);
   }
   EXPECT_EQ(memory.bytes(), 0u);
+}
+
+TEST(NodeArenaTest, ExhaustionIsAValueNotAnException) {
+  MemoryCounter memory;
+  NodeArena arena(&memory, /*max_chunks=*/2);
+  const uint64_t table = memory.bytes();
+  size_t bytes = 0;
+  NodeArena::Ref ref = 0;
+  std::vector<void*> blocks;
+  // A limit below max_chunks stops at its own count.
+  while (void* p = arena.Allocate(64 << 10, &bytes, &ref, /*chunk_limit=*/1)) blocks.push_back(p);
+  EXPECT_EQ(memory.bytes() - table, NodeArena::kChunkBytes);
+  EXPECT_EQ(arena.mapped_bytes(), NodeArena::kChunkBytes);
+  const size_t per_chunk = blocks.size();
+  EXPECT_GE(per_chunk, 25u);
+  // The hard limit holds whatever the caller asks.
+  while (void* p = arena.Allocate(64 << 10, &bytes, &ref, /*chunk_limit=*/100)) {
+    blocks.push_back(p);
+  }
+  EXPECT_EQ(blocks.size(), 2 * per_chunk);
+  EXPECT_EQ(memory.bytes() - table, 2 * NodeArena::kChunkBytes);
+  // A freed block is reused without a new chunk.
+  arena.Free(blocks.back(), bytes);
+  EXPECT_EQ(arena.Allocate(64 << 10, &bytes, &ref), blocks.back());
+  EXPECT_EQ(arena.Allocate(64 << 10, &bytes, &ref), nullptr);
+}
+
+TEST(NodeArenaTest, InjectedFailuresSkipThenFail) {
+  MemoryCounter memory;
+  NodeArena arena(&memory);
+  size_t bytes = 0;
+  NodeArena::Ref ref = 0;
+  arena.FailAllocationsForTesting(/*skip=*/1, /*n=*/2);
+  EXPECT_NE(arena.Allocate(100, &bytes, &ref), nullptr);
+  EXPECT_EQ(arena.Allocate(100, &bytes, &ref), nullptr);
+  EXPECT_EQ(arena.Allocate(100, &bytes, &ref), nullptr);
+  EXPECT_NE(arena.Allocate(100, &bytes, &ref), nullptr);
 }
 
 }  // namespace

@@ -8,11 +8,14 @@
 
 namespace kvindex::index {
 
-bool ReferenceIndex::ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) {
-  if (log_position <= applied_seq_) return false;
+ApplyResult ReferenceIndex::ApplyMessage(std::span<const PlacementEvent> events,
+                                         uint64_t log_position) {
+  if (log_position <= applied_seq_) return {};
   applied_seq_ = log_position;
   for (const PlacementEvent& event : events) ApplyEvent(event);
-  return true;
+  ApplyResult result;
+  result.applied = true;
+  return result;
 }
 
 void ReferenceIndex::ApplyEvent(const PlacementEvent& event) {

@@ -24,7 +24,7 @@ namespace kvindex::index {
 
 class ReferenceIndex : public IndexInterface {
  public:
-  bool ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) override;
+  ApplyResult ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) override;
   StatusOr<MatchResult> MatchSequenceHashes(std::string_view model,
                                             std::span<const uint64_t> seq_hashes,
                                             const MatchOptions& options = {}) const override;

@@ -30,12 +30,15 @@ void BaselineIndex::EraseSource(uint32_t id) {
   }
 }
 
-bool BaselineIndex::ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) {
+index::ApplyResult BaselineIndex::ApplyMessage(std::span<const PlacementEvent> events,
+                                               uint64_t log_position) {
   WriterLock lock(&mu_);
-  if (log_position <= applied_seq_) return false;
+  if (log_position <= applied_seq_) return {};
   applied_seq_ = log_position;
   for (const PlacementEvent& event : events) ApplyLocked(event);
-  return true;
+  index::ApplyResult result;
+  result.applied = true;
+  return result;
 }
 
 void BaselineIndex::ApplyLocked(const PlacementEvent& event) {

@@ -24,7 +24,8 @@ class BaselineIndex final : public index::IndexInterface {
  public:
   explicit BaselineIndex(std::string model);
 
-  bool ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) override;
+  index::ApplyResult ApplyMessage(std::span<const PlacementEvent> events,
+                                  uint64_t log_position) override;
   StatusOr<index::MatchResult> MatchSequenceHashes(
       std::string_view model, std::span<const uint64_t> seq_hashes,
       const index::MatchOptions& options = {}) const override;

@@ -4,14 +4,25 @@
 
 namespace kvindex::index::internal {
 
-BlockLocator::BlockLocator(size_t capacity, MemoryCounter* memory) : memory_(memory) {
-  const size_t bytes = (capacity < 64 ? 64 : capacity) * sizeof(uint64_t);
+size_t BlockLocator::MappedBytes(size_t capacity) {
+  return HugePagesRoundUp((capacity < 64 ? 64 : capacity) * sizeof(uint64_t));
+}
+
+std::unique_ptr<BlockLocator> BlockLocator::Create(size_t capacity, MemoryCounter* memory) {
   // Rounded to whole huge pages (the rounding is used as capacity and
   // reported as allocated); anonymous pages are zero: every slot starts empty.
-  mapped_bytes_ = HugePagesRoundUp(bytes);
-  slots_ = static_cast<std::atomic<uint64_t>*>(MapHugePages(mapped_bytes_));
-  capacity_ = mapped_bytes_ / sizeof(uint64_t);
-  max_used_ = static_cast<size_t>(static_cast<double>(capacity_) * kMaxLoad);
+  const size_t bytes = MappedBytes(capacity);
+  void* slots = MapHugePages(bytes);
+  if (slots == nullptr) return nullptr;
+  return std::unique_ptr<BlockLocator>(new BlockLocator(slots, bytes, memory));
+}
+
+BlockLocator::BlockLocator(void* slots, size_t mapped_bytes, MemoryCounter* memory)
+    : slots_(static_cast<std::atomic<uint64_t>*>(slots)),
+      capacity_(mapped_bytes / sizeof(uint64_t)),
+      max_used_(static_cast<size_t>(static_cast<double>(capacity_) * kMaxLoad)),
+      mapped_bytes_(mapped_bytes),
+      memory_(memory) {
   memory_->Add(mapped_bytes_);
 }
 

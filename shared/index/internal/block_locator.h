@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "shared/index/internal/memory.h"
 
@@ -38,7 +39,10 @@ class BlockLocator {
   static constexpr uint32_t kMaxDisplacement = 255;
   static constexpr size_t kNotFound = ~size_t{0};
 
-  BlockLocator(size_t capacity, MemoryCounter* memory);
+  // A table of at least `capacity` slots; nullptr when it cannot be mapped.
+  static std::unique_ptr<BlockLocator> Create(size_t capacity, MemoryCounter* memory);
+  // The bytes Create(capacity) maps: what growing to it costs.
+  static size_t MappedBytes(size_t capacity);
   ~BlockLocator();
   BlockLocator(const BlockLocator&) = delete;
   BlockLocator& operator=(const BlockLocator&) = delete;
@@ -48,7 +52,10 @@ class BlockLocator {
 
   size_t capacity() const { return capacity_; }
   size_t used() const { return used_; }
+  size_t mapped_bytes() const { return mapped_bytes_; }
   bool HasRoomFor(size_t blocks) const { return used_ + blocks <= max_used_; }
+  // Blocks that fit before the table must grow.
+  size_t Room() const { return max_used_ > used_ ? max_used_ - used_ : 0; }
 
   size_t Home(uint64_t hash) const {
     const uint64_t mixed = hash * 0x9E3779B97F4A7C15ull;
@@ -105,6 +112,7 @@ class BlockLocator {
   void Erase(size_t i);
 
  private:
+  BlockLocator(void* slots, size_t mapped_bytes, MemoryCounter* memory);
   static uint64_t Pack(uint32_t node_ref, uint32_t offset, uint64_t low24) {
     return uint64_t{node_ref} << 36 | uint64_t{offset} << 24 | low24;
   }

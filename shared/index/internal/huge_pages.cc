@@ -3,7 +3,6 @@
 #include <sys/mman.h>
 
 #include <cstdint>
-#include <new>
 
 namespace kvindex::index::internal {
 namespace {
@@ -22,13 +21,13 @@ void* MapHugePages(size_t bytes) {
   const size_t size = HugePagesRoundUp(bytes);
   if (size < kHugePageBytes) {
     void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) throw std::bad_alloc();
+    if (p == MAP_FAILED) return nullptr;
     return p;
   }
   // Map one huge page more and trim to a 2 MiB-aligned range.
   const size_t span = size + kHugePageBytes;
   void* p = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
+  if (p == MAP_FAILED) return nullptr;
   const uintptr_t start = reinterpret_cast<uintptr_t>(p);
   const uintptr_t aligned = RoundUp(start, kHugePageBytes);
   if (aligned > start) munmap(p, aligned - start);

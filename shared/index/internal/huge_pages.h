@@ -12,8 +12,9 @@ inline constexpr size_t kHugePageBytes = size_t{2} << 20;
 
 // `bytes` rounded up to whole huge pages when at least one, else to 4 KiB.
 size_t HugePagesRoundUp(size_t bytes);
-// Zeroed, populated memory of HugePagesRoundUp(bytes) bytes; throws
-// std::bad_alloc on failure.
+// Zeroed, populated memory of HugePagesRoundUp(bytes) bytes; nullptr when the
+// mapping fails (callers fail closed: the index must not stop applying the
+// log halfway through an event).
 void* MapHugePages(size_t bytes);
 void UnmapHugePages(void* p, size_t bytes);
 

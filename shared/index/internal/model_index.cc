@@ -4,7 +4,6 @@
 #include <bit>
 #include <cstring>
 #include <mutex>
-#include <stdexcept>
 
 #include "shared/index/internal/entry_digest.h"
 #include "shared/index/internal/match_accumulator.h"
@@ -26,6 +25,10 @@ constexpr size_t kRetireBytes = size_t{4} << 20;
 // A node whose live blocks fill less than half of a capacity of at least
 // this many blocks is copied into a tight one.
 constexpr uint32_t kCompactMinCapacity = 32;
+// Share of the memory limits new entries leave to removals' splits, so a
+// removal past the limit for new entries rarely has to clear its source.
+constexpr uint32_t kReserveChunksDivisor = 64;
+constexpr uint64_t kReserveBytesDivisor = 32;
 
 size_t RecordBytes(const SourceRecord& rec) {
   auto heap = [](const std::string& s) { return s.capacity() > 15 ? s.capacity() + 1 : 0; };
@@ -34,12 +37,21 @@ size_t RecordBytes(const SourceRecord& rec) {
 
 }  // namespace
 
-ModelIndex::ModelIndex(std::string model, MemoryCounter* memory)
+std::unique_ptr<ModelIndex> ModelIndex::Create(std::string model, MemoryCounter* memory,
+                                               const ModelLimits& limits) {
+  std::unique_ptr<BlockLocator> locator = BlockLocator::Create(kInitialCapacity, memory);
+  if (locator == nullptr) return nullptr;
+  return std::make_unique<ModelIndex>(std::move(model), memory, limits, std::move(locator));
+}
+
+ModelIndex::ModelIndex(std::string model, MemoryCounter* memory, const ModelLimits& limits,
+                       std::unique_ptr<BlockLocator> locator)
     : model_(std::move(model)),
       memory_(memory),
-      arena_(memory),
+      limits_(limits),
+      arena_(memory, limits.max_chunks),
       nodes_(CountingAllocator<ChainNode*>(memory)),
-      locator_(new BlockLocator(kInitialCapacity, memory)),
+      locator_(locator.release()),
       ids_(0, absl::Hash<SourceKey>(), std::equal_to<SourceKey>(),
            CountingAllocator<std::pair<const SourceKey, uint32_t>>(memory)),
       free_ids_(CountingAllocator<uint32_t>(memory)),
@@ -160,21 +172,55 @@ size_t ModelIndex::SlotOf(uint64_t hash) const {
 
 // ---------------------------------------------------------------- nodes
 
-ChainNode* ModelIndex::NewNode(uint32_t num_groups, uint32_t capacity) {
+uint64_t ModelIndex::NewEntryBudget() const {
+  const uint64_t reserve =
+      std::max<uint64_t>(NodeArena::kChunkBytes, limits_.max_bytes / kReserveBytesDivisor);
+  return limits_.max_bytes > reserve ? limits_.max_bytes - reserve : 0;
+}
+
+uint32_t ModelIndex::ChunkLimit(Purpose purpose) const {
+  const uint32_t max = arena_.max_chunks();
+  const bool entries = purpose == Purpose::kNewEntries;
+  uint64_t limit = max;
+  if (entries) limit -= std::min(max, std::max<uint32_t>(1, max / kReserveChunksDivisor));
+  if (limits_.max_bytes != 0) {
+    const uint64_t budget = entries ? NewEntryBudget() : limits_.max_bytes;
+    const uint64_t table = locator()->mapped_bytes();
+    limit = std::min(limit, budget > table ? (budget - table) / NodeArena::kChunkBytes : 0);
+  }
+  return static_cast<uint32_t>(limit);
+}
+
+uint64_t ModelIndex::limited_bytes() const {
+  return arena_.mapped_bytes() + locator()->mapped_bytes();
+}
+
+ChainNode* ModelIndex::AllocNode(uint32_t num_groups, uint32_t capacity, Purpose purpose) {
   size_t bytes = 0;
   NodeArena::Ref ref = 0;
-  void* memory = arena_.Allocate(ChainNode::Bytes(num_groups, capacity), &bytes, &ref);
-  ChainNode* node = ChainNode::Create(memory, ref, num_groups, capacity);
+  void* memory =
+      arena_.Allocate(ChainNode::Bytes(num_groups, capacity), &bytes, &ref, ChunkLimit(purpose));
+  if (memory == nullptr) return nullptr;
+  return ChainNode::Create(memory, ref, num_groups, capacity);
+}
+
+void ModelIndex::Adopt(ChainNode* node) {
   node->index = static_cast<uint32_t>(nodes_.size());
   nodes_.push_back(node);
-  return node;
+}
+
+void ModelIndex::Discard(ChainNode* node) {
+  const size_t bytes = NodeBytes(node);
+  ChainNode::Destroy(node);
+  arena_.Free(node, bytes);  // never published: no reader can hold it
 }
 
 size_t ModelIndex::NodeBytes(const ChainNode* node) {
   return NodeArena::ClassBytes(ChainNode::Bytes(node->num_groups, node->capacity));
 }
 
-ChainNode* ModelIndex::CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi, int extra_group) {
+ChainNode* ModelIndex::AllocCopy(const ChainNode* node, uint32_t lo, uint32_t hi, int extra_group,
+                                 Purpose purpose) {
   uint32_t num_groups = 0;
   bool has_extra = extra_group < 0;
   for (uint32_t g = 0; g < node->num_groups; ++g) {
@@ -184,13 +230,22 @@ ChainNode* ModelIndex::CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi
     has_extra |= hg.group == static_cast<uint32_t>(extra_group);
   }
   if (!has_extra) ++num_groups;
-  ChainNode* copy = NewNode(num_groups, hi - lo);
+  return AllocNode(num_groups, hi - lo, purpose);
+}
+
+// `copy` comes from AllocCopy with the same arguments, and `node`'s holder
+// bits have not changed since (the group count depends on them).
+ChainNode* ModelIndex::CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi, int extra_group,
+                                 ChainNode* copy) {
+  Adopt(copy);
+  bool has_extra = extra_group < 0;
   uint32_t out = 0;
   for (uint32_t g = 0; g < node->num_groups; ++g) {
     const HolderGroup& hg = node->group(g);
     if (hg.Any() == 0 && hg.group != static_cast<uint32_t>(extra_group)) continue;
     HolderGroup& dst = copy->group(out++);
     dst.group = hg.group;
+    has_extra |= hg.group == static_cast<uint32_t>(extra_group);
     for (int t = 0; t < kNumTiers; ++t) {
       dst.tiers[t].store(hg.tiers[t].load(std::memory_order_relaxed), std::memory_order_relaxed);
     }
@@ -228,11 +283,15 @@ void ModelIndex::MaybeCompact(ChainNode* node) {
   const uint32_t size = node->size();
   if (size == 0 || node->capacity < kCompactMinCapacity || size * 2 >= node->capacity) return;
   const uint32_t begin = node->begin.load(std::memory_order_relaxed);
-  CopyRange(node, begin, begin + size, -1);
+  // Optional: without memory the node keeps its unused capacity.
+  ChainNode* copy = AllocCopy(node, begin, begin + size, -1, Purpose::kNewEntries);
+  if (copy == nullptr) return;
+  CopyRange(node, begin, begin + size, -1, copy);
   Shrink(node, begin, begin);
 }
 
-ChainNode* ModelIndex::Carve(ChainNode* node, uint32_t lo, uint32_t hi, int need_group) {
+ChainNode* ModelIndex::Carve(ChainNode* node, uint32_t lo, uint32_t hi, int need_group,
+                             Purpose purpose) {
   const uint32_t b = node->begin.load(std::memory_order_relaxed);
   const uint32_t e = node->end.load(std::memory_order_relaxed);
   const bool has_group = need_group < 0 || node->FindGroup(need_group) != nullptr;
@@ -248,9 +307,22 @@ ChainNode* ModelIndex::Carve(ChainNode* node, uint32_t lo, uint32_t hi, int need
   } else if (suf > 0) {
     keep = kSuf;
   }
-  ChainNode* target = keep == kMid ? node : CopyRange(node, lo, hi, need_group);
-  if (keep != kPre && pre > 0) CopyRange(node, b, lo, -1);
-  if (keep != kSuf && suf > 0) CopyRange(node, hi, e, -1);
+  const bool copy_mid = keep != kMid, copy_pre = keep != kPre && pre > 0,
+             copy_suf = keep != kSuf && suf > 0;
+  // Every copy before any change: the split happens completely or not at all.
+  ChainNode* mid_copy = copy_mid ? AllocCopy(node, lo, hi, need_group, purpose) : nullptr;
+  ChainNode* pre_copy = copy_pre ? AllocCopy(node, b, lo, -1, purpose) : nullptr;
+  ChainNode* suf_copy = copy_suf ? AllocCopy(node, hi, e, -1, purpose) : nullptr;
+  if ((copy_mid && mid_copy == nullptr) || (copy_pre && pre_copy == nullptr) ||
+      (copy_suf && suf_copy == nullptr)) {
+    for (ChainNode* copy : {mid_copy, pre_copy, suf_copy}) {
+      if (copy != nullptr) Discard(copy);
+    }
+    return nullptr;
+  }
+  ChainNode* target = copy_mid ? CopyRange(node, lo, hi, need_group, mid_copy) : node;
+  if (copy_pre) CopyRange(node, b, lo, -1, pre_copy);
+  if (copy_suf) CopyRange(node, hi, e, -1, suf_copy);
   // The part kept in place, as [begin, end) of the node (empty: retired).
   const uint32_t kept[4][2] = {{b, b}, {b, lo}, {lo, hi}, {hi, e}};
   Shrink(node, kept[keep][0], kept[keep][1]);
@@ -274,18 +346,23 @@ void ModelIndex::EraseRange(const ChainNode* node, uint32_t lo, uint32_t hi) {
 
 uint64_t ModelIndex::blocks() const { return locator()->used(); }
 
-void ModelIndex::EnsureRoom(size_t blocks) {
+bool ModelIndex::EnsureRoom(size_t blocks) {
+  if (locator()->HasRoomFor(blocks)) return true;
   const double needed = static_cast<double>(locator()->used() + blocks);
-  if (!locator()->HasRoomFor(blocks)) {
-    Rebuild(static_cast<size_t>(needed / BlockLocator::kGrowLoad));
-  }
+  return Rebuild(static_cast<size_t>(needed / BlockLocator::kGrowLoad));
 }
 
-void ModelIndex::Rebuild(size_t min_capacity) {
+bool ModelIndex::Rebuild(size_t min_capacity) {
   BlockLocator* old = locator();
   std::unique_ptr<BlockLocator> fresh;
   for (size_t capacity = std::max(min_capacity, kInitialCapacity);; capacity *= 2) {
-    fresh = std::make_unique<BlockLocator>(capacity, memory_);
+    // The locator grows only for new entries: held to their budget.
+    if (limits_.max_bytes != 0 &&
+        arena_.mapped_bytes() + BlockLocator::MappedBytes(capacity) > NewEntryBudget()) {
+      return false;
+    }
+    fresh = BlockLocator::Create(capacity, memory_);
+    if (fresh == nullptr) return false;
     bool ok = true;
     for (const ChainNode* node : nodes_) {
       const uint32_t e = node->end.load(std::memory_order_relaxed);
@@ -299,6 +376,7 @@ void ModelIndex::Rebuild(size_t min_capacity) {
   locator_.store(fresh.release(), std::memory_order_release);
   grace_.Synchronize();
   delete old;
+  return true;
 }
 
 void ModelIndex::ReclaimRetired() {
@@ -344,39 +422,56 @@ static size_t ExtendRun(const ChainNode* node, uint32_t offset, std::span<const 
   return j;
 }
 
-void ModelIndex::Store(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
-  if (hashes.empty()) return;
+size_t ModelIndex::Store(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
+  if (hashes.empty()) return 0;
   SourceRecord* rec = FindOrAddSource(source);
   if (rec == nullptr) {
     over_source_limit_.fetch_add(1, std::memory_order_relaxed);
-    return;
+    return 0;
   }
-  EnsureRoom(hashes.size());
+  const size_t n = hashes.size();
+  // A refused growth is not final: AppendNew grows for what is left of the
+  // event when the room runs out.
+  EnsureRoom(n);
   uint64_t digest = 0;
   int64_t added = 0;
   size_t i = 0;
-  while (i < hashes.size()) {
+  while (i < n) {
     BlockRef ref;
     if (Locate(hashes[i], &ref)) {
       uint32_t lo, hi;
       const size_t next = ExtendRun(ref.node, ref.offset, hashes, i, &lo, &hi);
-      AddHolder(ref.node, lo, hi, rec, tier, &digest, &added);
+      if (!AddHolder(ref.node, lo, hi, rec, tier, &digest, &added)) break;
       i = next;
     } else {
-      i = AppendNew(rec, tier, hashes, i, &digest, &added);
+      bool full = false;
+      i = AppendNew(rec, tier, hashes, i, &full, &digest, &added);
+      if (full) break;
     }
   }
   digest_.fetch_add(digest, std::memory_order_relaxed);
   CountDelta(rec, tier, added);
   if (retired_.size() >= kRetireBatch || retired_bytes_ >= kRetireBytes) ReclaimRetired();
+  return n - i;
 }
 
 size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const uint64_t> hashes,
-                             size_t i, uint64_t* digest, int64_t* added) {
+                             size_t i, bool* full, uint64_t* digest, int64_t* added) {
   const size_t n = hashes.size();
-  const size_t limit = std::min(n, i + kMaxNodeBlocks);
+  if (locator()->Room() == 0 && !EnsureRoom(n - i)) {
+    *full = true;
+    return i;
+  }
+  // At most what the locator takes without growing: placing a block never
+  // fails for want of a slot.
+  const size_t limit = std::min({n, i + kMaxNodeBlocks, i + locator()->Room()});
   // Sized for the rest of the event: new blocks usually run to its end.
-  ChainNode* node = NewNode(1, static_cast<uint32_t>(limit - i));
+  ChainNode* node = AllocNode(1, static_cast<uint32_t>(limit - i), Purpose::kNewEntries);
+  if (node == nullptr) {
+    *full = true;
+    return i;
+  }
+  Adopt(node);
   HolderGroup& hg = node->group(0);
   hg.group = rec->id / kGroupBits;
   hg.tiers[static_cast<int>(tier)].store(uint64_t{1} << (rec->id % kGroupBits),
@@ -389,9 +484,23 @@ size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const
   for (; x < limit; ++x) {
     if (x + kPrefetchDistance < limit) locator()->PrefetchForWrite(hashes[x + kPrefetchDistance]);
     const uint64_t h = hashes[x];
+    auto is_block = [&](uint32_t id, uint32_t off) { return HashIs(id, off, h); };
     uint64_t value = 0;
-    const size_t slot = locator()->Probe(
-        h, [&](uint32_t id, uint32_t off) { return HashIs(id, off, h); }, &value);
+    size_t slot = locator()->Probe(h, is_block, &value);
+    if (slot == BlockLocator::kNotFound) {
+      // A probe run overflowed (`value` is then some other block's): grow
+      // before the block becomes visible, so a refused growth leaves
+      // nothing to undo.
+      if (!Rebuild(2 * locator()->capacity())) {
+        *full = true;
+        break;
+      }
+      slot = locator()->Probe(h, is_block, &value);
+      if (slot == BlockLocator::kNotFound) {
+        *full = true;
+        break;
+      }
+    }
     if (value != 0) {
       if (BlockLocator::NodeRef(value) == node->ref) continue;  // repeated within the run
       break;  // held elsewhere: the caller adds the holder there
@@ -399,12 +508,14 @@ size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const
     node->hashes()[len] = h;
     // Extent first, slot second: a reader that finds the slot finds the block.
     node->end.store(len + 1, std::memory_order_release);
-    if (slot != BlockLocator::kNotFound) {
-      locator()->Fill(slot, h, node->ref, len);
-    } else {
-      Rebuild(2 * locator()->capacity());  // a probe run overflowed; inserts the block
-    }
+    locator()->Fill(slot, h, node->ref, len);
     ++len;
+  }
+  if (len == 0) {
+    // Nothing placed (stopped at the first block): no slot names the node.
+    nodes_.pop_back();
+    Discard(node);
+    return x;
   }
   *digest += EntryDigestSum(rec->digest_prefix, tier, node->hashes(), len);
   *added += len;
@@ -412,16 +523,18 @@ size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const
   return x;
 }
 
-void ModelIndex::AddHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceRecord* rec, Tier tier,
+bool ModelIndex::AddHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceRecord* rec, Tier tier,
                            uint64_t* digest, int64_t* added) {
   const uint32_t group = rec->id / kGroupBits;
   const uint64_t bit = uint64_t{1} << (rec->id % kGroupBits);
   const int t = static_cast<int>(tier);
   if (HolderGroup* hg = node->FindGroup(group);
       hg != nullptr && (hg->tiers[t].load(std::memory_order_relaxed) & bit) != 0) {
-    return;  // already held (set semantics)
+    return true;  // already held (set semantics)
   }
-  ChainNode* target = Carve(node, lo, hi, static_cast<int>(group));
+  // A new entry: its split is held to the new entries' limit.
+  ChainNode* target = Carve(node, lo, hi, static_cast<int>(group), Purpose::kNewEntries);
+  if (target == nullptr) return false;
   HolderGroup* hg = target->FindGroup(group);
   hg->tiers[t].store(hg->tiers[t].load(std::memory_order_relaxed) | bit, std::memory_order_release);
   const uint32_t b = target->begin.load(std::memory_order_relaxed);
@@ -429,18 +542,20 @@ void ModelIndex::AddHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceReco
   *digest += DigestRange(rec, tier, target, b, e);
   *added += e - b;
   if (target != node) MaybeCompact(node);
+  return true;
 }
 
-void ModelIndex::Remove(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
+bool ModelIndex::Remove(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
   SourceRecord* rec = FindSource(source);
-  if (rec == nullptr || hashes.empty()) return;
+  if (rec == nullptr || hashes.empty()) return true;
   uint64_t digest = 0;
   int64_t removed = 0;
   BlockLocator* loc = locator();
   const size_t n = hashes.size();
   for (size_t x = 0; x < std::min(n, kPrefetchDistance); ++x) loc->Prefetch(hashes[x]);
   size_t i = 0;
-  while (i < n) {
+  bool split = true;
+  while (i < n && split) {
     BlockRef ref;
     if (!Locate(hashes[i], &ref)) {
       if (i + kPrefetchDistance < n) loc->Prefetch(hashes[i + kPrefetchDistance]);
@@ -454,24 +569,29 @@ void ModelIndex::Remove(const SourceKey& source, Tier tier, std::span<const uint
     }
     // Fallback readers wait for at most this one run.
     seqlock_.LockRemovals();
-    RemoveHolder(ref.node, lo, hi, rec, tier, &digest, &removed);
+    split = RemoveHolder(ref.node, lo, hi, rec, tier, &digest, &removed);
     seqlock_.UnlockRemovals();
     i = next;
   }
   digest_.fetch_sub(digest, std::memory_order_relaxed);
   CountDelta(rec, tier, -removed);
+  if (!split) {
+    // The source would keep blocks it no longer holds: it holds nothing
+    // instead (clearing allocates no node).
+    ClearIds({rec->id});
+    return false;
+  }
   if (retired_.size() >= kRetireBatch || retired_bytes_ >= kRetireBytes) ReclaimRetired();
+  return true;
 }
 
-void ModelIndex::RemoveHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceRecord* rec,
+bool ModelIndex::RemoveHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceRecord* rec,
                               Tier tier, uint64_t* digest, int64_t* removed) {
   const uint32_t group = rec->id / kGroupBits;
   const uint64_t bit = uint64_t{1} << (rec->id % kGroupBits);
   const int t = static_cast<int>(tier);
   HolderGroup* hg = node->FindGroup(group);
-  if (hg == nullptr || (hg->tiers[t].load(std::memory_order_relaxed) & bit) == 0) return;
-  *digest += DigestRange(rec, tier, node, lo, hi);
-  *removed += hi - lo;
+  if (hg == nullptr || (hg->tiers[t].load(std::memory_order_relaxed) & bit) == 0) return true;
   bool others = false;
   for (uint32_t g = 0; g < node->num_groups && !others; ++g) {
     const HolderGroup& other = node->group(g);
@@ -481,34 +601,47 @@ void ModelIndex::RemoveHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceR
       others = bits != 0;
     }
   }
+  const uint64_t range_digest = DigestRange(rec, tier, node, lo, hi);
   if (!others) {
     // The blocks leave the index: erase their slots, then cut them out of
     // the node, keeping the longer remaining part in place.
-    EraseRange(node, lo, hi);
     const uint32_t b = node->begin.load(std::memory_order_relaxed);
     const uint32_t e = node->end.load(std::memory_order_relaxed);
     const uint32_t pre = lo - b, suf = e - hi;
+    ChainNode* copy = nullptr;
+    if (pre != 0 && suf != 0) {
+      copy = pre >= suf ? AllocCopy(node, hi, e, -1, Purpose::kRemoval)
+                        : AllocCopy(node, b, lo, -1, Purpose::kRemoval);
+      if (copy == nullptr) return false;
+    }
+    *digest += range_digest;
+    *removed += hi - lo;
+    EraseRange(node, lo, hi);
     if (pre == 0) {
       Shrink(node, hi, e);
     } else if (suf == 0) {
       Shrink(node, b, lo);
     } else if (pre >= suf) {
-      CopyRange(node, hi, e, -1);
+      CopyRange(node, hi, e, -1, copy);
       Shrink(node, b, lo);
     } else {
-      CopyRange(node, b, lo, -1);
+      CopyRange(node, b, lo, -1, copy);
       Shrink(node, hi, e);
     }
     MaybeCompact(node);
-    return;
+    return true;
   }
-  ChainNode* target = Carve(node, lo, hi, -1);
+  ChainNode* target = Carve(node, lo, hi, -1, Purpose::kRemoval);
+  if (target == nullptr) return false;
+  *digest += range_digest;
+  *removed += hi - lo;
   HolderGroup* thg = target->FindGroup(group);
   target->BeginWrite();
   thg->tiers[t].store(thg->tiers[t].load(std::memory_order_relaxed) & ~bit,
                       std::memory_order_relaxed);
   target->EndWrite();
   if (target != node) MaybeCompact(node);
+  return true;
 }
 
 void ModelIndex::ClearSource(const SourceKey& source) {
@@ -522,6 +655,10 @@ void ModelIndex::ClearWorker(std::string_view worker) {
   for (const auto& [key, id] : ids_) {
     if (key.worker == worker) ids.push_back(id);
   }
+  // Freed ids are reused last in, first out, and an id decides its node's
+  // holder groups, hence node sizes and what fits under the memory limits:
+  // free them in an order that does not depend on the process's hash seed.
+  std::sort(ids.begin(), ids.end());
   if (!ids.empty()) ClearIds(ids);
 }
 

@@ -14,6 +14,14 @@
 // the digest are kept incrementally. KvIndex (kv_index.h) routes events and
 // queries to one ModelIndex per model.
 //
+// Memory limits (ModelLimits) fail closed, never by exception: a store stops
+// at the first block that would need node or locator memory past the limit
+// for new entries (the rest of the event is not indexed); a split is
+// allocated completely before anything changes, so a removal that cannot
+// split clears its source from the model instead (README.md, "Memory
+// limits"). Every decision depends only on the events applied, so replicas
+// applying the same log hold the same entries.
+//
 // Thread safety: Store/Remove/Clear*/ForEachEntry/SetBlockSize from the single
 // writer thread; Match/AddStats/AppendSources/block_size from any thread.
 //
@@ -51,6 +59,16 @@
 
 namespace kvindex::index::internal {
 
+struct ModelLimits {
+  // Node arena + block locator bytes. New entries stop a reserve below it
+  // (max(one chunk, 1/32 of it)), which is left to the splits of removals.
+  // 0 = no cap.
+  uint64_t max_bytes = 0;
+  // The arena's hard limit (tests lower it); new entries stop max_chunks/64
+  // chunks (at least one) below it.
+  uint32_t max_chunks = NodeArena::kMaxChunks;
+};
+
 struct SourceRecord {
   SourceKey key;
   std::string digest_prefix;  // see entry_digest.h
@@ -61,7 +79,11 @@ struct SourceRecord {
 
 class ModelIndex {
  public:
-  ModelIndex(std::string model, MemoryCounter* memory);
+  // nullptr when even the first locator cannot be mapped.
+  static std::unique_ptr<ModelIndex> Create(std::string model, MemoryCounter* memory,
+                                            const ModelLimits& limits);
+  ModelIndex(std::string model, MemoryCounter* memory, const ModelLimits& limits,
+             std::unique_ptr<BlockLocator> locator);
   ~ModelIndex();
   ModelIndex(const ModelIndex&) = delete;
   ModelIndex& operator=(const ModelIndex&) = delete;
@@ -72,15 +94,28 @@ class ModelIndex {
   // Writer. Set semantics: inserting a held entry or removing a missing one
   // changes nothing. A source beyond kMaxSources is not indexed (fail closed).
   void SetBlockSize(uint32_t block_size);
-  void Store(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes);
-  void Remove(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes);
+  // Returns how many of `hashes` were not indexed: 0, or all from the first
+  // block that needed memory beyond the limits (those before it are indexed).
+  size_t Store(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes);
+  // False when a split it needed could not be allocated: the source was
+  // cleared from the model instead (it holds nothing it did not hold before).
+  bool Remove(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes);
   void ClearSource(const SourceKey& source);
   void ClearWorker(std::string_view worker);
   void ForEachEntry(const std::function<void(const SourceKey&, Tier, uint64_t)>& fn) const;
   // Writer: room for `blocks` more distinct blocks without a rebuild (a
-  // checkpoint restore knows the count up front). Distinct blocks held.
+  // checkpoint restore knows the count up front), within the limits.
+  // Distinct blocks held.
   void Reserve(uint64_t blocks) { EnsureRoom(blocks); }
   uint64_t blocks() const;
+  // Writer: the bytes ModelLimits::max_bytes counts (arena + locator).
+  uint64_t limited_bytes() const;
+  const ModelLimits& limits() const { return limits_; }
+  // Testing: after `skip` more node allocations, the next `n` fail as if
+  // memory were exhausted.
+  void FailNodeAllocationsForTesting(uint32_t skip, uint32_t n) {
+    arena_.FailAllocationsForTesting(skip, n);
+  }
 
   // Any thread. One row per source with longest > 0, ordered as
   // SortWorkerMatches orders them (longest desc, worker, dp_rank).
@@ -99,6 +134,9 @@ class ModelIndex {
     int tier;
     uint64_t bit;
   };
+  // Whose limit an allocation is held to: new entries (and optional
+  // compaction) stop below the reserve that removals' splits may use.
+  enum class Purpose { kNewEntries, kRemoval };
 
   SourceRecord* FindSource(const SourceKey& source) const;
   SourceRecord* FindOrAddSource(const SourceKey& source);
@@ -123,26 +161,41 @@ class ModelIndex {
   BlockLocator* locator() const { return locator_.load(std::memory_order_relaxed); }
   bool Locate(uint64_t hash, BlockRef* ref, size_t* slot = nullptr) const;
   size_t SlotOf(uint64_t hash) const;
+  // Appends the absent blocks from hashes[i] to a new node; returns where
+  // it stopped. *full: it stopped for lack of memory (nothing half-written).
   size_t AppendNew(const SourceRecord* rec, Tier tier, std::span<const uint64_t> hashes, size_t i,
-                   uint64_t* digest, int64_t* added);
-  void AddHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceRecord* rec, Tier tier,
+                   bool* full, uint64_t* digest, int64_t* added);
+  // False (nothing changed) when the split it needs cannot be allocated.
+  bool AddHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceRecord* rec, Tier tier,
                  uint64_t* digest, int64_t* added);
-  void RemoveHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceRecord* rec, Tier tier,
+  bool RemoveHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceRecord* rec, Tier tier,
                     uint64_t* digest, int64_t* removed);
-  ChainNode* Carve(ChainNode* node, uint32_t lo, uint32_t hi, int need_group);
-  ChainNode* CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi, int extra_group);
+  // nullptr (nothing changed) when a copy cannot be allocated.
+  ChainNode* Carve(ChainNode* node, uint32_t lo, uint32_t hi, int need_group, Purpose purpose);
+  // A node for CopyRange(node, lo, hi, extra_group, copy), not yet published;
+  // nullptr when no memory within `purpose`'s limit.
+  ChainNode* AllocCopy(const ChainNode* node, uint32_t lo, uint32_t hi, int extra_group,
+                       Purpose purpose);
+  ChainNode* CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi, int extra_group,
+                       ChainNode* copy);
   void Shrink(ChainNode* node, uint32_t begin, uint32_t end);
   void MaybeCompact(ChainNode* node);
   void EraseRange(const ChainNode* node, uint32_t lo, uint32_t hi);
-  ChainNode* NewNode(uint32_t num_groups, uint32_t capacity);
+  ChainNode* AllocNode(uint32_t num_groups, uint32_t capacity, Purpose purpose);
+  void Adopt(ChainNode* node);    // into nodes_
+  void Discard(ChainNode* node);  // frees a node never published
+  uint32_t ChunkLimit(Purpose purpose) const;
+  uint64_t NewEntryBudget() const;  // limits_.max_bytes minus the reserve
   static size_t NodeBytes(const ChainNode* node);
-  void EnsureRoom(size_t blocks);
-  void Rebuild(size_t min_capacity);
+  // False when the locator cannot grow within the limits.
+  bool EnsureRoom(size_t blocks);
+  bool Rebuild(size_t min_capacity);
   void ReclaimRetired();
   void ClearIds(const std::vector<uint32_t>& ids);
 
   const std::string model_;
   MemoryCounter* memory_;
+  const ModelLimits limits_;
   std::atomic<uint32_t> block_size_{0};
 
   NodeArena arena_;  // outlives the nodes destroyed in ~ModelIndex

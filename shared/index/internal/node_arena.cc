@@ -1,18 +1,20 @@
 #include "shared/index/internal/node_arena.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
-#include <new>
 
 #include "shared/index/internal/huge_pages.h"
 
 namespace kvindex::index::internal {
 
-NodeArena::NodeArena(MemoryCounter* memory)
-    : memory_(memory), chunk_bases_(new std::atomic<char*>[kMaxChunks]) {
-  for (uint32_t c = 0; c < kMaxChunks; ++c)
+NodeArena::NodeArena(MemoryCounter* memory, uint32_t max_chunks)
+    : memory_(memory),
+      max_chunks_(std::min(max_chunks, kMaxChunks)),
+      chunk_bases_(new std::atomic<char*>[max_chunks_]) {
+  for (uint32_t c = 0; c < max_chunks_; ++c)
     chunk_bases_[c].store(nullptr, std::memory_order_relaxed);
-  memory_->Add(kMaxChunks * sizeof(char*));
+  memory_->Add(max_chunks_ * sizeof(char*));
 }
 
 NodeArena::~NodeArena() {
@@ -20,7 +22,7 @@ NodeArena::~NodeArena() {
     UnmapHugePages(chunk_bases_[c].load(std::memory_order_relaxed), kChunkBytes);
     memory_->Sub(kChunkBytes);
   }
-  memory_->Sub(kMaxChunks * sizeof(char*));
+  memory_->Sub(max_chunks_ * sizeof(char*));
 }
 
 // Classes of 64-byte units: 1..2^S exactly, then 2^S per doubling
@@ -48,9 +50,9 @@ size_t NodeArena::ClassBytes(size_t requested) {
   return UnitsOf(ClassOf(units)) * kUnit;
 }
 
-void NodeArena::NewChunk() {
-  if (num_chunks_ == kMaxChunks) throw std::bad_alloc();
+bool NodeArena::NewChunk() {
   char* chunk = static_cast<char*>(MapHugePages(kChunkBytes));
+  if (chunk == nullptr) return false;
   // Unit 0 records the chunk's index, so a freed block's reference is found
   // from its address (chunks are 2 MiB-aligned).
   *reinterpret_cast<uint32_t*>(chunk) = num_chunks_;
@@ -58,6 +60,7 @@ void NodeArena::NewChunk() {
   memory_->Add(kChunkBytes);
   next_ = chunk + kUnit;
   end_ = chunk + kChunkBytes;
+  return true;
 }
 
 NodeArena::Ref NodeArena::RefOf(const void* block) const {
@@ -67,7 +70,14 @@ NodeArena::Ref NodeArena::RefOf(const void* block) const {
   return chunk << kUnitBits | static_cast<uint32_t>((address - base) / kUnit);
 }
 
-void* NodeArena::Allocate(size_t requested, size_t* bytes, Ref* ref) {
+void* NodeArena::Allocate(size_t requested, size_t* bytes, Ref* ref, uint32_t chunk_limit) {
+  if (fail_next_ != 0) [[unlikely]] {
+    if (fail_skip_ == 0) {
+      --fail_next_;
+      return nullptr;
+    }
+    --fail_skip_;
+  }
   const size_t cls = ClassOf((requested + kUnit - 1) / kUnit);
   *bytes = UnitsOf(cls) * kUnit;
   void* block;
@@ -76,7 +86,9 @@ void* NodeArena::Allocate(size_t requested, size_t* bytes, Ref* ref) {
     free_[cls] = *static_cast<void**>(block);
   } else {
     // The rest of a chunk too small for this block is left unused (< 2 %).
-    if (next_ == nullptr || static_cast<size_t>(end_ - next_) < *bytes) NewChunk();
+    if (next_ == nullptr || static_cast<size_t>(end_ - next_) < *bytes) {
+      if (num_chunks_ >= std::min(chunk_limit, max_chunks_) || !NewChunk()) return nullptr;
+    }
     block = next_;
     next_ += *bytes;
   }

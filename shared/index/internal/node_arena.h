@@ -9,6 +9,11 @@
 // the peak, reported as allocated. A block is named by a 27-bit reference
 // (chunk, unit), which the block locator stores instead of a pointer.
 //
+// Exhaustion is a value, not an exception: Allocate returns nullptr (and
+// changes nothing) when the block would need a chunk beyond the caller's
+// limit or beyond max_chunks, or when mapping one fails, so the model index
+// can refuse a store or skip a split without leaving a half-applied event.
+//
 // Thread safety: writer only. Blocks are freed after the model's grace period,
 // so readers never see a block reused under them.
 #pragma once
@@ -33,15 +38,28 @@ class NodeArena {
   // Never 0 (unit 0 of every chunk holds the chunk's index).
   using Ref = uint32_t;
 
-  explicit NodeArena(MemoryCounter* memory);
+  // `max_chunks` (at most kMaxChunks) is lowered by tests to reach the hard
+  // limit quickly.
+  explicit NodeArena(MemoryCounter* memory, uint32_t max_chunks = kMaxChunks);
   ~NodeArena();
   NodeArena(const NodeArena&) = delete;
   NodeArena& operator=(const NodeArena&) = delete;
 
   // 64-byte aligned; *bytes receives the block's size (>= requested), *ref
-  // its reference. Throws std::bad_alloc past kMaxChunks.
-  void* Allocate(size_t requested, size_t* bytes, Ref* ref);
+  // its reference. nullptr when the block needs a new chunk while the arena
+  // holds min(chunk_limit, max_chunks()) chunks, or when the mapping fails.
+  void* Allocate(size_t requested, size_t* bytes, Ref* ref, uint32_t chunk_limit = kMaxChunks);
   void Free(void* block, size_t bytes);
+
+  uint32_t max_chunks() const { return max_chunks_; }
+  // Chunks mapped: the arena's footprint (never shrinks).
+  size_t mapped_bytes() const { return size_t{num_chunks_} * kChunkBytes; }
+  // Testing: after `skip` more calls, the next `n` Allocate calls fail as if
+  // the arena were full.
+  void FailAllocationsForTesting(uint32_t skip, uint32_t n) {
+    fail_skip_ = skip;
+    fail_next_ = n;
+  }
 
   // Any thread: the block `ref` names (its chunk is never unmapped while the
   // arena lives). One load from a small, hot table, no directory.
@@ -57,9 +75,12 @@ class NodeArena {
   static size_t ClassOf(size_t units);
   static size_t UnitsOf(size_t cls);
   Ref RefOf(const void* block) const;
-  void NewChunk();
+  bool NewChunk();
 
   MemoryCounter* memory_;
+  const uint32_t max_chunks_;
+  uint32_t fail_skip_ = 0;
+  uint32_t fail_next_ = 0;
   std::unique_ptr<std::atomic<char*>[]> chunk_bases_;
   uint32_t num_chunks_ = 0;
   char* next_ = nullptr;  // bump pointer in the newest chunk
