@@ -20,6 +20,7 @@ normalize::SourceOptions ProcessorOptions(const SourceSpec& spec) {
   options.block_size = spec.block_size;
   options.engine = spec.engine;
   options.dp_rank = spec.dp_rank;
+  options.dp_rank_limit = std::max(spec.dp_ranks, spec.dp_rank + 1);
   options.report_full = spec.report_full;
   return options;
 }

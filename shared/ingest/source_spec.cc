@@ -128,6 +128,7 @@ StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
   for (uint32_t rank = 0; rank < dp_ranks; ++rank) {
     SourceSpec ranked = spec;
     if (have_dp_ranks) ranked.dp_rank = rank;
+    ranked.dp_ranks = dp_ranks;
     StatusOr<std::string> pub = ShiftPort(spec.pub_endpoint, rank);
     if (!pub.ok()) return error(std::string(pub.status().message()));
     ranked.pub_endpoint = *std::move(pub);

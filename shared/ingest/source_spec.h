@@ -42,6 +42,10 @@ struct SourceSpec {
   std::string replay_endpoint;
   // Data-parallel rank of this publisher. Default: 0.
   uint32_t dp_rank = 0;
+  // Ranks declared for the worker (dp_ranks=N; 1 when absent). Batch
+  // envelopes may name ranks in [0, max(dp_ranks, dp_rank + 1)); others are
+  // dropped (rank_out_of_range), so a bad envelope cannot create sources.
+  uint32_t dp_ranks = 1;
   // report_mode=full: the engine re-announces reused blocks (vLLM
   // kv_cache_report_mode="full"); device-tier counts saturate at 1
   // (semantics.md section 3). Default: exact (report_mode=exact).

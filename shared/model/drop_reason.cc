@@ -28,6 +28,8 @@ std::string_view DropReasonLabel(DropReason reason) {
       return "unknown_event";
     case DropReason::kDecodeError:
       return "decode_error";
+    case DropReason::kRankOutOfRange:
+      return "rank_out_of_range";
     case DropReason::kCount:
       break;
   }

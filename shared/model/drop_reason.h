@@ -24,6 +24,9 @@ enum class DropReason : uint8_t {
   kTokenCountMismatch,
   kUnknownEvent,
   kDecodeError,
+  // The batch envelope's dp_rank is outside the source's declared range
+  // (--source dp_ranks=N, default 1): the whole batch, counted per event.
+  kRankOutOfRange,
   kCount,  // not a reason: the number of enumerators
 };
 

@@ -80,6 +80,10 @@ void SourceProcessor::ProcessDecoded(const wire::EngineBatch& batch,
   if (batch.events.empty()) Add(stats_->empty_batches);
   if (batch.unknown_keys > 0) Add(stats_->unknown_keys, batch.unknown_keys);
   const uint32_t dp_rank = batch.dp_rank.value_or(options_.dp_rank);
+  if (options_.dp_rank_limit != 0 && dp_rank >= options_.dp_rank_limit) {
+    Drop(DropReason::kRankOutOfRange, std::max<uint64_t>(1, batch.events.size()));
+    return;
+  }
   RankState& rank = Rank(dp_rank);
   if (observer_ != nullptr) observer_->OnBatch(batch, dp_rank);
 

@@ -70,6 +70,9 @@ struct SourceOptions {
   // Configured rank of this socket; the batch envelope's rank wins when it
   // is present (not nil). Default: 0.
   uint32_t dp_rank = 0;
+  // Envelope ranks accepted: [0, dp_rank_limit); a batch naming another is
+  // dropped whole (rank_out_of_range). 0 = any. Default: 0.
+  uint32_t dp_rank_limit = 0;
   // Which KV-cache groups are indexed. `group.spec_kind` is a view: the
   // string it points to must outlive the processor. Default: group 0,
   // "full_attention".

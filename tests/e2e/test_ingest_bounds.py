@@ -2,7 +2,9 @@
 """Bounded ingest of a real kvindex-router --embedded (issue #11): an engine
 message over --zmq-max-message-bytes is never read whole; libzmq drops the
 connection, the router counts it (kvindex_agent_sub_disconnects_total) and
-keeps indexing what comes after. Loopback only; every wait is bounded.
+keeps indexing what comes after. A batch envelope naming a dp_rank outside
+the source's declared range is dropped (rank_out_of_range) and creates no
+source. Loopback only; every wait is bounded.
 
 Usage: test_ingest_bounds.py BIN_DIR
 """
@@ -17,14 +19,22 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import kvindex_e2e as e2e  # noqa: E402
 
 
-def disconnects(router):
+def metric(router, pattern):
     status, _, text = router.request("GET", "/metrics")
     assert status == 200, status
     total = 0.0
     for line in text.splitlines():
-        if re.match(r"^kvindex_agent_sub_disconnects_total\{", line):
+        if re.match(pattern, line):
             total += float(line.rsplit(" ", 1)[1])
     return total
+
+
+def disconnects(router):
+    return metric(router, r"^kvindex_agent_sub_disconnects_total\{")
+
+
+def rank_drops(router):
+    return metric(router, r'^kvindex_agent_events_dropped_total\{.*reason="rank_out_of_range"')
 
 
 def matched(router, tokens):
@@ -36,10 +46,37 @@ def main():
     bin_dir = sys.argv[1]
     ctx = zmq.Context()
     engine = e2e.Engine(ctx)
-    router = e2e.Router(bin_dir, [engine.source("w0", "m", 4)],
+    # w1 is declared with the default single rank 0; its engine stamps 7,
+    # then 4294967295, into the envelope.
+    stray = e2e.Engine(ctx, dp_rank=7)
+    w1 = stray.source("w1", "m", 4).replace(",dp_rank=7", "")
+    # w2 declares dp_ranks=2 (ports p and p+1); its engine on p stamps rank 1.
+    ranked = e2e.Engine(ctx, dp_rank=1)
+    w2 = ranked.source("w2", "m", 4).replace(",dp_rank=1", ",dp_ranks=2").replace(
+        ",replay=tcp://127.0.0.1:%d" % ranked.replay_port, "")
+    router = e2e.Router(bin_dir, [engine.source("w0", "m", 4), w1, w2],
                         extra_args=["--zmq-max-message-bytes", "1048576"])
     try:
         router.start().wait_ready()
+        # Rank range: w1's batches (rank 7, then the largest u32) are dropped
+        # whole and counted; w2's rank 1 is inside its declared range.
+        e2e.wait_for(lambda: stray.publish([stray.stored([1], [9, 9, 9, 9], 4)]) is not None
+                     and rank_drops(router) >= 1, 15, "rank_out_of_range counted",
+                     retry_every=1)
+        stray.dp_rank = 4294967295
+        before = rank_drops(router)
+        e2e.wait_for(lambda: stray.publish([stray.stored([1], [9, 9, 9, 9], 4)]) is not None
+                     and rank_drops(router) > before, 15, "rank 4294967295 dropped",
+                     retry_every=1)
+        e2e.wait_for(lambda: ranked.publish([ranked.stored([1], [8, 8, 8, 8], 4)]) is not None
+                     and matched(router, [8, 8, 8, 8]) == ["w2"], 15, "w2 rank 1 indexed",
+                     retry_every=1)
+        assert matched(router, [9, 9, 9, 9]) == [], "a batch of an undeclared rank was indexed"
+        rows = router.json("GET", "/v1/workers")["workers"]
+        ranks = sorted((r["worker"], r["dp_rank"]) for r in rows)
+        assert ("w1", 7) not in ranks and ("w1", 4294967295) not in ranks, ranks
+        assert ("w2", 1) in ranks, ranks
+        print("ok: envelope ranks outside the declared range dropped and counted; rows %s" % ranks)
         # Under the limit: indexed.
         e2e.wait_for(lambda: engine.publish([engine.stored([1], [1, 2, 3, 4], 4)]) is not None
                      and matched(router, [1, 2, 3, 4]) == ["w0"], 15, "a small batch indexed",
@@ -68,6 +105,8 @@ def main():
     finally:
         router.cleanup()
         engine.close()
+        stray.close()
+        ranked.close()
         ctx.term()
 
 
