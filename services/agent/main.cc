@@ -131,6 +131,10 @@ int main(int argc, char** argv) {
   app.add_option("--receive-hwm", options.receive_hwm,
                  "SUB socket receive high-water mark, in messages")
       ->capture_default_str();
+  app.add_option("--max-blocks-per-tier", options.max_blocks_per_tier,
+                 "Blocks one source may hold per tier; past it stored events are dropped "
+                 "(block_cap, counted); 0 = no cap")
+      ->capture_default_str();
   app.add_option("--zmq-max-message-bytes", options.max_message_bytes,
                  "Largest engine ZMQ message (ZMQ_MAXMSGSIZE; -1 = no limit); a larger one "
                  "drops the connection unread (counted)")

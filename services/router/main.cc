@@ -100,6 +100,14 @@ int main(int argc, char** argv) {
   app.add_option("--replay-timeout", replay_timeout,
                  "Embedded agent: how long to wait for an engine replay")
       ->capture_default_str();
+  app.add_option("--max-model-bytes", options.max_model_bytes,
+                 "Index memory per model (node arena + block locator), in bytes; past it new "
+                 "blocks of the model are not indexed (counted); 0 = only the hard limit")
+      ->capture_default_str();
+  app.add_option("--max-blocks-per-tier", options.agent.max_blocks_per_tier,
+                 "Embedded agent: blocks one source may hold per tier; past it stored events are "
+                 "dropped (block_cap, counted); 0 = no cap")
+      ->capture_default_str();
   app.add_option("--zmq-max-message-bytes", options.agent.max_message_bytes,
                  "Embedded agent: largest engine ZMQ message (ZMQ_MAXMSGSIZE; -1 = no limit); a "
                  "larger one drops the connection unread (counted)")

@@ -97,6 +97,10 @@ struct RouterOptions {
   std::chrono::milliseconds liveness_interval{250};
   // Agent pipeline options (node, sources, replay timeouts) for embedded mode.
   ingest::AgentOptions agent;
+  // Bytes of index (node arena + block locator) per model; past it new
+  // blocks of that model are not indexed (kvindex_router_index_blocks_not_indexed_total).
+  // 0 = only the index's hard limit. Default: 0.
+  uint64_t max_model_bytes = 0;
   // Placement log capacity (events) between ingest and apply. Default: 1 << 20.
   size_t log_capacity = size_t{1} << 20;
 

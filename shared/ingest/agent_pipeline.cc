@@ -89,6 +89,7 @@ struct AgentPipeline::Impl final : public BatchSink {
     std::unique_ptr<zmq::socket_t> sub;
     internal::DisconnectMonitor sub_monitor;
     uint64_t sub_disconnects = 0;  // source thread only
+    uint64_t capped_reported = 0;  // source thread only
     std::unique_ptr<ZmqReplayClient> replay;
     std::unique_ptr<SourceSession> session;
     std::thread thread;
@@ -101,6 +102,7 @@ struct AgentPipeline::Impl final : public BatchSink {
     for (const SourceSpec& spec : options.sources) {
       auto source = std::make_unique<Source>();
       source->spec = spec;
+      source->spec.max_blocks_per_tier = options.max_blocks_per_tier;
       source->label = SourceLabel(spec);
       // Several --source entries may name the same worker and rank (the
       // rank comes from the envelope); keep metric series distinct.
@@ -248,6 +250,7 @@ struct AgentPipeline::Impl final : public BatchSink {
         source->session->OnLiveFrames(message.frames);
       }
       DrainDisconnects(source);
+      ReportCapped(source);
       source->metrics->Sync(source->stats, source->counters, true);
     }
   }
@@ -281,6 +284,22 @@ struct AgentPipeline::Impl final : public BatchSink {
           "source {}: the engine connection dropped (a message over {} bytes, or the engine "
           "went away); {} so far ({} lines suppressed)",
           source->label, options.max_message_bytes, source->sub_disconnects, suppressed);
+    }
+  }
+
+  // A rate-limited line when stored events hit the per-tier block cap (the
+  // count itself is in kvindex_agent_events_dropped_total{reason="block_cap"}).
+  void ReportCapped(Source* source) {
+    const uint64_t capped = source->stats.dropped[static_cast<int>(DropReason::kBlockCap)].load(
+        std::memory_order_relaxed);
+    if (capped == source->capped_reported) return;
+    uint64_t suppressed = 0;
+    if (cap_warnings.Allow(&suppressed)) {
+      log::Get("ingest")->warn(
+          "source {}: {} blocks not indexed so far: the source holds {} blocks on a tier "
+          "(--max-blocks-per-tier) ({} lines suppressed)",
+          source->label, capped, options.max_blocks_per_tier, suppressed);
+      source->capped_reported = capped;
     }
   }
 
@@ -352,6 +371,7 @@ struct AgentPipeline::Impl final : public BatchSink {
   uint64_t next_event_id ABSL_GUARDED_BY(publish_mu) = 1;
   log::RateLimiter publish_warnings{std::chrono::seconds(10)};
   log::RateLimiter io_warnings{std::chrono::seconds(10)};
+  log::RateLimiter cap_warnings{std::chrono::seconds(10)};
 };
 
 AgentPipeline::AgentPipeline(AgentOptions options, PlacementPublisher* publisher,

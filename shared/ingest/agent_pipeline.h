@@ -73,6 +73,13 @@ struct AgentOptions {
   // disconnect (kvindex_agent_sub_disconnects_total), then a sequence gap
   // and a replay, which meets the same limit. Default: 64 MiB.
   int64_t max_message_bytes = int64_t{64} << 20;
+  // Blocks one source (worker, dp_rank) may hold per tier; past it stored
+  // events on that tier are dropped (kvindex_agent_events_dropped_total
+  // {reason="block_cap"}, counted in blocks, and a rate-limited warning)
+  // until removals bring it under again. Bounds the agent's and the
+  // index's memory per source (~155 B per block). 0 = no cap.
+  // Default: 16 Mi.
+  uint64_t max_blocks_per_tier = uint64_t{16} << 20;
 
   // InvalidArgument naming the offending field: empty node or sources, bad
   // spec fields, non-positive timeouts, a model with two block sizes, two

@@ -21,6 +21,7 @@ normalize::SourceOptions ProcessorOptions(const SourceSpec& spec) {
   options.engine = spec.engine;
   options.dp_rank = spec.dp_rank;
   options.dp_rank_limit = std::max(spec.dp_ranks, spec.dp_rank + 1);
+  options.max_blocks_per_tier = spec.max_blocks_per_tier;
   options.report_full = spec.report_full;
   return options;
 }

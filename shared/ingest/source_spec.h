@@ -46,6 +46,9 @@ struct SourceSpec {
   // envelopes may name ranks in [0, max(dp_ranks, dp_rank + 1)); others are
   // dropped (rank_out_of_range), so a bad envelope cannot create sources.
   uint32_t dp_ranks = 1;
+  // Blocks the source may hold per tier (AgentOptions::max_blocks_per_tier,
+  // set by the pipeline, not by --source); 0 = no cap.
+  uint64_t max_blocks_per_tier = 0;
   // report_mode=full: the engine re-announces reused blocks (vLLM
   // kv_cache_report_mode="full"); device-tier counts saturate at 1
   // (semantics.md section 3). Default: exact (report_mode=exact).

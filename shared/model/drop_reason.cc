@@ -30,6 +30,8 @@ std::string_view DropReasonLabel(DropReason reason) {
       return "decode_error";
     case DropReason::kRankOutOfRange:
       return "rank_out_of_range";
+    case DropReason::kBlockCap:
+      return "block_cap";
     case DropReason::kCount:
       break;
   }
@@ -37,7 +39,8 @@ std::string_view DropReasonLabel(DropReason reason) {
 }
 
 bool DropReasonCountsBlocks(DropReason reason) {
-  return reason == DropReason::kBlockNotFound || reason == DropReason::kUnresolvedPlaceholder;
+  return reason == DropReason::kBlockNotFound || reason == DropReason::kUnresolvedPlaceholder ||
+         reason == DropReason::kBlockCap;
 }
 
 }  // namespace kvindex

@@ -27,6 +27,9 @@ enum class DropReason : uint8_t {
   // The batch envelope's dp_rank is outside the source's declared range
   // (--source dp_ranks=N, default 1): the whole batch, counted per event.
   kRankOutOfRange,
+  // The source already holds --max-blocks-per-tier blocks on the event's
+  // tier: the stored event is not indexed (counts blocks).
+  kBlockCap,
   kCount,  // not a reason: the number of enumerators
 };
 

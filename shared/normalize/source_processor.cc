@@ -275,6 +275,11 @@ void SourceProcessor::Stored(RankState& rank, const EngineEvent& event,
     parent = it->second.canonical;
   }
 
+  if (options_.max_blocks_per_tier != 0 &&
+      rank.held[static_cast<int>(tier.tier)] >= options_.max_blocks_per_tier) {
+    Drop(DropReason::kBlockCap, hashes.size());
+    return;
+  }
   ComputeLocalHashes(event);
   // Hash first, then touch the maps: the prefetches of both maps' slots for
   // the whole event are in flight together instead of one miss per access.
@@ -311,6 +316,7 @@ void SourceProcessor::Increment(RankState& rank, EngineEntry& entry, Tier tier, 
   uint32_t& count = rank.canonical[entry.canonical][t];
   const bool published = (saturate && count != 0) ? false : ++count == 1;
   if (published) {
+    ++rank.held[t];
     new_blocks_.push_back({index, entry.canonical, entry.parent, entry.has_parent});
   }
   if (observer_ != nullptr) block_outcomes_[index] = {entry.canonical, published};
@@ -378,6 +384,7 @@ void SourceProcessor::Removed(RankState& rank, const EngineEvent& event,
     auto cit = rank.canonical.find(removal.canonical);
     if (cit != rank.canonical.end() && cit->second[t] > 0) {
       gone = --cit->second[t] == 0;
+      if (gone) --rank.held[t];
       if (internal::AllZero(cit->second)) rank.canonical.erase(cit);
     }
     // Looked up again (cache-hot): an engine hash listed twice in one event

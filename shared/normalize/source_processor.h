@@ -73,6 +73,11 @@ struct SourceOptions {
   // Envelope ranks accepted: [0, dp_rank_limit); a batch naming another is
   // dropped whole (rank_out_of_range). 0 = any. Default: 0.
   uint32_t dp_rank_limit = 0;
+  // Blocks a rank may hold per tier; a stored event on a tier already at it
+  // is dropped whole (block_cap), so memory stays bounded and the index
+  // undercounts, never overcounts. Checked per event: one event may take a
+  // tier past it by its own blocks. 0 = no cap. Default: 0.
+  uint64_t max_blocks_per_tier = 0;
   // Which KV-cache groups are indexed. `group.spec_kind` is a view: the
   // string it points to must outlive the processor. Default: group 0,
   // "full_attention".

@@ -4,7 +4,10 @@ message over --zmq-max-message-bytes is never read whole; libzmq drops the
 connection, the router counts it (kvindex_agent_sub_disconnects_total) and
 keeps indexing what comes after. A batch envelope naming a dp_rank outside
 the source's declared range is dropped (rank_out_of_range) and creates no
-source. Loopback only; every wait is bounded.
+source. A source at --max-blocks-per-tier has its further stored events
+dropped (block_cap) until removals bring it under. Loopback only; every
+wait is bounded. --max-model-bytes reaches the index: with a cap too small
+for any block, nothing is indexed and the blocks are counted.
 
 Usage: test_ingest_bounds.py BIN_DIR
 """
@@ -33,6 +36,10 @@ def disconnects(router):
     return metric(router, r"^kvindex_agent_sub_disconnects_total\{")
 
 
+def capped(router):
+    return metric(router, r'^kvindex_agent_events_dropped_total\{.*reason="block_cap"')
+
+
 def rank_drops(router):
     return metric(router, r'^kvindex_agent_events_dropped_total\{.*reason="rank_out_of_range"')
 
@@ -40,6 +47,23 @@ def rank_drops(router):
 def matched(router, tokens):
     got = router.match({"model": "m", "tokens": tokens})
     return [w["worker"] for w in got["workers"]]
+
+
+def check_model_cap(bin_dir, ctx):
+    engine = e2e.Engine(ctx)
+    router = e2e.Router(bin_dir, [engine.source("w0", "m", 4)],
+                        extra_args=["--max-model-bytes", "1"])
+    try:
+        router.start().wait_ready()
+        e2e.wait_for(lambda: engine.publish([engine.stored([1], [1, 2, 3, 4], 4)]) is not None
+                     and metric(router, r"^kvindex_router_index_blocks_not_indexed_total") >= 1,
+                     15, "kvindex_router_index_blocks_not_indexed_total >= 1", retry_every=1)
+        assert matched(router, [1, 2, 3, 4]) == [], "a block past --max-model-bytes was indexed"
+        assert router.stop() == 0
+        print("ok: --max-model-bytes reaches the index")
+    finally:
+        router.cleanup()
+        engine.close()
 
 
 def main():
@@ -54,10 +78,27 @@ def main():
     ranked = e2e.Engine(ctx, dp_rank=1)
     w2 = ranked.source("w2", "m", 4).replace(",dp_rank=1", ",dp_ranks=2").replace(
         ",replay=tcp://127.0.0.1:%d" % ranked.replay_port, "")
-    router = e2e.Router(bin_dir, [engine.source("w0", "m", 4), w1, w2],
-                        extra_args=["--zmq-max-message-bytes", "1048576"])
+    full = e2e.Engine(ctx)  # w3: capped at 4 blocks per tier
+    router = e2e.Router(bin_dir, [engine.source("w0", "m", 4), w1, w2, full.source("w3", "m", 4)],
+                        extra_args=["--zmq-max-message-bytes", "1048576",
+                                    "--max-blocks-per-tier", "4"])
     try:
         router.start().wait_ready()
+        # Block cap: 4 blocks held on device, the next stored event (2 more)
+        # is dropped and counted in blocks; after 2 removals it is indexed.
+        first = list(range(100, 116))   # 4 blocks
+        second = list(range(200, 208))  # 2 blocks
+        e2e.wait_for(lambda: full.publish([full.stored([11, 12, 13, 14], first, 4)]) is not None
+                     and matched(router, first) == ["w3"], 15, "w3's first 4 blocks indexed",
+                     retry_every=1)
+        full.publish([full.stored([21, 22], second, 4)])
+        e2e.wait_for(lambda: capped(router) >= 2, 15, "block_cap counted (2 blocks)")
+        assert matched(router, second) == [], "a stored event past the cap was indexed"
+        full.publish([full.removed([13, 14])])
+        e2e.wait_for(lambda: full.publish([full.stored([21, 22], second, 4)]) is not None
+                     and matched(router, second) == ["w3"], 15,
+                     "indexed again once under the cap", retry_every=1)
+        print("ok: the per-tier block cap drops stored events past it, counted")
         # Rank range: w1's batches (rank 7, then the largest u32) are dropped
         # whole and counted; w2's rank 1 is inside its declared range.
         e2e.wait_for(lambda: stray.publish([stray.stored([1], [9, 9, 9, 9], 4)]) is not None
@@ -107,6 +148,10 @@ def main():
         engine.close()
         stray.close()
         ranked.close()
+        full.close()
+    try:
+        check_model_cap(bin_dir, ctx)
+    finally:
         ctx.term()
 
 

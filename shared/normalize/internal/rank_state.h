@@ -42,10 +42,14 @@ struct RankState {
   uint32_t dp_rank = 0;
   absl::flat_hash_map<uint64_t, EngineEntry> engine;    // engine hash -> entry
   absl::flat_hash_map<uint64_t, TierCounts> canonical;  // canonical hash -> counts
+  // Canonical hashes with a non-zero count, per tier (the blocks the rank
+  // holds there), for SourceOptions::max_blocks_per_tier.
+  std::array<uint64_t, kNumTiers> held = {};
 
   void Clear() {
     engine.clear();
     canonical.clear();
+    held = {};
   }
 };
 
