@@ -236,10 +236,25 @@ void ApplyLoop::RecordActivity(const LogBatch& batch) {
         auto& entry = activity_[source];
         entry.source = source;
         entry.agent = event.agent;
+        entry.live = true;
       }
       continue;
     }
-    if (event.kind == PlacementKind::kWorkerExpired || event.kind == PlacementKind::kAgentExpired) {
+    if (event.kind == PlacementKind::kAgentExpired) {
+      last = nullptr;
+      for (auto& [key, entry] : activity_) {
+        if (entry.agent != event.agent) continue;
+        entry.live = false;
+        entry.cleared = true;
+      }
+      continue;
+    }
+    if (event.kind == PlacementKind::kWorkerExpired) {
+      last = nullptr;
+      if (auto it = activity_.find(event.source); it != activity_.end()) {
+        it->second.live = false;
+        it->second.cleared = true;
+      }
       continue;
     }
     // Consecutive events usually come from the same source (one engine
@@ -257,6 +272,8 @@ void ApplyLoop::RecordActivity(const LogBatch& batch) {
       entry.last_event_ns = std::max(entry.last_event_ns, event.timestamp_ns);
     }
     entry.events += 1;
+    if (event.kind == PlacementKind::kCleared) entry.cleared = true;
+    if (event.kind == PlacementKind::kStored) entry.cleared = false;
   }
 }
 

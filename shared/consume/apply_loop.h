@@ -70,6 +70,11 @@ class ApplyLoop {
     std::string agent;           // node id of the agent that published it
     uint64_t last_event_ns = 0;  // agent timestamp of its last event (ns since epoch)
     uint64_t events = 0;         // events applied for it
+    // Its last event was a clear, or its worker or agent expired: it holds
+    // nothing since (unless a store follows).
+    bool cleared = false;
+    // Listed in its agent's heartbeats since the agent last expired.
+    bool live = false;
   };
 
   // `reader`, `index` and `probe` (nullable) must outlive the loop.

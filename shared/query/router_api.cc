@@ -338,11 +338,22 @@ void RouterApi::Workers(const http::Request&, http::Response& response) const {
     for (Row* row : found) row->ingest = &s;
   }
 
+  // A source that holds nothing, was cleared or expired since, is neither
+  // configured here nor announced by a live agent is gone: no row (else
+  // every rank or worker ever seen would stay listed for good).
+  auto gone = [](const Row& row) {
+    if (row.ingest != nullptr || row.activity == nullptr) return false;
+    if (!row.activity->cleared || row.activity->live) return false;
+    return std::all_of(std::begin(row.entries), std::end(row.entries),
+                       [](uint64_t e) { return e == 0; });
+  };
+
   JsonWriter w(&response.body);
   w.BeginObject();
   w.Key("workers");
   w.BeginArray();
   for (const auto& [key, row] : rows) {
+    if (gone(row)) continue;
     w.BeginObject();
     w.Field("model", row.model);
     w.Field("worker", row.source.worker);

@@ -79,7 +79,11 @@ def main():
     w2 = ranked.source("w2", "m", 4).replace(",dp_rank=1", ",dp_ranks=2").replace(
         ",replay=tcp://127.0.0.1:%d" % ranked.replay_port, "")
     full = e2e.Engine(ctx)  # w3: capped at 4 blocks per tier
-    router = e2e.Router(bin_dir, [engine.source("w0", "m", 4), w1, w2, full.source("w3", "m", 4)],
+    # w4 is configured as rank 1 (ranks [0, 2) accepted); its engine stamps
+    # rank 0 first: (w4, 0) is a source nobody configured or announces.
+    odd = e2e.Engine(ctx, dp_rank=1)
+    w4 = odd.source("w4", "m", 4)
+    router = e2e.Router(bin_dir, [engine.source("w0", "m", 4), w1, w2, full.source("w3", "m", 4), w4],
                         extra_args=["--zmq-max-message-bytes", "1048576",
                                     "--max-blocks-per-tier", "4"])
     try:
@@ -99,6 +103,18 @@ def main():
                      and matched(router, second) == ["w3"], 15,
                      "indexed again once under the cap", retry_every=1)
         print("ok: the per-tier block cap drops stored events past it, counted")
+        # /v1/workers: (w4, 0) is listed while it holds a block, and gone once
+        # it is cleared; the configured (w4, 1) stays although empty.
+        def rows():
+            return sorted((r["worker"], r["dp_rank"])
+                          for r in router.json("GET", "/v1/workers")["workers"])
+        odd.dp_rank = 0
+        e2e.wait_for(lambda: odd.publish([odd.stored([1], [7, 7, 7, 7], 4)]) is not None
+                     and ("w4", 0) in rows(), 15, "(w4, 0) listed", retry_every=1)
+        odd.publish([odd.cleared()])
+        e2e.wait_for(lambda: ("w4", 0) not in rows(), 15, "(w4, 0) gone after its clear")
+        assert ("w4", 1) in rows(), rows()
+        print("ok: a cleared source nobody announces leaves /v1/workers")
         # Rank range: w1's batches (rank 7, then the largest u32) are dropped
         # whole and counted; w2's rank 1 is inside its declared range.
         e2e.wait_for(lambda: stray.publish([stray.stored([1], [9, 9, 9, 9], 4)]) is not None
@@ -149,6 +165,7 @@ def main():
         stray.close()
         ranked.close()
         full.close()
+        odd.close()
     try:
         check_model_cap(bin_dir, ctx)
     finally:
