@@ -2,10 +2,12 @@
 
 #include <xxhash.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "shared/base/bytes.h"
 
 namespace kvindex::storage::format {
 namespace {
@@ -20,89 +22,13 @@ uint64_t GetBe(std::string_view in, int bytes) {
   return value;
 }
 
-void PutVarint(std::string* out, uint64_t value) {
-  while (value >= 0x80) {
-    out->push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
-  }
-  out->push_back(static_cast<char>(value));
-}
+using bytes::PutFixed64;
+using bytes::PutString;
+using bytes::PutVarint;
 
-void PutFixed64(std::string* out, uint64_t value) {
-  char bytes[8];
-  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((value >> (8 * i)) & 0xff);
-  out->append(bytes, 8);
-}
-
-void PutString(std::string* out, std::string_view text) {
-  PutVarint(out, text.size());
-  out->append(text);
-}
-
-// Bounds-checked reading; every failure is DataLoss naming what was read.
-class Reader {
+class Reader : public bytes::Reader {
  public:
-  explicit Reader(std::string_view in) : in_(in) {}
-  bool done() const { return pos_ == in_.size(); }
-  size_t remaining() const { return in_.size() - pos_; }
-
-  Status Varint(uint64_t* value, const char* what) {
-    *value = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-      if (pos_ >= in_.size()) return Error(what);
-      const uint8_t byte = static_cast<uint8_t>(in_[pos_++]);
-      *value |= static_cast<uint64_t>(byte & 0x7f) << shift;
-      if ((byte & 0x80) == 0) return absl::OkStatus();
-    }
-    return Error(what);
-  }
-  Status Varint32(uint32_t* value, const char* what) {
-    uint64_t wide = 0;
-    KVINDEX_RETURN_IF_ERROR(Varint(&wide, what));
-    if (wide > UINT32_MAX) return Error(what);
-    *value = static_cast<uint32_t>(wide);
-    return absl::OkStatus();
-  }
-  Status Fixed64(uint64_t* value, const char* what) {
-    if (remaining() < 8) return Error(what);
-    uint64_t v = 0;
-    for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<uint8_t>(in_[pos_ + i]);
-    pos_ += 8;
-    *value = v;
-    return absl::OkStatus();
-  }
-  Status Byte(uint8_t* value, const char* what) {
-    if (pos_ >= in_.size()) return Error(what);
-    *value = static_cast<uint8_t>(in_[pos_++]);
-    return absl::OkStatus();
-  }
-  Status String(std::string* value, const char* what) {
-    uint64_t size = 0;
-    KVINDEX_RETURN_IF_ERROR(Varint(&size, what));
-    if (size > remaining()) return Error(what);
-    value->assign(in_.substr(pos_, size));
-    pos_ += size;
-    return absl::OkStatus();
-  }
-  // Count of items that take at least `min_bytes` each: bounded by what is left.
-  Status Count(uint64_t* value, size_t min_bytes, const char* what) {
-    KVINDEX_RETURN_IF_ERROR(Varint(value, what));
-    if (*value > remaining() / min_bytes) return Error(what);
-    return absl::OkStatus();
-  }
-  std::string_view Take(size_t n) {
-    std::string_view out = in_.substr(pos_, n);
-    pos_ += n;
-    return out;
-  }
-
- private:
-  Status Error(const char* what) const {
-    return absl::DataLossError(
-        absl::StrCat("checkpoint: truncated or garbled ", what, " at byte ", pos_));
-  }
-  std::string_view in_;
-  size_t pos_ = 0;
+  explicit Reader(std::string_view in) : bytes::Reader(in, "checkpoint") {}
 };
 
 }  // namespace
@@ -121,9 +47,42 @@ std::string ChunkKey(uint64_t id, uint32_t chunk) {
   return key;
 }
 
+std::string IngestKey(uint64_t id, uint32_t source, uint32_t piece) {
+  std::string key = RangeBegin(id) + "i";
+  PutBe(&key, source, 4);
+  PutBe(&key, piece, 4);
+  return key;
+}
+
+bool ParseIngestKey(std::string_view key, uint64_t* id, uint32_t* source, uint32_t* piece) {
+  if (key.size() != 18 || key[0] != 'c' || key[9] != 'i') return false;
+  *id = GetBe(key.substr(1), 8);
+  *source = static_cast<uint32_t>(GetBe(key.substr(10), 4));
+  *piece = static_cast<uint32_t>(GetBe(key.substr(14), 4));
+  return true;
+}
+
+std::vector<std::pair<std::string, std::string>> EncodeIngest(uint64_t id,
+                                                              const CheckpointImage& image) {
+  std::vector<std::pair<std::string, std::string>> records;
+  for (size_t s = 0; s < image.ingest.size(); ++s) {
+    const std::string& state = image.ingest[s].state;
+    for (size_t at = 0, piece = 0; at < state.size() || piece == 0; at += kChunkBytes, ++piece) {
+      records.emplace_back(IngestKey(id, static_cast<uint32_t>(s), static_cast<uint32_t>(piece)),
+                           state.substr(std::min(at, state.size()), kChunkBytes));
+    }
+  }
+  return records;
+}
+
 bool ParseKey(std::string_view key, uint64_t* id, bool* manifest, uint32_t* chunk) {
   if (key.size() < 10 || key[0] != 'c') return false;
   *id = GetBe(key.substr(1), 8);
+  if (key[9] == 'i' && key.size() == 18) {
+    *manifest = false;
+    *chunk = kIngestChunk;
+    return true;
+  }
   if (key[9] == 'm' && key.size() == 10) {
     *manifest = true;
     return true;
@@ -201,6 +160,12 @@ std::string EncodeManifest(const CheckpointImage& image, uint64_t chunks, uint64
       PutVarint(&out, source.dp_rank);
     }
   }
+  PutVarint(&out, image.ingest.size());
+  for (const CheckpointIngestSource& source : image.ingest) {
+    PutString(&out, source.key);
+    PutVarint(&out, source.state.size());
+    PutFixed64(&out, XXH3_64bits(source.state.data(), source.state.size()));
+  }
   PutFixed64(&out, XXH3_64bits(out.data(), out.size()));
   return out;
 }
@@ -214,7 +179,7 @@ StatusOr<Manifest> DecodeManifest(std::string_view value) {
     return absl::DataLossError("checkpoint: manifest checksum mismatch");
   }
   const uint32_t version = static_cast<uint32_t>(GetBe(body, 4));
-  if (version != kVersion) {
+  if (version != kVersion && version != 1) {
     return absl::DataLossError(absl::StrCat("checkpoint: manifest version ", version,
                                             " (this build reads ", kVersion, ")"));
   }
@@ -262,6 +227,16 @@ StatusOr<Manifest> DecodeManifest(std::string_view value) {
       KVINDEX_RETURN_IF_ERROR(in.String(&source.worker, "agent source"));
       KVINDEX_RETURN_IF_ERROR(in.Varint32(&source.dp_rank, "agent source rank"));
       agent.sources.insert(std::move(source));
+    }
+  }
+  if (version >= 2) {
+    KVINDEX_RETURN_IF_ERROR(in.Count(&count, 10, "ingest sources"));
+    image.ingest.resize(count);
+    m.ingest.resize(count);
+    for (size_t i = 0; i < count; ++i) {
+      KVINDEX_RETURN_IF_ERROR(in.String(&image.ingest[i].key, "ingest source"));
+      KVINDEX_RETURN_IF_ERROR(in.Varint(&m.ingest[i].bytes, "ingest bytes"));
+      KVINDEX_RETURN_IF_ERROR(in.Fixed64(&m.ingest[i].checksum, "ingest checksum"));
     }
   }
   if (!in.done()) return absl::DataLossError("checkpoint: trailing bytes in the manifest");

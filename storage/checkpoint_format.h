@@ -2,6 +2,9 @@
 // and values of the RocksDB database under --data-dir/checkpoints.
 //
 //   c <id:be64> d <chunk:be32>  data chunk: run records, about 1 MiB each
+//   c <id:be64> i <source:be32> <piece:be32>
+//                               saved ingest source state, in pieces of at
+//                               most 1 MiB (embedded routers only)
 //   c <id:be64> m               manifest: everything but the hashes
 //
 // The keys of one checkpoint are contiguous and sorted, so a checkpoint is
@@ -10,8 +13,10 @@
 //
 // A run record: varint model, varint source, u8 tier, varint n, then n
 // little-endian u64 hashes (random 64-bit values: stored raw, uncompressed).
-// The manifest: u32 version, the fields of CheckpointImage except runs and
-// hashes, then an XXH3-64 of all the bytes before it.
+// The manifest: u32 version, the fields of CheckpointImage except runs,
+// hashes and ingest states, then (version 2) each ingest source's key, size
+// and XXH3-64, then an XXH3-64 of all the bytes before it. Version 1 (no
+// ingest section) is still read.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -19,6 +24,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shared/base/status.h"
@@ -26,21 +32,35 @@
 
 namespace kvindex::storage::format {
 
-inline constexpr uint32_t kVersion = 1;
+inline constexpr uint32_t kVersion = 2;
 inline constexpr size_t kChunkBytes = size_t{1} << 20;
 
 std::string ManifestKey(uint64_t id);
 std::string ChunkKey(uint64_t id, uint32_t chunk);
 // [begin, end) of every key of checkpoints [first_id, end_id).
 std::string RangeBegin(uint64_t first_id);
-// Parses a key; false when it is not a checkpoint key.
+std::string IngestKey(uint64_t id, uint32_t source, uint32_t piece);
+// Parses a key; false when it is not a checkpoint key. An ingest key parses
+// with *manifest false and *chunk kIngestChunk.
+inline constexpr uint32_t kIngestChunk = UINT32_MAX;
 bool ParseKey(std::string_view key, uint64_t* id, bool* manifest, uint32_t* chunk);
+bool ParseIngestKey(std::string_view key, uint64_t* id, uint32_t* source, uint32_t* piece);
+
+struct IngestEntry {
+  uint64_t bytes = 0;
+  uint64_t checksum = 0;  // XXH3-64 of the state
+};
 
 struct Manifest {
   uint64_t chunks = 0;
-  uint64_t chunk_bytes = 0;  // sum of the data chunks' sizes
-  CheckpointImage image;     // without runs and hashes
+  uint64_t chunk_bytes = 0;         // sum of the data chunks' sizes
+  CheckpointImage image;            // without runs and hashes; ingest keys only
+  std::vector<IngestEntry> ingest;  // per image.ingest entry
 };
+
+// The image's ingest states as (key, value) records, in key order.
+std::vector<std::pair<std::string, std::string>> EncodeIngest(uint64_t id,
+                                                              const CheckpointImage& image);
 
 // Appends the image's runs as data chunks of about kChunkBytes.
 std::vector<std::string> EncodeChunks(const CheckpointImage& image);

@@ -43,6 +43,16 @@ struct CheckpointRun {
   friend bool operator==(const CheckpointRun&, const CheckpointRun&) = default;
 };
 
+// The saved state of one ingest source of kvindex-router --embedded, taken
+// at the same log position as the index (opaque here: the ingest side writes
+// and reads it), so after a restart the source continues from its engine
+// sequence instead of clearing and replaying from seq 0.
+struct CheckpointIngestSource {
+  std::string key;    // the source's spec
+  std::string state;  // ingest::SourceSession::SaveState
+  friend bool operator==(const CheckpointIngestSource&, const CheckpointIngestSource&) = default;
+};
+
 struct CheckpointImage {
   uint64_t applied_seq = 0;
   uint64_t digest = 0;  // IndexStats::digest at applied_seq
@@ -53,6 +63,8 @@ struct CheckpointImage {
   std::vector<CheckpointRun> runs;
   std::vector<uint64_t> hashes;
   std::vector<consume::AgentTable::AgentView> agents;
+  // Empty unless captured with the ingest paused (embedded routers).
+  std::vector<CheckpointIngestSource> ingest;
 
   uint64_t total_entries() const;
   std::span<const uint64_t> Hashes(const CheckpointRun& run) const {

@@ -7,6 +7,7 @@
 #include <rocksdb/sst_file_writer.h>
 
 #include <sys/statvfs.h>
+#include <xxhash.h>
 
 #include <chrono>
 #include <cstdarg>
@@ -166,6 +167,10 @@ StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
   uint64_t chunk_bytes = 0;
   for (const std::string& chunk : chunks) chunk_bytes += chunk.size();
   const std::string manifest = format::EncodeManifest(image, chunks.size(), chunk_bytes);
+  const std::vector<std::pair<std::string, std::string>> ingest_records =
+      format::EncodeIngest(id, image);
+  uint64_t ingest_bytes = 0;
+  for (const auto& [key, value] : ingest_records) ingest_bytes += value.size();
 
   // Refuse early rather than let RocksDB run into a full or read-only
   // file system (see sticky_error_fs.h): the file, its index, and room
@@ -176,7 +181,8 @@ StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
       return absl::UnavailableError(absl::StrCat("checkpoint directory ", dir_, " is read-only"));
     }
     const uint64_t free_bytes = static_cast<uint64_t>(fs_stats.f_bavail) * fs_stats.f_frsize;
-    const uint64_t need = chunk_bytes + chunk_bytes / 16 + (uint64_t{1} << 20);
+    const uint64_t data = chunk_bytes + ingest_bytes;
+    const uint64_t need = data + data / 16 + (uint64_t{1} << 20);
     if (free_bytes < need) {
       return absl::ResourceExhaustedError(
           absl::StrCat("checkpoint needs ", need, " bytes in ", dir_, ", ", free_bytes, " free"));
@@ -210,6 +216,11 @@ StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
       return fail(s, "write checkpoint file");
     }
   }
+  for (const auto& [key, value] : ingest_records) {
+    if (rocksdb::Status s = writer->Put(key, value); !s.ok()) {
+      return fail(s, "write checkpoint file");
+    }
+  }
   if (rocksdb::Status s = writer->Put(format::ManifestKey(id), manifest); !s.ok()) {
     return fail(s, "write checkpoint file");
   }
@@ -225,7 +236,8 @@ StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
   }
   next_id_ = id + 1;
 
-  CheckpointInfo info = Describe(id, image, chunks.size(), chunk_bytes + manifest.size());
+  CheckpointInfo info =
+      Describe(id, image, chunks.size(), chunk_bytes + ingest_bytes + manifest.size());
   if (Status pruned = Prune(options_.keep); !pruned.ok()) {
     log::Get("storage")->warn("pruning old checkpoints: {}", pruned.ToString());
   }
@@ -278,7 +290,9 @@ std::vector<CheckpointInfo> CheckpointStore::List() const {
       info.manifest_status = m.status();
       continue;
     }
-    info = Describe(*it, m->image, m->chunks, m->chunk_bytes + value.size());
+    uint64_t ingest_bytes = 0;
+    for (const format::IngestEntry& entry : m->ingest) ingest_bytes += entry.bytes;
+    info = Describe(*it, m->image, m->chunks, m->chunk_bytes + ingest_bytes + value.size());
   }
   return out;
 }
@@ -297,6 +311,8 @@ Status CheckpointStore::Stream(
   KVINDEX_ASSIGN_OR_RETURN(format::Manifest manifest, format::DecodeManifest(value));
   *manifest_out = std::move(manifest.image);
   const size_t models = manifest_out->models.size(), sources = manifest_out->sources.size();
+  // Ingest records: sources begun so far, and the next piece of the last one.
+  uint32_t ingest_begun = 0, ingest_piece = 0;
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
   uint64_t next_chunk = 0, bytes = 0;
   uint64_t counted[kNumTiers] = {};
@@ -305,7 +321,26 @@ Status CheckpointStore::Stream(
        it->Next()) {
     uint64_t key_id = 0;
     bool is_manifest = false;
-    uint32_t chunk = 0;
+    uint32_t chunk = 0, source = 0, piece = 0;
+    if (format::ParseIngestKey(it->key().ToStringView(), &key_id, &source, &piece) &&
+        key_id == id) {
+      // After every data chunk (keys sort so), pieces in order.
+      if (next_chunk != manifest.chunks) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", id, ": chunk ", next_chunk,
+                                                " missing before the ingest states"));
+      }
+      const bool next_source = piece == 0 && source == ingest_begun;
+      const bool next_piece =
+          piece != 0 && ingest_begun > 0 && source == ingest_begun - 1 && piece == ingest_piece;
+      if ((!next_source && !next_piece) || source >= manifest_out->ingest.size()) {
+        return absl::DataLossError(absl::StrCat("checkpoint ", id, ": ingest state ", source,
+                                                " piece ", piece, " unexpected"));
+      }
+      if (next_source) ++ingest_begun;
+      manifest_out->ingest[source].state.append(it->value().data(), it->value().size());
+      ingest_piece = piece + 1;
+      continue;
+    }
     if (!format::ParseKey(it->key().ToStringView(), &key_id, &is_manifest, &chunk) ||
         key_id != id || is_manifest || chunk != next_chunk) {
       return absl::DataLossError(
@@ -323,6 +358,18 @@ Status CheckpointStore::Stream(
     KVINDEX_RETURN_IF_ERROR(on_chunk(std::move(runs), std::move(hashes)));
   }
   KVINDEX_RETURN_IF_ERROR(FromRocks(it->status(), absl::StrCat("read checkpoint ", id)));
+  if (ingest_begun != manifest.ingest.size()) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", id, ": ", ingest_begun, " of ",
+                                            manifest.ingest.size(), " ingest states"));
+  }
+  for (size_t i = 0; i < manifest.ingest.size(); ++i) {
+    const std::string& state = manifest_out->ingest[i].state;
+    if (state.size() != manifest.ingest[i].bytes ||
+        XXH3_64bits(state.data(), state.size()) != manifest.ingest[i].checksum) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", id, ": ingest state ", i, " damaged or incomplete"));
+    }
+  }
   if (next_chunk != manifest.chunks || bytes != manifest.chunk_bytes) {
     return absl::DataLossError(absl::StrCat("checkpoint ", id, ": ", next_chunk, " chunks (", bytes,
                                             " bytes) where the manifest names ", manifest.chunks,

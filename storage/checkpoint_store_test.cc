@@ -4,6 +4,7 @@
 // ReferenceIndex); damaged files are detected and skipped; old checkpoints
 // are pruned; a failed write leaves the previous checkpoints usable.
 #include <gtest/gtest.h>
+#include <rocksdb/db.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -307,6 +308,55 @@ TEST(CheckpointStoreTest, DamagedNewestFallsBackToThePrevious) {
     EXPECT_EQ(RestoreNewestInto(**store, &newest), info->id);
     EXPECT_EQ(newest.Stats().digest, source.Stats().digest);
   }
+}
+
+// Ingest states (embedded routers) travel with the checkpoint, in pieces,
+// and a missing piece makes the checkpoint unusable, not silently partial.
+TEST(CheckpointStoreTest, IngestStatesRoundTripAndAreVerified) {
+  TempDir dir;
+  const std::string db = dir.path() + "/db";
+  index::KvIndex source;
+  Fill(&source, 5, 300);
+  CheckpointImage image = CaptureCheckpoint(source, nullptr);
+  std::mt19937_64 rng(7);
+  std::string big(format::kChunkBytes * 2 + 12345, '\0');
+  for (char& c : big) c = static_cast<char>(rng());
+  image.ingest = {{"worker=w0,pub=tcp://a", big},
+                  {"worker=w1,pub=tcp://b", ""},
+                  {"worker=w2,pub=tcp://c", "xyz"}};
+  uint64_t id = 0;
+  {
+    auto store = CheckpointStore::Open(db);
+    ASSERT_TRUE(store.ok());
+    auto info = (*store)->Write(image);
+    ASSERT_TRUE(info.ok()) << info.status();
+    id = info->id;
+    auto loaded = (*store)->Load(id);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    EXPECT_EQ(loaded->ingest, image.ingest);
+    index::KvIndex restored;
+    uint64_t restored_id = 0;
+    size_t skipped = 0;
+    auto manifest = RestoreNewest(**store, &restored, nullptr, &restored_id, &skipped);
+    ASSERT_TRUE(manifest.ok() && manifest->has_value());
+    EXPECT_EQ((*manifest)->ingest, image.ingest);
+    EXPECT_EQ(restored.Stats().digest, source.Stats().digest);
+  }
+  {
+    // The second piece of the first state goes missing.
+    rocksdb::DB* raw = nullptr;
+    rocksdb::Options options;
+    ASSERT_TRUE(rocksdb::DB::Open(options, db, &raw).ok());
+    std::unique_ptr<rocksdb::DB> rdb(raw);
+    ASSERT_TRUE(rdb->Delete(rocksdb::WriteOptions(), format::IngestKey(id, 0, 1)).ok());
+  }
+  auto store = CheckpointStore::Open(db);
+  ASSERT_TRUE(store.ok());
+  auto loaded = (*store)->Load(id);
+  EXPECT_TRUE(absl::IsDataLoss(loaded.status())) << loaded.status();
+  index::KvIndex restored;
+  EXPECT_EQ(RestoreNewestInto(**store, &restored), 0u);
+  EXPECT_EQ(restored.Stats().entries[0], 0u);
 }
 
 TEST(CheckpointStoreTest, UnopenableDatabaseIsMovedAside) {

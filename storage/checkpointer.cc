@@ -246,6 +246,7 @@ StatusOr<RestoreResult> Checkpointer::Restore(consume::AgentTable* agents) {
     }
     return result;
   }
+  result.ingest = std::move(image->ingest);
   result.loaded = true;
   result.id = id;
   result.applied_seq = image->applied_seq;
@@ -300,11 +301,20 @@ Status Checkpointer::WriteNow() {
   }
   CheckpointImage image;
   std::chrono::steady_clock::duration pause{};
+  const bool held = ingest_ != nullptr && ingest_->Hold();
   apply_->RunOnWriter([&] {
     const auto captured = std::chrono::steady_clock::now();
     image = CaptureCheckpoint(*index_, &apply_->agents());
+    if (held) image.ingest = ingest_->Save();
     pause = std::chrono::steady_clock::now() - captured;
   });
+  if (ingest_ != nullptr) ingest_->Release();
+  if (ingest_ != nullptr && !held) {
+    log::Get("storage")->warn(
+        "checkpoint at position {} without the ingest sources' states (they did not pause in "
+        "time): after a restart from it they clear and replay from seq 0",
+        image.applied_seq);
+  }
   const int64_t pause_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(pause).count();
   int64_t longest = longest_pause_ns_.load();
   while (pause_ns > longest && !longest_pause_ns_.compare_exchange_weak(longest, pause_ns)) {

@@ -54,7 +54,26 @@ struct CheckpointerOptions {
   size_t keep = 2;
 };
 
+// The ingest of kvindex-router --embedded, whose sources' states go into
+// each checkpoint at the index's log position (so after a restart each
+// source continues from its engine sequence instead of clearing).
+class IngestCheckpoint {
+ public:
+  virtual ~IngestCheckpoint() = default;
+  // Holds the sources between two engine batches and waits until the log
+  // holds everything they published; false when that did not happen in
+  // time (the checkpoint then goes without ingest states). Every Hold is
+  // followed by one Release.
+  virtual bool Hold() = 0;
+  // While held, on the apply thread after the log is applied.
+  virtual std::vector<CheckpointIngestSource> Save() = 0;
+  virtual void Release() = 0;
+};
+
 struct RestoreResult {
+  // The restored checkpoint's ingest states (embedded routers; moved out by
+  // the router to resume its sources).
+  std::vector<CheckpointIngestSource> ingest;
   bool loaded = false;
   uint64_t id = 0;
   uint64_t applied_seq = 0;
@@ -89,6 +108,8 @@ class Checkpointer {
   // half-way, after which the index is no longer empty.
   StatusOr<RestoreResult> Restore(consume::AgentTable* agents);
 
+  // Before Start; `ingest` (nullable) must outlive the checkpointer's use.
+  void SetIngest(IngestCheckpoint* ingest) { ingest_ = ingest; }
   void Start();
   void Stop();
   // Captures and writes one checkpoint now (unless nothing changed).
@@ -111,6 +132,7 @@ class Checkpointer {
   consume::ApplyLoop* const apply_;
   index::IndexInterface* const index_;
   std::unique_ptr<CheckpointStore> store_;  // checkpointer thread (or controlling, when stopped)
+  IngestCheckpoint* ingest_ = nullptr;
 
   std::thread thread_;
   StopSignal stop_;

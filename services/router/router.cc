@@ -111,11 +111,20 @@ Status Router::Start() {
   checkpointer_ = std::make_unique<storage::Checkpointer>(checkpoint_options, apply_.get(),
                                                           index_.get(), registry_.get());
   KVINDEX_ASSIGN_OR_RETURN(restored_, checkpointer_->Restore(&apply_->agents()));
+  if (options_.embedded) {
+    ingest_ = std::make_unique<EmbeddedIngest>(options_.agent, sink_.get(), registry_.get());
+    // The sources continue where the checkpoint left them (their placements
+    // up to its position are in the restored index).
+    if (!restored_.ingest.empty()) {
+      ingest_->SetResumeStates(std::move(restored_.ingest), index_.get());
+      restored_.ingest.clear();
+    }
+    checkpointer_->SetIngest(ingest_.get());
+  }
   KVINDEX_RETURN_IF_ERROR(apply_->Start());
   checkpointer_->Start();
 
   if (options_.embedded) {
-    ingest_ = std::make_unique<EmbeddedIngest>(options_.agent, sink_.get(), registry_.get());
     if (Status status = ingest_->Start(); !status.ok()) {
       checkpointer_->Stop();
       apply_->Stop();
@@ -179,12 +188,22 @@ Status Router::Start() {
 void Router::Stop() {
   if (!running_) return;
   server_->Stop();
-  if (ingest_) ingest_->Stop();
   if (liveness_) liveness_->Stop();
   checkpointer_->Stop();
-  apply_->Stop();
-  // The state at the last applied position, so a clean restart replays nothing.
-  checkpointer_->WriteNow().IgnoreError();  // failures are logged and counted
+  if (ingest_) {
+    // The last checkpoint with the sources parked and the log applied, so a
+    // restart continues every source where it stopped; they stay parked
+    // until they stop.
+    ingest_->Hold();
+    checkpointer_->WriteNow().IgnoreError();  // failures are logged and counted
+    ingest_->Stop();
+    ingest_->Release();
+    apply_->Stop();
+  } else {
+    apply_->Stop();
+    // The state at the last applied position, so a clean restart replays nothing.
+    checkpointer_->WriteNow().IgnoreError();  // failures are logged and counted
+  }
   if (sink_) sink_->Close();
   running_ = false;
 }

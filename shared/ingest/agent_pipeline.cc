@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <thread>
+#include <tuple>
 #include <zmq.hpp>
 
 #include "absl/container/flat_hash_map.h"
@@ -185,7 +187,11 @@ struct AgentPipeline::Impl final : public BatchSink {
       source->session =
           std::make_unique<SourceSession>(source->spec, session_options, &source->stats,
                                           &source->counters, source->replay.get(), this);
-      source->session->PublishStartupClear();
+    }
+    const std::vector<bool> resumed = ResumeSaved();
+    resumed_count.store(std::count(resumed.begin(), resumed.end(), true));
+    for (size_t i = 0; i < sources.size(); ++i) {
+      if (!resumed[i]) sources[i]->session->PublishStartupClear();
     }
     PublishHeartbeat();
     for (auto& source : sources) {
@@ -221,12 +227,109 @@ struct AgentPipeline::Impl final : public BatchSink {
     return absl::OkStatus();
   }
 
+  // Restores the saved states (SetResumeStates) into the new sessions; which
+  // sources resumed. All or none: when the log does not hold what they
+  // hold, none does (their sessions are fresh again).
+  std::vector<bool> ResumeSaved() {
+    std::vector<bool> resumed(sources.size(), false);
+    if (saved.empty()) return resumed;
+    absl::flat_hash_map<std::string, std::string> by_key;
+    for (SavedSource& s : saved) by_key[s.key] = std::move(s.state);
+    saved.clear();
+    std::map<std::tuple<std::string, SourceKey, int>, uint64_t> held;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      Source& source = *sources[i];
+      auto it = by_key.find(FormatSourceSpec(source.spec));
+      if (it == by_key.end()) continue;
+      if (Status status = source.session->Resume(it->second); !status.ok()) {
+        log::Get("ingest")->warn("source {}: saved state unusable, starting afresh: {}",
+                                 source.label, status.ToString());
+        ResetSession(source);
+        continue;
+      }
+      resumed[i] = true;
+      for (const auto& [rank_tier, blocks] : source.session->processor().HeldCounts()) {
+        held[{source.spec.model,
+              SourceKey{source.spec.worker, static_cast<uint32_t>(rank_tier >> 2)},
+              static_cast<int>(rank_tier & 3)}] += blocks;
+      }
+    }
+    std::vector<HeldBlocks> summary;
+    for (const auto& [key, blocks] : held) {
+      summary.push_back(
+          {std::get<0>(key), std::get<1>(key), static_cast<Tier>(std::get<2>(key)), blocks});
+    }
+    if (consistent && std::count(resumed.begin(), resumed.end(), true) > 0 &&
+        !consistent(summary)) {
+      log::Get("ingest")->error(
+          "saved source states disagree with the restored index: every source starts afresh");
+      for (size_t i = 0; i < sources.size(); ++i) {
+        if (resumed[i]) ResetSession(*sources[i]);
+        resumed[i] = false;
+      }
+    }
+    consistent = nullptr;
+    for (size_t i = 0; i < sources.size(); ++i) {
+      if (resumed[i]) {
+        log::Get("ingest")->info("source {}: resumed at seq {} ({} blocks tracked)",
+                                 sources[i]->label, sources[i]->session->last_seq(),
+                                 sources[i]->session->tracked_blocks());
+      }
+    }
+    return resumed;
+  }
+
+  void ResetSession(Source& source) {
+    SessionOptions session_options;
+    session_options.replay_cooldown = options.replay_cooldown;
+    source.counters.has_seq.store(false);
+    source.counters.last_seq.store(0);
+    source.session = std::make_unique<SourceSession>(source.spec, session_options, &source.stats,
+                                                     &source.counters, source.replay.get(), this);
+  }
+
+  // Source threads: parks here while a pause is wanted.
+  void ParkIfPaused() {
+    if (!pause_flag.load(std::memory_order_acquire)) return;
+    MutexLock lock(&pause_mu);
+    ++parked;
+    pause_cv.SignalAll();
+    while (pause_wanted && !stop.load()) pause_cv.Wait(&pause_mu);
+    --parked;
+  }
+
+  bool Pause(std::chrono::milliseconds timeout) {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    MutexLock lock(&pause_mu);
+    pause_wanted = true;
+    pause_flag.store(true, std::memory_order_release);
+    while (running && parked < sources.size()) {
+      if (!pause_cv.WaitUntil(&pause_mu, deadline)) break;
+    }
+    if (running && parked == sources.size()) return true;
+    EndPauseLocked();
+    return false;
+  }
+
+  void EndPause() {
+    MutexLock lock(&pause_mu);
+    EndPauseLocked();
+  }
+
+  void EndPauseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pause_mu) {
+    pause_wanted = false;
+    pause_flag.store(false, std::memory_order_release);
+    pause_cv.SignalAll();
+  }
+
   void RunSource(Source* source) {
     source->session->StartupReplay();
     source->ready.store(true);
     source->metrics->Sync(source->stats, source->counters, true);
     internal::Multipart message;
     while (!stop.load(std::memory_order_relaxed)) {
+      ParkIfPaused();
+      if (stop.load()) break;
       StatusOr<bool> readable = internal::WaitReadable(*source->sub, kPollInterval);
       if (!readable.ok()) {
         uint64_t suppressed = 0;
@@ -335,6 +438,7 @@ struct AgentPipeline::Impl final : public BatchSink {
     if (!running) return;
     stop.store(true);
     stop_signal.Raise();
+    EndPause();
     for (auto& source : sources) {
       if (source->thread.joinable()) source->thread.join();
     }
@@ -366,6 +470,18 @@ struct AgentPipeline::Impl final : public BatchSink {
   std::atomic<bool> stop{false};
   StopSignal stop_signal;  // wakes sleepers; `stop` is the flag hot loops read
 
+  // Before the next Start (SetResumeStates).
+  std::vector<SavedSource> saved;
+  std::function<bool(const std::vector<HeldBlocks>&)> consistent;
+  std::atomic<size_t> resumed_count{0};
+
+  // Pausing the source threads between engine batches (PauseSources).
+  Mutex pause_mu;
+  CondVar pause_cv;
+  bool pause_wanted ABSL_GUARDED_BY(pause_mu) = false;
+  size_t parked ABSL_GUARDED_BY(pause_mu) = 0;
+  std::atomic<bool> pause_flag{false};  // what the hot loops read
+
   // Serializes stamping + Publish: event_id order = publish order.
   Mutex publish_mu;
   uint64_t next_event_id ABSL_GUARDED_BY(publish_mu) = 1;
@@ -383,6 +499,32 @@ AgentPipeline::~AgentPipeline() { Stop(); }
 Status AgentPipeline::Start() { return impl_->Start(); }
 
 void AgentPipeline::Stop() { impl_->Stop(); }
+
+void AgentPipeline::SetResumeStates(
+    std::vector<SavedSource> states,
+    std::function<bool(const std::vector<HeldBlocks>&)> consistent) {
+  impl_->saved = std::move(states);
+  impl_->consistent = std::move(consistent);
+}
+
+bool AgentPipeline::PauseSources(std::chrono::milliseconds timeout) {
+  return impl_->Pause(timeout);
+}
+
+std::vector<SavedSource> AgentPipeline::SaveSources() const {
+  std::vector<SavedSource> out;
+  for (const auto& source : impl_->sources) {
+    if (source->session == nullptr) continue;
+    SavedSource& saved = out.emplace_back();
+    saved.key = FormatSourceSpec(source->spec);
+    source->session->SaveState(&saved.state);
+  }
+  return out;
+}
+
+void AgentPipeline::ResumeSources() { impl_->EndPause(); }
+
+size_t AgentPipeline::resumed_sources() const { return impl_->resumed_count.load(); }
 
 bool AgentPipeline::Ready() const {
   if (!impl_->running) return false;

@@ -32,6 +32,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -40,6 +41,8 @@
 #include "shared/base/status.h"
 #include "shared/ingest/source_spec.h"
 #include "shared/model/ingest_status.h"
+#include "shared/model/source_key.h"
+#include "shared/model/tier.h"
 #include "shared/publish/publisher.h"
 
 namespace prometheus {
@@ -87,6 +90,22 @@ struct AgentOptions {
   Status Validate() const;
 };
 
+// One source's saved state (SourceSession::SaveState), keyed by its spec
+// (FormatSourceSpec): a changed spec never resumes an old state.
+struct SavedSource {
+  std::string key;
+  std::string state;
+};
+
+// What resumed sources say they hold, per (model, worker, dp_rank, tier),
+// summed over sources sharing a worker and rank.
+struct HeldBlocks {
+  std::string model;
+  SourceKey source;
+  Tier tier = Tier::kDevice;
+  uint64_t blocks = 0;
+};
+
 class AgentPipeline {
  public:
   // `publisher` must outlive the pipeline; `registry` may be null (no
@@ -111,6 +130,26 @@ class AgentPipeline {
   // True while running once every source finished its start-up replay
   // attempt (successful or not).
   bool Ready() const;
+
+  // Before Start: states to continue from (kvindex-router --embedded after a
+  // restart from a checkpoint whose log already holds their placements). A
+  // source with a state publishes no start-up clear and replays from its
+  // last seq + 1; one without starts afresh. `consistent` is shown what the
+  // resumed sources hold; when it answers false (the log does not hold the
+  // same), every source starts afresh: fail closed. Used by the next Start only.
+  void SetResumeStates(std::vector<SavedSource> states,
+                       std::function<bool(const std::vector<HeldBlocks>&)> consistent);
+  // Parks every source thread between two engine batches (the engines'
+  // messages wait in the socket buffers), so that everything the sources
+  // published is in the publisher and nothing more comes: true once all are
+  // parked; false after `timeout` (nothing stays paused then). Controlling
+  // thread; ResumeSources ends it.
+  bool PauseSources(std::chrono::milliseconds timeout);
+  // While paused (any thread): every source's state.
+  std::vector<SavedSource> SaveSources() const;
+  void ResumeSources();
+  // Sources that continued from a saved state at the last Start.
+  size_t resumed_sources() const;
 
   // Asks the sources to republish their state as snapshots (docs/events.md,
   // "Source snapshots"): every source when `all`, else those whose worker is

@@ -2,11 +2,16 @@
 
 #include <algorithm>
 
+#include <xxhash.h>
+
 #include "absl/hash/hash.h"
+#include "shared/base/bytes.h"
 #include "shared/log/log.h"
 
 namespace kvindex::ingest {
 namespace {
+
+uint64_t StablePayloadDigest(Frame payload) { return XXH3_64bits(payload.data(), payload.size()); }
 
 uint64_t PayloadDigest(Frame payload) {
   return absl::Hash<std::string_view>{}(
@@ -81,6 +86,46 @@ void SourceSession::PublishStartupClear() {
   if (!events_.empty()) sink_->PublishBatch(&events_);
 }
 
+namespace {
+constexpr uint8_t kSessionStateVersion = 1;
+}  // namespace
+
+void SourceSession::SaveState(std::string* out) const {
+  out->push_back(static_cast<char>(kSessionStateVersion));
+  out->push_back(has_seq_ ? 1 : 0);
+  bytes::PutVarint(out, last_seq_);
+  bytes::PutFixed64(out, last_payload_);
+  out->push_back(epoch_.has_value() ? 1 : 0);
+  bytes::PutString(out, epoch_.value_or(""));
+  processor_.SaveState(out);
+}
+
+Status SourceSession::Resume(std::string_view state) {
+  bytes::Reader in(state, "saved session state");
+  uint8_t version = 0, has_seq = 0, has_epoch = 0;
+  uint64_t last_seq = 0, last_payload = 0;
+  std::string epoch;
+  KVINDEX_RETURN_IF_ERROR(in.Byte(&version, "version"));
+  if (version != kSessionStateVersion) {
+    return absl::DataLossError("saved session state: unknown version " + std::to_string(version));
+  }
+  KVINDEX_RETURN_IF_ERROR(in.Byte(&has_seq, "has_seq"));
+  KVINDEX_RETURN_IF_ERROR(in.Varint(&last_seq, "last_seq"));
+  KVINDEX_RETURN_IF_ERROR(in.Fixed64(&last_payload, "last payload"));
+  KVINDEX_RETURN_IF_ERROR(in.Byte(&has_epoch, "has_epoch"));
+  KVINDEX_RETURN_IF_ERROR(in.String(&epoch, "epoch"));
+  KVINDEX_RETURN_IF_ERROR(processor_.RestoreState(in.Take(in.remaining())));
+  has_seq_ = has_seq != 0;
+  last_seq_ = last_seq;
+  last_payload_ = last_payload;
+  resumed_ = has_seq_;
+  if (has_epoch != 0) epoch_ = std::move(epoch);
+  counters_->last_seq.store(last_seq_, std::memory_order_relaxed);
+  counters_->has_seq.store(has_seq_, std::memory_order_relaxed);
+  counters_->tracked_blocks.store(processor_.tracked_blocks(), std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
 void SourceSession::Apply(uint64_t seq, Frame payload, std::optional<ClearCause> clear_first) {
   events_.clear();
   if (clear_first) {
@@ -95,6 +140,7 @@ void SourceSession::Apply(uint64_t seq, Frame payload, std::optional<ClearCause>
   }
   has_seq_ = true;
   last_seq_ = seq;
+  last_payload_ = StablePayloadDigest(payload);
   counters_->last_seq.store(seq, std::memory_order_relaxed);
   counters_->has_seq.store(true, std::memory_order_relaxed);
   counters_->tracked_blocks.store(processor_.tracked_blocks(), std::memory_order_relaxed);
@@ -223,11 +269,55 @@ bool SourceSession::RecoverGap(uint64_t live_seq) {
   return covered;
 }
 
+SourceSession::ResumePoint SourceSession::CheckResumePoint() {
+  bool answered = false, same = false;
+  const Status status = replay_->Fetch(last_seq_, [&](const ReplayMessage& reply) -> bool {
+    answered = true;
+    same = reply.seq == last_seq_ && StablePayloadDigest(reply.payload) == last_payload_ &&
+           (!reply.topic.epoch || !epoch_ || *reply.topic.epoch == *epoch_);
+    return false;  // the first reply decides
+  });
+  if (!status.ok()) return ResumePoint::kUnknown;
+  return answered && same ? ResumePoint::kContinue : ResumePoint::kRestarted;
+}
+
 bool SourceSession::StartupReplay() {
   if (replay_ == nullptr) return false;
+  if (resumed_) {
+    resumed_ = false;
+    switch (CheckResumePoint()) {
+      case ResumePoint::kContinue:
+        return ReplayFrom(last_seq_ + 1);
+      case ResumePoint::kUnknown:
+        log::Get("ingest")->warn(
+            "source {}: replay server {} did not answer; continuing from seq {} (the live stream "
+            "decides)",
+            SourceLabel(spec_), spec_.replay_endpoint, last_seq_);
+        return false;
+      case ResumePoint::kRestarted: {
+        // The engine restarted while we were away: what it holds now is only
+        // in its buffer, from seq 0.
+        counters_->restarts.fetch_add(1, std::memory_order_relaxed);
+        normalize::Add(stats_->restarts);
+        events_.clear();
+        processor_.ClearAll(&events_);
+        CountClear(ClearCause::kRestart);
+        has_seq_ = false;
+        epoch_.reset();
+        counters_->has_seq.store(false, std::memory_order_relaxed);
+        counters_->tracked_blocks.store(processor_.tracked_blocks(), std::memory_order_relaxed);
+        if (!events_.empty()) sink_->PublishBatch(&events_);
+        return ReplayFrom(0);
+      }
+    }
+  }
+  return ReplayFrom(has_seq_ ? last_seq_ + 1 : 0);
+}
+
+bool SourceSession::ReplayFrom(uint64_t start) {
   uint64_t received = 0;
   bool aborted = false;
-  const Status status = replay_->Fetch(0, [&](const ReplayMessage& reply) -> bool {
+  const Status status = replay_->Fetch(start, [&](const ReplayMessage& reply) -> bool {
     if (++received > options_.max_replay_batches) {
       aborted = true;
       return false;

@@ -135,9 +135,23 @@ class SourceSession {
 
   // Publishes "cleared" for the source (agent start).
   void PublishStartupClear();
-  // Replays everything from seq 0 (no-op without replay socket). Returns true
-  // when the replay reached its end marker.
+  // Instead of PublishStartupClear: continues from a state SaveState wrote
+  // (a checkpoint of kvindex-router --embedded), whose placements the log
+  // already holds. DataLoss when it does not decode (the session is then
+  // fresh: the caller clears as usual).
+  Status Resume(std::string_view state);
+  // Replays what the engine buffered: from seq 0 for a fresh session. After
+  // Resume it first asks for the last applied seq: the engine still holds
+  // that very batch (same bytes) -> continue from last_seq() + 1 (a first
+  // reply past it is a gap: clear, then apply); it does not (it restarted
+  // while we were away: its buffer ends before, or holds other bytes there)
+  // -> clear and replay from seq 0 like a fresh session; no answer -> keep
+  // the state, the live stream decides. No-op without replay socket.
+  // Returns true when the replay reached its end marker.
   bool StartupReplay();
+  // The sequence state and the processor's state, appended to *out. Between
+  // two batches, on the session's thread (or while it is parked).
+  void SaveState(std::string* out) const;
 
   // Validates one live message (counting bad frames) and handles it.
   void OnLiveFrames(std::span<const Frame> frames);
@@ -150,6 +164,9 @@ class SourceSession {
 
  private:
   void Apply(uint64_t seq, Frame payload, std::optional<ClearCause> clear_first);
+  enum class ResumePoint { kContinue, kRestarted, kUnknown };
+  ResumePoint CheckResumePoint();
+  bool ReplayFrom(uint64_t start);
   bool RecoverGap(uint64_t live_seq);
   bool IsOverlap(uint64_t seq, Frame payload) const;
   void RememberReplayed(uint64_t seq, Frame payload);
@@ -166,6 +183,8 @@ class SourceSession {
 
   bool has_seq_ = false;
   uint64_t last_seq_ = 0;
+  uint64_t last_payload_ = 0;  // XXH3 of the last applied batch's payload
+  bool resumed_ = false;       // Resume ran; StartupReplay checks the resume point
   std::optional<std::string> epoch_;
   std::optional<std::chrono::steady_clock::time_point> last_replay_end_;
   // (seq, payload digest) of start-up replayed batches, increasing seq.

@@ -354,5 +354,113 @@ TEST_F(SourceSessionTest, ReplayFromNewerEpochCannotCoverGap) {
   EXPECT_EQ(counters_.replays_failed.load(), 1u);
 }
 
+// ---- resuming from a saved state (embedded router checkpoints) ------------
+
+class SourceSessionResumeTest : public SourceSessionTest {
+ protected:
+  // Runs a first session over `script`, then saves its state and starts a
+  // second one (fresh sink, counters) resumed from it.
+  std::string RunAndSave(const std::vector<Scripted>& script) {
+    replay_.script = script;
+    Begin();
+    std::string state;
+    session_->SaveState(&state);
+    return state;
+  }
+  Status Resume(const std::string& state) {
+    sink_.batches.clear();
+    replay_.requests.clear();
+    counters_.clears[static_cast<int>(ClearCause::kStartup)].store(0);
+    session_ =
+        std::make_unique<SourceSession>(spec_, options_, &stats_, &counters_, &replay_, &sink_);
+    return session_->Resume(state);
+  }
+};
+
+TEST_F(SourceSessionResumeTest, ContinuesFromLastSeqWithoutAClear) {
+  const std::string state = RunAndSave({{0, StoredBatch(0)}, {1, StoredBatch(1)}});
+  // The engine published 2 and 3 while the router was down.
+  replay_.script = {
+      {0, StoredBatch(0)}, {1, StoredBatch(1)}, {2, StoredBatch(2)}, {3, StoredBatch(3)}};
+  ASSERT_TRUE(Resume(state).ok());
+  EXPECT_TRUE(session_->has_seq());
+  EXPECT_EQ(session_->last_seq(), 1u);
+  EXPECT_TRUE(session_->StartupReplay());
+  // It still holds batch 1 as applied: continue after it.
+  EXPECT_EQ(replay_.requests, (std::vector<uint64_t>{1, 2}));
+  Live(3);  // repeats the replayed 3: not a restart
+  Live(4);
+  EXPECT_EQ(Render(), "S2|S3|S4");
+  EXPECT_EQ(counters_.restarts.load(), 0u);
+  EXPECT_EQ(counters_.gaps.load(), 0u);
+  // The saved normalization state carries on: a re-announced block is not
+  // stored again.
+  Live(5, 0);
+  EXPECT_EQ(Render(), "S2|S3|S4");
+  EXPECT_EQ(session_->tracked_blocks(), 5u);
+}
+
+TEST_F(SourceSessionResumeTest, EngineNoLongerHoldingTheLastBatchStartsAfresh) {
+  const std::string state = RunAndSave({{0, StoredBatch(0)}, {1, StoredBatch(1)}});
+  // Its buffer starts past batch 1: what happened meanwhile is unknown.
+  replay_.script = {{5, StoredBatch(5)}, {6, StoredBatch(6)}};
+  ASSERT_TRUE(Resume(state).ok());
+  session_->StartupReplay();
+  EXPECT_EQ(Render(), "C|S5|S6");
+  EXPECT_EQ(Clears(ClearCause::kRestart), 1u);
+  EXPECT_EQ(session_->tracked_blocks(), 2u);
+}
+
+TEST_F(SourceSessionResumeTest, EngineRestartedBehindTheSavedSeqStartsAfresh) {
+  const std::string state =
+      RunAndSave({{0, StoredBatch(0)}, {1, StoredBatch(1)}, {2, StoredBatch(2)}});
+  replay_.script = {{0, StoredBatch(7)}};  // the new engine published one batch
+  ASSERT_TRUE(Resume(state).ok());
+  session_->StartupReplay();
+  EXPECT_EQ(replay_.requests, (std::vector<uint64_t>{2, 0}));
+  Live(1, 8);
+  EXPECT_EQ(Render(), "C|S7|S8");
+  EXPECT_EQ(counters_.restarts.load(), 1u);
+}
+
+TEST_F(SourceSessionResumeTest, EngineRestartedPastTheSavedSeqStartsAfresh) {
+  const std::string state = RunAndSave({{0, StoredBatch(0)}, {1, StoredBatch(1)}});
+  // Same seqs, other bytes: a new engine that already published more.
+  replay_.script = {{0, StoredBatch(7)}, {1, StoredBatch(8)}, {2, StoredBatch(9)}};
+  ASSERT_TRUE(Resume(state).ok());
+  session_->StartupReplay();
+  EXPECT_EQ(Render(), "C|S7|S8|S9");
+  EXPECT_EQ(session_->tracked_blocks(), 3u);
+}
+
+TEST_F(SourceSessionResumeTest, NewSglangEpochStartsAfresh) {
+  spec_.engine = wire::EngineKind::kSglang;
+  const std::string state =
+      RunAndSave({{0, StoredBatch(0), std::string("1")}, {1, StoredBatch(1), std::string("1")}});
+  replay_.script = {{1, StoredBatch(1), std::string("2")}, {2, StoredBatch(9), std::string("2")}};
+  ASSERT_TRUE(Resume(state).ok());
+  session_->StartupReplay();
+  EXPECT_EQ(Render(), "C|S1|S9");
+  EXPECT_EQ(counters_.restarts.load(), 1u);
+}
+
+TEST_F(SourceSessionResumeTest, SilentReplayServerKeepsTheStateForTheLiveStream) {
+  const std::string state = RunAndSave({{0, StoredBatch(0)}, {1, StoredBatch(1)}});
+  replay_.script = {};
+  replay_.status = absl::DeadlineExceededError("quiet");
+  ASSERT_TRUE(Resume(state).ok());
+  session_->StartupReplay();
+  Live(2);
+  EXPECT_EQ(Render(), "S2");
+  EXPECT_EQ(session_->tracked_blocks(), 3u);
+}
+
+TEST_F(SourceSessionResumeTest, DamagedStateIsRefused) {
+  const std::string state = RunAndSave({{0, StoredBatch(0)}});
+  EXPECT_EQ(Resume(state.substr(0, state.size() / 2)).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(session_->tracked_blocks(), 0u);
+  EXPECT_EQ(Resume("").code(), absl::StatusCode::kDataLoss);
+}
+
 }  // namespace
 }  // namespace kvindex::ingest

@@ -40,6 +40,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shared/base/status.h"
@@ -129,6 +131,18 @@ class SourceProcessor {
   // most `max_hashes` hashes per event. Applied in order after the clear,
   // they replace the source's state in a router. State is unchanged.
   void Snapshot(std::vector<PlacementEvent>* out, size_t max_hashes = 65536) const;
+
+  // The normalization state (every rank's engine-hash map with its counts),
+  // appended to *out, so a restarted process continues from it instead of
+  // clearing the source (SaveState / RestoreState; source_processor_state.cc).
+  void SaveState(std::string* out) const;
+  // Replaces the state with a saved one (from a processor with the same
+  // worker, model and block size). DataLoss when `state` does not decode or
+  // breaks an invariant (rank_state.h); the state is then empty.
+  Status RestoreState(std::string_view state);
+  // Blocks the state says each (rank, tier) holds, for a consistency check
+  // against an index: ((dp_rank << 2) | tier) -> count, ascending.
+  std::vector<std::pair<uint64_t, uint64_t>> HeldCounts() const;
 
   // Per-engine-event hook (nullptr = off; no cost when off). Not owned.
   void SetObserver(EventObserver* observer) { observer_ = observer; }

@@ -705,5 +705,83 @@ TEST(SourceProcessorTest, RandomStreamsMatchANaiveReferenceCount) {
   }
 }
 
+// ---- saved state (a checkpoint of an embedded router) ----------------------
+
+// A state with two ranks, every tier, a shared canonical hash (two engine
+// hashes with the same tokens) and a chain whose parent is known.
+void FillForSave(Harness& h) {
+  h.Apply({Store({1, 2, 3}, TokenRange(0, 48)), Store({7}, TokenRange(0, 16)),
+           Placeholder({2}, "CPU"), Store({4}, TokenRange(48, 16), 3)});
+  h.Apply({Store({11, 12}, TokenRange(100, 32), std::nullopt, "DISK")}, {}, 1u);
+  h.Apply({Store({21}, TokenRange(200, 16), std::nullopt, "GPU")}, {}, 1u);
+}
+
+// What both processors do next: removals (1 leaves its canonical block held
+// through 7),
+// a store chained on a saved block, a placeholder re-announcement.
+std::vector<WireEvent> NextEvents() {
+  return {Remove({1}), Store({5}, TokenRange(64, 16), 4), Placeholder({3}, "CPU"),
+          Remove({2}, "CPU"), Remove({4})};
+}
+
+TEST(SourceProcessorTest, SavedStateContinuesExactlyLikeTheOriginal) {
+  Harness original;
+  FillForSave(original);
+  std::string state;
+  original.processor.SaveState(&state);
+
+  Harness restored;
+  ASSERT_TRUE(restored.processor.RestoreState(state).ok());
+  EXPECT_EQ(restored.processor.tracked_blocks(), original.processor.tracked_blocks());
+  EXPECT_EQ(restored.processor.HeldCounts(), original.processor.HeldCounts());
+  std::vector<PlacementEvent> a, b;
+  original.processor.Snapshot(&a);
+  restored.processor.Snapshot(&b);
+  EXPECT_EQ(a, b);
+  // The same next batches give the same placements, on both ranks.
+  EXPECT_EQ(restored.Apply(NextEvents()), original.Apply(NextEvents()));
+  EXPECT_EQ(restored.Apply({Remove({11, 12}, "DISK")}, {}, 1u),
+            original.Apply({Remove({11, 12}, "DISK")}, {}, 1u));
+  std::string again;
+  restored.processor.SaveState(&again);
+  std::string original_again;
+  original.processor.SaveState(&original_again);
+  Harness twice;
+  ASSERT_TRUE(twice.processor.RestoreState(again).ok());
+  EXPECT_EQ(twice.processor.HeldCounts(), original.processor.HeldCounts());
+}
+
+TEST(SourceProcessorTest, HeldCountsArePerRankAndTier) {
+  Harness h;
+  FillForSave(h);
+  // rank 0: GPU {1,2,3,4} (7 has 1's tokens: one canonical block, counted
+  // twice), CPU {2}; rank 1: GPU {21}, DISK {11,12}.
+  const std::vector<std::pair<uint64_t, uint64_t>> expected = {
+      {0 << 2 | 0, 4}, {0 << 2 | 1, 1}, {1 << 2 | 0, 1}, {1 << 2 | 2, 2}};
+  EXPECT_EQ(h.processor.HeldCounts(), expected);
+}
+
+TEST(SourceProcessorTest, DamagedSavedStateIsRefusedAndLeavesNothing) {
+  Harness original;
+  FillForSave(original);
+  std::string state;
+  original.processor.SaveState(&state);
+  for (size_t cut : {size_t{0}, size_t{1}, state.size() / 2, state.size() - 1}) {
+    Harness h;
+    FillForSave(h);
+    const Status status = h.processor.RestoreState(std::string_view(state).substr(0, cut));
+    EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss) << cut;
+    EXPECT_EQ(h.processor.tracked_blocks(), 0u) << cut;
+  }
+  std::string versioned = state;
+  versioned[0] = 9;
+  Harness h;
+  EXPECT_EQ(h.processor.RestoreState(versioned).code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(h.processor.RestoreState(state + "x").code(), absl::StatusCode::kDataLoss);
+  // A restored state after a refused one is whole again.
+  ASSERT_TRUE(h.processor.RestoreState(state).ok());
+  EXPECT_EQ(h.processor.tracked_blocks(), original.processor.tracked_blocks());
+}
+
 }  // namespace
 }  // namespace kvindex::normalize

@@ -1,5 +1,7 @@
 #include "services/router/embedded/embedded_ingest.h"
 
+#include <map>
+#include <tuple>
 #include <utility>
 
 namespace kvindex::router {
@@ -10,15 +12,46 @@ EmbeddedIngest::EmbeddedIngest(ingest::AgentOptions options, InProcessSink* sink
 
 EmbeddedIngest::~EmbeddedIngest() { Stop(); }
 
-Status EmbeddedIngest::Start() {
-  if (running_) return absl::OkStatus();
-  KVINDEX_RETURN_IF_ERROR(options_.Validate());
+ingest::AgentPipeline& EmbeddedIngest::Pipeline() {
   // The pipeline registers its metrics on construction; keep one instance
   // across Stop/Start so the registry never sees the families twice.
   if (pipeline_ == nullptr) {
     pipeline_ = std::make_unique<ingest::AgentPipeline>(options_, sink_, registry_);
   }
-  KVINDEX_RETURN_IF_ERROR(pipeline_->Start());
+  return *pipeline_;
+}
+
+void EmbeddedIngest::SetResumeStates(std::vector<storage::CheckpointIngestSource> states,
+                                     const index::IndexInterface* index) {
+  std::vector<ingest::SavedSource> saved;
+  saved.reserve(states.size());
+  for (storage::CheckpointIngestSource& s : states) {
+    saved.push_back({std::move(s.key), std::move(s.state)});
+  }
+  // The index may hold less than the states say (a model left out by
+  // --models, a memory cap), never more: a block the state does not know
+  // would never be removed.
+  auto consistent = [index](const std::vector<ingest::HeldBlocks>& held) {
+    std::map<std::tuple<std::string, SourceKey, int>, uint64_t> said;
+    for (const ingest::HeldBlocks& h : held) {
+      said[{h.model, h.source, static_cast<int>(h.tier)}] += h.blocks;
+    }
+    for (const index::SourceInfo& info : index->Sources()) {
+      for (int t = 0; t < kNumTiers; ++t) {
+        if (info.entries[t] == 0) continue;
+        auto it = said.find({info.model, info.source, t});
+        if (it == said.end() || it->second < info.entries[t]) return false;
+      }
+    }
+    return true;
+  };
+  Pipeline().SetResumeStates(std::move(saved), consistent);
+}
+
+Status EmbeddedIngest::Start() {
+  if (running_) return absl::OkStatus();
+  KVINDEX_RETURN_IF_ERROR(options_.Validate());
+  KVINDEX_RETURN_IF_ERROR(Pipeline().Start());
   running_ = true;
   return absl::OkStatus();
 }
@@ -34,6 +67,38 @@ bool EmbeddedIngest::Ready() const { return running_ && pipeline_->Ready(); }
 std::vector<IngestSourceStatus> EmbeddedIngest::Sources() const {
   if (pipeline_ == nullptr) return {};
   return pipeline_->Sources();
+}
+
+size_t EmbeddedIngest::resumed_sources() const {
+  return pipeline_ == nullptr ? 0 : pipeline_->resumed_sources();
+}
+
+bool EmbeddedIngest::Hold() {
+  MutexLock lock(&hold_mu_);
+  if (holds_++ > 0) return held_;
+  held_ = running_ && pipeline_->PauseSources(kHoldTimeout);
+  // Parked sources publish nothing more: once the log drained what they
+  // published, the apply thread's next task sees it applied.
+  if (held_ && !sink_->Flush().ok()) {
+    pipeline_->ResumeSources();
+    held_ = false;
+  }
+  return held_;
+}
+
+std::vector<storage::CheckpointIngestSource> EmbeddedIngest::Save() {
+  std::vector<storage::CheckpointIngestSource> out;
+  for (ingest::SavedSource& s : pipeline_->SaveSources()) {
+    out.push_back({std::move(s.key), std::move(s.state)});
+  }
+  return out;
+}
+
+void EmbeddedIngest::Release() {
+  MutexLock lock(&hold_mu_);
+  if (--holds_ > 0) return;
+  if (held_) pipeline_->ResumeSources();
+  held_ = false;
 }
 
 }  // namespace kvindex::router
