@@ -18,6 +18,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "shared/base/bytes.h"
 #include "shared/log/log.h"
 #include "storage/checkpoint_format.h"
 #include "storage/internal/sticky_error_fs.h"
@@ -163,15 +164,30 @@ StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const std::stri
 StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
   if (options_.read_only) return absl::FailedPreconditionError("checkpoint store is read-only");
   const uint64_t id = next_id_;
-  const std::vector<std::string> chunks = format::EncodeChunks(image);
+  std::vector<std::string> chunks = format::EncodeChunks(image);
   uint64_t chunk_bytes = 0;
   for (const std::string& chunk : chunks) chunk_bytes += chunk.size();
-  const std::string manifest = format::EncodeManifest(image, chunks.size(), chunk_bytes);
-  const std::vector<std::pair<std::string, std::string>> ingest_records =
-      format::EncodeIngest(id, image);
-  uint64_t ingest_bytes = 0;
-  for (const auto& [key, value] : ingest_records) ingest_bytes += value.size();
+  Records records;
+  records.reserve(chunks.size() + image.ingest.size() + 1);
+  for (size_t c = 0; c < chunks.size(); ++c) {
+    records.emplace_back(format::ChunkKey(id, static_cast<uint32_t>(c)), std::move(chunks[c]));
+  }
+  for (auto& record : format::EncodeIngest(id, image)) records.push_back(std::move(record));
+  records.emplace_back(format::ManifestKey(id),
+                       format::EncodeManifest(image, chunks.size(), chunk_bytes));
+  uint64_t bytes = 0;
+  for (const auto& [key, value] : records) bytes += value.size();
+  KVINDEX_RETURN_IF_ERROR(WriteRecords(id, records));
+  CheckpointInfo info = Describe(id, image, chunks.size(), bytes);
+  if (Status pruned = Prune(options_.keep); !pruned.ok()) {
+    log::Get("storage")->warn("pruning old checkpoints: {}", pruned.ToString());
+  }
+  return info;
+}
 
+Status CheckpointStore::WriteRecords(uint64_t id, const Records& records) {
+  uint64_t data = 0;
+  for (const auto& [key, value] : records) data += key.size() + value.size();
   // Refuse early rather than let RocksDB run into a full or read-only
   // file system (see sticky_error_fs.h): the file, its index, and room
   // for RocksDB's MANIFEST.
@@ -181,7 +197,6 @@ StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
       return absl::UnavailableError(absl::StrCat("checkpoint directory ", dir_, " is read-only"));
     }
     const uint64_t free_bytes = static_cast<uint64_t>(fs_stats.f_bavail) * fs_stats.f_frsize;
-    const uint64_t data = chunk_bytes + ingest_bytes;
     const uint64_t need = data + data / 16 + (uint64_t{1} << 20);
     if (free_bytes < need) {
       return absl::ResourceExhaustedError(
@@ -210,19 +225,10 @@ StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
     return FromRocks(s, what);
   };
   if (rocksdb::Status s = writer->Open(path); !s.ok()) return fail(s, "create checkpoint file");
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    if (rocksdb::Status s = writer->Put(format::ChunkKey(id, static_cast<uint32_t>(c)), chunks[c]);
-        !s.ok()) {
-      return fail(s, "write checkpoint file");
-    }
-  }
-  for (const auto& [key, value] : ingest_records) {
+  for (const auto& [key, value] : records) {
     if (rocksdb::Status s = writer->Put(key, value); !s.ok()) {
       return fail(s, "write checkpoint file");
     }
-  }
-  if (rocksdb::Status s = writer->Put(format::ManifestKey(id), manifest); !s.ok()) {
-    return fail(s, "write checkpoint file");
   }
   if (rocksdb::Status s = writer->Finish(); !s.ok()) return fail(s, "finish checkpoint file");
   writer.reset();
@@ -235,13 +241,80 @@ StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
     return fail(s, "ingest checkpoint file");
   }
   next_id_ = id + 1;
+  return absl::OkStatus();
+}
 
-  CheckpointInfo info =
-      Describe(id, image, chunks.size(), chunk_bytes + ingest_bytes + manifest.size());
-  if (Status pruned = Prune(options_.keep); !pruned.ok()) {
-    log::Get("storage")->warn("pruning old checkpoints: {}", pruned.ToString());
+namespace {
+constexpr std::string_view kExportMagic = "kvindex-checkpoint-1\n";
+}  // namespace
+
+StatusOr<std::string> CheckpointStore::Export(uint64_t id) const {
+  rocksdb::ReadOptions read;
+  read.verify_checksums = true;
+  read.fill_cache = false;
+  std::string out(kExportMagic);
+  const std::string begin = format::RangeBegin(id);
+  const std::string end = format::RangeBegin(id + 1);
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
+  bool manifest = false;
+  for (it->Seek(begin); it->Valid() && it->key().ToStringView() < end; it->Next()) {
+    const std::string_view key = it->key().ToStringView();
+    bytes::PutString(&out, key.substr(begin.size()));
+    bytes::PutString(&out, it->value().ToStringView());
+    manifest |= key == format::ManifestKey(id);
   }
-  return info;
+  KVINDEX_RETURN_IF_ERROR(FromRocks(it->status(), absl::StrCat("read checkpoint ", id)));
+  if (!manifest) return absl::NotFoundError(absl::StrCat("no checkpoint ", id, " in ", dir_));
+  bytes::PutFixed64(&out, XXH3_64bits(out.data(), out.size()));
+  return out;
+}
+
+StatusOr<CheckpointInfo> CheckpointStore::Import(std::string_view exported) {
+  if (options_.read_only) return absl::FailedPreconditionError("checkpoint store is read-only");
+  if (exported.size() < kExportMagic.size() + 8 ||
+      exported.substr(0, kExportMagic.size()) != kExportMagic) {
+    return absl::DataLossError("not an exported kvindex checkpoint");
+  }
+  const std::string_view body = exported.substr(0, exported.size() - 8);
+  bytes::Reader trailer(exported.substr(body.size()), "exported checkpoint");
+  uint64_t checksum = 0;
+  KVINDEX_RETURN_IF_ERROR(trailer.Fixed64(&checksum, "checksum"));
+  if (checksum != XXH3_64bits(body.data(), body.size())) {
+    return absl::DataLossError("exported checkpoint: checksum mismatch (damaged in transfer)");
+  }
+  const uint64_t id = next_id_;
+  const std::string prefix = format::RangeBegin(id);
+  bytes::Reader in(body.substr(kExportMagic.size()), "exported checkpoint");
+  Records records;
+  std::string suffix, value;
+  while (!in.done()) {
+    KVINDEX_RETURN_IF_ERROR(in.String(&suffix, "key"));
+    KVINDEX_RETURN_IF_ERROR(in.String(&value, "value"));
+    std::string key = prefix + suffix;
+    uint64_t parsed_id = 0;
+    bool is_manifest = false;
+    uint32_t chunk = 0;
+    if (!format::ParseKey(key, &parsed_id, &is_manifest, &chunk) ||
+        (!records.empty() && key <= records.back().first)) {
+      return absl::DataLossError("exported checkpoint: a key out of order or unknown");
+    }
+    records.emplace_back(std::move(key), std::move(value));
+  }
+  if (records.empty() || records.back().first != format::ManifestKey(id)) {
+    return absl::DataLossError("exported checkpoint: no manifest");
+  }
+  KVINDEX_RETURN_IF_ERROR(WriteRecords(id, records));
+  // Verified like any other before it counts: a bad one goes again.
+  if (StatusOr<CheckpointImage> image = Load(id, /*verify_digest=*/true); !image.ok()) {
+    const std::string b = format::RangeBegin(id), e = format::RangeBegin(id + 1);
+    db_->DeleteRange(rocksdb::WriteOptions(), db_->DefaultColumnFamily(), b, e)
+        .PermitUncheckedError();
+    return image.status();
+  }
+  for (const CheckpointInfo& info : List()) {
+    if (info.id == id) return info;
+  }
+  return absl::InternalError("imported checkpoint not listed");
 }
 
 Status CheckpointStore::Prune(size_t keep) {

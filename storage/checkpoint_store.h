@@ -26,6 +26,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "shared/base/status.h"
@@ -91,12 +93,23 @@ class CheckpointStore {
                                            std::vector<uint64_t>&& hashes)>& on_chunk) const;
   Status Prune(size_t keep);
 
+  // Every record of checkpoint `id` as one self-checking blob (XXH3 over it),
+  // for a new replica to bootstrap from (GET /v1/checkpoint). Any thread.
+  StatusOr<std::string> Export(uint64_t id) const;
+  // A peer's exported checkpoint, written here as the newest and verified
+  // like any other (digest included); DataLoss when it does not verify (then
+  // nothing of it stays). Writer thread (like Write).
+  StatusOr<CheckpointInfo> Import(std::string_view exported);
+
   const std::string& dir() const { return dir_; }
   // Bytes of the database's files on disk.
   uint64_t DiskBytes() const;
 
  private:
   CheckpointStore(std::string dir, CheckpointStoreOptions options, std::unique_ptr<rocksdb::DB> db);
+  using Records = std::vector<std::pair<std::string, std::string>>;
+  // One SST of `records` (sorted keys of checkpoint `id`), ingested atomically.
+  Status WriteRecords(uint64_t id, const Records& records);
 
   const std::string dir_;
   const CheckpointStoreOptions options_;

@@ -359,6 +359,49 @@ TEST(CheckpointStoreTest, IngestStatesRoundTripAndAreVerified) {
   EXPECT_EQ(restored.Stats().entries[0], 0u);
 }
 
+// A new replica bootstraps from a peer's exported checkpoint: the import is
+// verified like any checkpoint; a damaged transfer leaves nothing behind.
+TEST(CheckpointStoreTest, ExportImportBetweenReplicas) {
+  TempDir dir;
+  index::KvIndex source;
+  Fill(&source, 11, 2000);
+  consume::AgentTable agents;
+  FillAgents(agents);
+  CheckpointImage image = CaptureCheckpoint(source, &agents);
+  image.ingest = {{"worker=w0", "state"}};
+  auto peer = CheckpointStore::Open(dir.path() + "/peer");
+  ASSERT_TRUE(peer.ok());
+  auto written = (*peer)->Write(image);
+  ASSERT_TRUE(written.ok());
+  auto exported = (*peer)->Export(written->id);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_TRUE(absl::IsNotFound((*peer)->Export(written->id + 7).status()));
+
+  auto fresh = CheckpointStore::Open(dir.path() + "/fresh");
+  ASSERT_TRUE(fresh.ok());
+  // Damaged in transfer: one flipped byte, or cut short.
+  std::string damaged = *exported;
+  damaged[damaged.size() / 2] ^= 0x20;
+  EXPECT_TRUE(absl::IsDataLoss((*fresh)->Import(damaged).status()));
+  EXPECT_TRUE(absl::IsDataLoss((*fresh)->Import(exported->substr(0, 100)).status()));
+  EXPECT_TRUE((*fresh)->List().empty());
+
+  auto imported = (*fresh)->Import(*exported);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(imported->applied_seq, written->applied_seq);
+  EXPECT_EQ(imported->digest, source.Stats().digest);
+  index::KvIndex restored;
+  consume::AgentTable restored_agents;
+  uint64_t id = 0;
+  size_t skipped = 0;
+  auto manifest = RestoreNewest(**fresh, &restored, &restored_agents, &id, &skipped);
+  ASSERT_TRUE(manifest.ok() && manifest->has_value());
+  EXPECT_EQ(id, imported->id);
+  EXPECT_EQ(Entries(restored), Entries(source));
+  EXPECT_EQ((*manifest)->ingest, image.ingest);
+  ExpectSameAgents(restored_agents, agents);
+}
+
 TEST(CheckpointStoreTest, UnopenableDatabaseIsMovedAside) {
   TempDir dir;
   const std::string db = dir.path() + "/db";

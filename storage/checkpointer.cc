@@ -224,7 +224,28 @@ Status Checkpointer::EnsureOpen() {
   KVINDEX_ASSIGN_OR_RETURN(
       store_,
       CheckpointStore::Open(options_.dir, {.keep = options_.keep, .quarantine_damaged = true}));
+  shared_store_.store(store_.get(), std::memory_order_release);
   return absl::OkStatus();
+}
+
+StatusOr<CheckpointInfo> Checkpointer::Import(std::string_view exported) {
+  KVINDEX_RETURN_IF_ERROR(EnsureOpen());
+  return store_->Import(exported);
+}
+
+bool Checkpointer::HasCheckpoint() { return EnsureOpen().ok() && !store_->List().empty(); }
+
+StatusOr<std::string> Checkpointer::ExportNewest(uint64_t* applied_seq) const {
+  const CheckpointStore* store = shared_store_.load(std::memory_order_acquire);
+  if (store == nullptr) return absl::NotFoundError("no checkpoint store open yet");
+  for (const CheckpointInfo& info : store->List()) {
+    if (!info.manifest_status.ok()) continue;
+    // The structure is checked here; the importer verifies the digest.
+    if (!store->Load(info.id, /*verify_digest=*/false).ok()) continue;
+    *applied_seq = info.applied_seq;
+    return store->Export(info.id);
+  }
+  return absl::NotFoundError("no usable checkpoint yet");
 }
 
 StatusOr<RestoreResult> Checkpointer::Restore(consume::AgentTable* agents) {

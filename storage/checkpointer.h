@@ -108,6 +108,17 @@ class Checkpointer {
   // half-way, after which the index is no longer empty.
   StatusOr<RestoreResult> Restore(consume::AgentTable* agents);
 
+  // Bootstrap of a new replica (kvindex-router --bootstrap-from): a peer's
+  // exported checkpoint (CheckpointStore::Export) written here as the
+  // newest, before Restore. Controlling thread.
+  StatusOr<CheckpointInfo> Import(std::string_view exported);
+  // True when the store holds a checkpoint (whether it verifies or not).
+  bool HasCheckpoint();
+  // The newest checkpoint that verifies, exported for a peer (GET
+  // /v1/checkpoint); its position in *applied_seq. NotFound when there is
+  // none yet. Any thread.
+  StatusOr<std::string> ExportNewest(uint64_t* applied_seq) const;
+
   // Before Start; `ingest` (nullable) must outlive the checkpointer's use.
   void SetIngest(IngestCheckpoint* ingest) { ingest_ = ingest; }
   void Start();
@@ -132,6 +143,8 @@ class Checkpointer {
   consume::ApplyLoop* const apply_;
   index::IndexInterface* const index_;
   std::unique_ptr<CheckpointStore> store_;  // checkpointer thread (or controlling, when stopped)
+  // The same store for other threads (ExportNewest): set once it is open.
+  std::atomic<const CheckpointStore*> shared_store_{nullptr};
   IngestCheckpoint* ingest_ = nullptr;
 
   std::thread thread_;

@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
   app.add_option("--data-dir", options.data_dir,
                  "Directory for RocksDB checkpoints (created if missing)")
       ->capture_default_str();
+  app.add_option("--bootstrap-from", options.bootstrap_from,
+                 "A peer router's API URL: a new replica (no checkpoint in --data-dir yet) starts "
+                 "from the peer's newest checkpoint instead of the whole log");
   app.add_option("--http", options.http, "HTTP listen address host:port")->capture_default_str();
   app.add_option("--http-threads", options.http_threads,
                  "HTTP I/O threads (event loop; connections are not tied to threads)")

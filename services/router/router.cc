@@ -1,7 +1,10 @@
 #include "services/router/router.h"
 
+#include "shared/base/strings.h"
 #include "shared/codec/placement_codec.h"
 #include "shared/consume/jetstream_log_reader.h"
+#include "shared/http/client.h"
+#include "shared/log/log.h"
 
 #include <algorithm>
 #include <filesystem>
@@ -110,6 +113,7 @@ Status Router::Start() {
   checkpoint_options.interval = options_.checkpoint_interval;
   checkpointer_ = std::make_unique<storage::Checkpointer>(checkpoint_options, apply_.get(),
                                                           index_.get(), registry_.get());
+  if (!options_.bootstrap_from.empty() && !checkpointer_->HasCheckpoint()) Bootstrap();
   KVINDEX_ASSIGN_OR_RETURN(restored_, checkpointer_->Restore(&apply_->agents()));
   if (options_.embedded) {
     ingest_ = std::make_unique<EmbeddedIngest>(options_.agent, sink_.get(), registry_.get());
@@ -155,6 +159,9 @@ Status Router::Start() {
   }
 
   query::ApiContext context;
+  context.checkpoint = [checkpointer = checkpointer_.get()](uint64_t* applied_seq) {
+    return checkpointer->ExportNewest(applied_seq);
+  };
   context.index = index_.get();
   context.apply = apply_.get();
   context.probe = probe_.get();
@@ -183,6 +190,41 @@ Status Router::Start() {
   }
   running_ = true;
   return absl::OkStatus();
+}
+
+void Router::Bootstrap() {
+  auto logger = log::Get("router");
+  const auto start = std::chrono::steady_clock::now();
+  StatusOr<http::Url> url = http::ParseUrl(options_.bootstrap_from);
+  if (!url.ok()) {
+    logger->error("--bootstrap-from: {}", url.status().ToString());
+    return;
+  }
+  http::ClientRequest request;
+  request.url = *url;
+  request.path = "/v1/checkpoint";
+  request.timeout = std::chrono::minutes(5);
+  if (!options_.auth_token.empty()) {
+    request.headers.emplace_back("Authorization", "Bearer " + options_.auth_token);
+  }
+  StatusOr<http::ClientResponse> reply = http::Fetch(request);
+  Status status = reply.status();
+  if (reply.ok() && reply->status != 200) {
+    status = absl::UnavailableError(strings::Cat("answered ", reply->status, ": ", reply->body));
+  }
+  StatusOr<storage::CheckpointInfo> info =
+      status.ok() ? checkpointer_->Import(reply->body) : StatusOr<storage::CheckpointInfo>(status);
+  if (!info.ok()) {
+    // Not fatal: the log (or a resync) rebuilds the state, only slower.
+    logger->error("no bootstrap from {}: {}; starting from the log", options_.bootstrap_from,
+                  info.status().ToString());
+    return;
+  }
+  uint64_t entries = 0;
+  for (uint64_t n : info->entries) entries += n;
+  logger->info("bootstrapped from {}: checkpoint of position {} ({} entries, {} bytes) in {:.3f} s",
+               options_.bootstrap_from, info->applied_seq, entries, info->bytes,
+               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 void Router::Stop() {

@@ -78,6 +78,10 @@ struct RouterOptions {
   std::string data_dir;
   // Time between checkpoints; 0 = only at shutdown. Default: 10 s.
   std::chrono::milliseconds checkpoint_interval{10000};
+  // A peer router's API (http://host:port): with no checkpoint in data_dir
+  // yet, start from the peer's newest checkpoint (GET /v1/checkpoint) and
+  // read the log from its position on. Empty = no bootstrap. Default: "".
+  std::string bootstrap_from;
   // Models to index; empty = all. Default: empty.
   std::vector<std::string> models;
   // Bearer token for the API; empty = no authentication. Default: "".
@@ -127,6 +131,8 @@ class Router {
   const storage::RestoreResult& restored() const { return restored_; }
 
  private:
+  // --bootstrap-from: the peer's newest checkpoint into the empty data dir.
+  void Bootstrap();
   RouterOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<consume::RouterProbe> probe_;

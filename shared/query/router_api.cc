@@ -138,9 +138,26 @@ void RouterApi::Register(http::Server& server) {
   server.Handle("GET", "/readyz",
                 [this](const http::Request& rq, http::Response& rs) { Readyz(rq, rs); },
                 {.open = true});
+  if (context_.checkpoint) {
+    server.Handle("GET", "/v1/checkpoint",
+                  [this](const http::Request& rq, http::Response& rs) { Checkpoint(rq, rs); });
+  }
   server.Handle("GET", "/metrics",
                 [this](const http::Request& rq, http::Response& rs) { Metrics(rq, rs); },
                 {.open = !options_.metrics_auth});
+}
+
+void RouterApi::Checkpoint(const http::Request&, http::Response& response) const {
+  uint64_t applied_seq = 0;
+  StatusOr<std::string> exported = context_.checkpoint(&applied_seq);
+  if (!exported.ok()) {
+    http::SetError(response, absl::IsNotFound(exported.status()) ? 404 : 503,
+                   exported.status().ToString());
+    return;
+  }
+  response.content_type = "application/octet-stream";
+  response.headers.emplace_back("X-Kvindex-Applied-Seq", std::to_string(applied_seq));
+  response.body = std::move(*exported);
 }
 
 bool RouterApi::Ready(std::string* reason) const {

@@ -49,6 +49,9 @@ struct ApiContext {
   // A match on one of them before any of its events arrived answers 200 with
   // no workers instead of 404 (the model exists, nothing is cached yet).
   std::vector<std::pair<std::string, uint32_t>> configured_models;
+  // The newest verified checkpoint, exported for a new replica (GET
+  // /v1/checkpoint, storage::Checkpointer::ExportNewest); null = no route.
+  std::function<StatusOr<std::string>(uint64_t* applied_seq)> checkpoint;
 };
 
 class RouterApi {
@@ -62,6 +65,7 @@ class RouterApi {
 
   // Handlers (public for tests).
   void Match(const http::Request& request, http::Response& response) const;
+  void Checkpoint(const http::Request& request, http::Response& response) const;
   void Query(const http::Request& request, http::Response& response) const;
   void State(const http::Request& request, http::Response& response) const;
   void Workers(const http::Request& request, http::Response& response) const;

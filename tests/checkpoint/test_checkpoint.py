@@ -276,5 +276,42 @@ def scenario_retention(bin_dir):
         c.cleanup()
 
 
+def scenario_bootstrap(bin_dir):
+    """A new replica with an empty data dir starts from a peer's newest
+    checkpoint (--bootstrap-from) and reads the stream only from its
+    position on; a peer that does not answer leaves it to the log."""
+    c = td.Cluster(bin_dir, [ne.NatsServer().start()], router_extra=FAST)
+    try:
+        c.start()
+        c.drive(300)
+        c.settle()
+        peer = c.routers[0]
+        wait_written(peer, 1)
+        fresh = ne.NatsRouter(bin_dir, c.url, FAST + [
+            "--bootstrap-from", "http://127.0.0.1:%d" % peer.port])
+        c.extra.append(fresh)
+        fresh.start().wait_ready(60)
+        logs = fresh.logs()
+        m = re.search(r"bootstrapped from \S+: checkpoint of position (\d+)", logs)
+        assert m and int(m.group(1)) > 0, logs[-3000:]
+        assert restored_positions(fresh) == [int(m.group(1))], logs[-3000:]
+        c.drive(100)
+        c.settle(c.routers + [fresh])
+        assert_exact_resume(fresh)
+        # Restarted, it uses its own checkpoint, not the peer's.
+        assert fresh.stop() == 0
+        fresh.start().wait_ready(60)
+        assert len(re.findall("bootstrapped from", fresh.logs())) == 1
+        lone = ne.NatsRouter(bin_dir, c.url, FAST + ["--bootstrap-from", "http://127.0.0.1:1"])
+        c.extra.append(lone)
+        lone.start().wait_ready(60)
+        assert "no bootstrap from" in lone.logs(), lone.logs()[-3000:]
+        digest, states = c.settle(c.routers + [fresh, lone])
+        print("bootstrap: from position %s; digest %s on %d replicas" % (
+            m.group(1), digest, len(states)))
+    finally:
+        c.cleanup()
+
+
 if __name__ == "__main__":
     ne.run_scenario(globals(), sys.argv)
