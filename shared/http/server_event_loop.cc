@@ -318,6 +318,13 @@ void Session::OnHeader(beast::error_code ec) {
   ReadBody();
 }
 
+// GCC 12 at -O2 with ASan reports boost::optional's storage inside
+// content_length() as maybe uninitialized (a false positive: has_value()
+// guards the read).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 void Session::ReadBody() {
   parser_->body_limit(options_.max_body_bytes);
   if (const auto length = parser_->content_length(); length.has_value()) {
@@ -329,6 +336,9 @@ void Session::ReadBody() {
       socket_, buffer_, *parser_,
       [self = shared_from_this()](beast::error_code ec, size_t) { self->OnBody(ec); });
 }
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
 
 void Session::OnBody(beast::error_code ec) {
   if (TimedOut(ec)) {
