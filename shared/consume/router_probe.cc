@@ -212,23 +212,24 @@ std::vector<prometheus::MetricFamily> RouterProbe::Collect() const {
         metrics::GaugeFamily("kvindex_router_index_sources", "Sources holding at least one entry");
     metrics::AddSample(sources, static_cast<double>(stats.sources));
     out.push_back(std::move(sources));
-    auto over = metrics::CounterFamily(
-        "kvindex_router_index_events_over_source_limit_total",
-        "Stored events not indexed because their model already holds 4096 sources (fail closed)");
-    metrics::AddSample(over, static_cast<double>(stats.events_over_source_limit));
-    out.push_back(std::move(over));
-    auto not_indexed = metrics::CounterFamily(
-        "kvindex_router_index_blocks_not_indexed_total",
-        "Blocks of stored events not indexed because their model's index memory ran out (fail "
-        "closed)");
-    metrics::AddSample(not_indexed, static_cast<double>(stats.blocks_not_indexed));
-    out.push_back(std::move(not_indexed));
-    auto cleared = metrics::CounterFamily(
-        "kvindex_router_index_sources_cleared_on_exhaustion_total",
-        "Sources cleared from a model because a removal found no memory to split a node (fail "
-        "closed)");
-    metrics::AddSample(cleared, static_cast<double>(stats.sources_cleared_on_exhaustion));
-    out.push_back(std::move(cleared));
+    // What the index refused (fail closed): counted, never silent.
+    auto refused = [&](const char* name, const char* help, uint64_t value) {
+      auto family = metrics::CounterFamily(name, help);
+      metrics::AddSample(family, static_cast<double>(value));
+      out.push_back(std::move(family));
+    };
+    refused("kvindex_router_index_events_over_source_limit_total",
+            "Stored events not indexed because their model already holds 4096 sources (fail "
+            "closed)",
+            stats.events_over_source_limit);
+    refused("kvindex_router_index_blocks_not_indexed_total",
+            "Blocks of stored events not indexed because their model's index memory ran out "
+            "(fail closed)",
+            stats.blocks_not_indexed);
+    refused("kvindex_router_index_sources_cleared_on_exhaustion_total",
+            "Sources cleared from a model because a removal found no memory to split a node "
+            "(fail closed)",
+            stats.sources_cleared_on_exhaustion);
   }
   return out;
 }

@@ -81,16 +81,6 @@ std::string Describe(const MatchResult& r) {
   return out.str() + "}";
 }
 
-using Row = std::tuple<std::string, SourceKey, Tier, uint64_t>;
-
-std::set<Row> Rows(const IndexInterface& index) {
-  std::set<Row> rows;
-  index.ForEachEntry([&](std::string_view m, const SourceKey& s, Tier t, uint64_t h) {
-    rows.insert({std::string(m), s, t, h});
-  });
-  return rows;
-}
-
 // Returns a description of the first divergence, or nullopt. `exhaustion`
 // null: `a` must apply every event in full.
 std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint64_t seed,
@@ -203,7 +193,7 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
     }
     if (a.Models() != b.Models()) return where.str() + "models differ";
     if (exhaustion != nullptr && exhaustion->full != nullptr && step % 10 == 0) {
-      const std::set<Row> rows_a = Rows(a), rows_full = Rows(*exhaustion->full);
+      const std::set<EntryRow> rows_a = EntryRows(a), rows_full = EntryRows(*exhaustion->full);
       if (!std::includes(rows_full.begin(), rows_full.end(), rows_a.begin(), rows_a.end())) {
         return where.str() + "an entry that was never stored, or was removed (overcount)";
       }
@@ -232,7 +222,7 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
           return where.str() + "Sources() differ at " + std::to_string(i);
         }
       }
-      if (Rows(a) != Rows(b)) return where.str() + "ForEachEntry differs";
+      if (EntryRows(a) != EntryRows(b)) return where.str() + "ForEachEntry differs";
       // A restore from the entries (the checkpoint seam) reproduces the state.
       KvIndex restored;
       a.ForEachEntry([&](std::string_view mm, const SourceKey& s, Tier t, uint64_t h) {

@@ -41,16 +41,6 @@ std::vector<uint64_t> Chain(uint64_t first, size_t count) {
   return hashes;
 }
 
-using Row = std::tuple<std::string, SourceKey, Tier, uint64_t>;
-
-std::set<Row> Rows(const IndexInterface& index) {
-  std::set<Row> rows;
-  index.ForEachEntry([&](std::string_view m, const SourceKey& s, Tier t, uint64_t h) {
-    rows.insert({std::string(m), s, t, h});
-  });
-  return rows;
-}
-
 // KvIndex next to the oracle, which is given what KvIndex reports it applied.
 class Pair {
  public:
@@ -77,7 +67,7 @@ class Pair {
     EXPECT_EQ(a.sources, b.sources);
     for (int t = 0; t < kNumTiers; ++t) EXPECT_EQ(a.entries[t], b.entries[t]) << t;
     EXPECT_EQ(a.blocks_not_indexed, not_indexed_);
-    EXPECT_EQ(Rows(index_), Rows(oracle_));
+    EXPECT_EQ(EntryRows(index_), EntryRows(oracle_));
     for (const std::vector<uint64_t>& q : queries) {
       auto ra = index_.MatchSequenceHashes("m", q);
       auto rb = oracle_.MatchSequenceHashes("m", q);
@@ -193,7 +183,7 @@ TEST(MemoryLimitTest, RemovalThatCannotSplitClearsItsSourceFromTheModel) {
   EXPECT_NE(r.status.message().find("1 sources cleared"), std::string::npos) << r.status;
   // a holds nothing in "m" (not even `alone`), b keeps everything, and a
   // keeps what it holds in another model.
-  for (const auto& [model, source, tier, hash] : Rows(pair.index())) {
+  for (const auto& [model, source, tier, hash] : EntryRows(pair.index())) {
     EXPECT_FALSE(model == "m" && source.worker == "a") << hash;
   }
   auto match = pair.index().MatchSequenceHashes("m", shared);

@@ -53,4 +53,14 @@ class ReferenceIndex : public IndexInterface {
   uint64_t applied_seq_ = 0;
 };
 
+// Every entry of an index as a comparable set (tests compare two indexes).
+using EntryRow = std::tuple<std::string, SourceKey, Tier, uint64_t>;
+inline std::set<EntryRow> EntryRows(const IndexInterface& index) {
+  std::set<EntryRow> rows;
+  index.ForEachEntry([&](std::string_view m, const SourceKey& s, Tier t, uint64_t h) {
+    rows.insert({std::string(m), s, t, h});
+  });
+  return rows;
+}
+
 }  // namespace kvindex::index
