@@ -1,7 +1,7 @@
 // SourceProcessor's saved state: version byte, then per rank its dp_rank and
 // every engine entry (engine hash, canonical hash, parent, a flag and the
-// four tier counts). The canonical counts are rebuilt from the entries, so a
-// saved state cannot disagree with itself.
+// four tier counts). The canonical counts and the blocks held per tier are
+// rebuilt from the entries, so a saved state cannot disagree with itself.
 #include <algorithm>
 
 #include "shared/base/bytes.h"
@@ -78,6 +78,9 @@ Status SourceProcessor::RestoreState(std::string_view state) {
       internal::TierCounts& counts = rank->canonical[entry.canonical];
       for (int t = 0; t < kNumTiers; ++t) counts[t] += entry.counts[t];
     }
+    for (const auto& [canonical, counts] : rank->canonical) {
+      for (int t = 0; t < kNumTiers; ++t) rank->held[t] += counts[t] > 0 ? 1 : 0;
+    }
     ranks_.push_back(std::move(rank));
   }
   if (!in.done()) return fail(absl::DataLossError("saved source state: trailing bytes"));
@@ -87,13 +90,10 @@ Status SourceProcessor::RestoreState(std::string_view state) {
 std::vector<std::pair<uint64_t, uint64_t>> SourceProcessor::HeldCounts() const {
   std::vector<std::pair<uint64_t, uint64_t>> out;
   for (const auto& rank : ranks_) {
-    uint64_t held[kNumTiers] = {};
-    for (const auto& [canonical, counts] : rank->canonical) {
-      for (int t = 0; t < kNumTiers; ++t) held[t] += counts[t] > 0 ? 1 : 0;
-    }
     for (int t = 0; t < kNumTiers; ++t) {
-      if (held[t] > 0)
-        out.emplace_back(uint64_t{rank->dp_rank} << 2 | static_cast<uint64_t>(t), held[t]);
+      if (rank->held[t] > 0) {
+        out.emplace_back(uint64_t{rank->dp_rank} << 2 | static_cast<uint64_t>(t), rank->held[t]);
+      }
     }
   }
   return out;

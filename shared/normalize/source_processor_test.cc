@@ -725,12 +725,15 @@ std::vector<WireEvent> NextEvents() {
 }
 
 TEST(SourceProcessorTest, SavedStateContinuesExactlyLikeTheOriginal) {
-  Harness original;
+  // At the block cap: the blocks held per tier must come back too.
+  SourceOptions options = Harness::Defaults();
+  options.max_blocks_per_tier = 4;
+  Harness original(options);
   FillForSave(original);
   std::string state;
   original.processor.SaveState(&state);
 
-  Harness restored;
+  Harness restored(options);
   ASSERT_TRUE(restored.processor.RestoreState(state).ok());
   EXPECT_EQ(restored.processor.tracked_blocks(), original.processor.tracked_blocks());
   EXPECT_EQ(restored.processor.HeldCounts(), original.processor.HeldCounts());
