@@ -178,15 +178,9 @@ struct AgentPipeline::Impl final : public BatchSink {
       MutexLock lock(&publish_mu);
       next_event_id = std::max(next_event_id, WallClockNs());
     }
-    SessionOptions session_options;
-    session_options.replay_cooldown = options.replay_cooldown;
     for (auto& source : sources) {
       source->ready.store(false);
-      source->counters.has_seq.store(false);
-      source->counters.last_seq.store(0);
-      source->session =
-          std::make_unique<SourceSession>(source->spec, session_options, &source->stats,
-                                          &source->counters, source->replay.get(), this);
+      ResetSession(*source);
     }
     const std::vector<bool> resumed = ResumeSaved();
     resumed_count.store(std::count(resumed.begin(), resumed.end(), true));
@@ -279,6 +273,7 @@ struct AgentPipeline::Impl final : public BatchSink {
     return resumed;
   }
 
+  // A fresh session for `source`: no sequence seen, nothing held.
   void ResetSession(Source& source) {
     SessionOptions session_options;
     session_options.replay_cooldown = options.replay_cooldown;
