@@ -48,19 +48,25 @@ Status EngineEndpoint::Bind() {
   return absl::OkStatus();
 }
 
-Status EngineEndpoint::Publish(std::span<const uint8_t> payload) {
+Status EngineEndpoint::Publish(std::span<const uint8_t> payload, bool live, bool keep) {
   const uint64_t seq = next_seq_++;
   const auto seq_bytes = BigEndian(seq);
-  try {
-    pub_.send(zmq::buffer(options_.topic), zmq::send_flags::sndmore);
-    pub_.send(zmq::buffer(seq_bytes), zmq::send_flags::sndmore);
-    pub_.send(zmq::const_buffer(payload.data(), payload.size()), zmq::send_flags::none);
-  } catch (const zmq::error_t& e) {
-    return absl::UnavailableError(std::string("publish failed: ") + e.what());
-  }
+  if (live) try {
+      pub_.send(zmq::buffer(options_.topic), zmq::send_flags::sndmore);
+      pub_.send(zmq::buffer(seq_bytes), zmq::send_flags::sndmore);
+      pub_.send(zmq::const_buffer(payload.data(), payload.size()), zmq::send_flags::none);
+    } catch (const zmq::error_t& e) {
+      return absl::UnavailableError(std::string("publish failed: ") + e.what());
+    }
+  if (!keep) return absl::OkStatus();
   buffer_.emplace_back(seq, std::string(payload.begin(), payload.end()));
   while (buffer_.size() > options_.replay_buffer) buffer_.pop_front();
   return absl::OkStatus();
+}
+
+void EngineEndpoint::Restart(uint64_t first_seq) {
+  buffer_.clear();
+  next_seq_ = first_seq;
 }
 
 void EngineEndpoint::ServeReplay() {

@@ -36,7 +36,15 @@ class EngineEndpoint {
 
   Status Bind();
   // Sends one batch with the next sequence number and keeps it for replay.
-  Status Publish(std::span<const uint8_t> payload);
+  // Fault injection: `live` false = not sent on PUB (a drop: the replay
+  // still has it); `keep` false = not kept for replay either (a gap).
+  Status Publish(std::span<const uint8_t> payload, bool live = true, bool keep = true);
+  // Engine restart: the replay buffer is lost and seq starts at `first_seq`.
+  void Restart(uint64_t first_seq);
+  // The topic frame from now on (SGLang: a new epoch after a restart).
+  void set_topic(std::string topic) { options_.topic = std::move(topic); }
+  // First seq of a fresh publisher (TensorRT-LLM: time_ns(); others 0).
+  void set_next_seq(uint64_t seq) { next_seq_ = seq; }
   // Answers every pending replay request without blocking.
   void ServeReplay();
   // For zmq_poll; nullptr without a replay socket.

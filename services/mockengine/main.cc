@@ -1,17 +1,21 @@
-// kvindex-mockengine: simulated inference engines that replay a Mooncake
-// request trace and publish the KV events real vLLM / SGLang workers would,
-// on real ZMQ sockets, with a replay socket per engine.
+// kvindex-mockengine: a simulated inference cluster. Engines replay a
+// Mooncake request trace and publish the KV events real vLLM / SGLang /
+// TensorRT-LLM workers would, on real ZMQ sockets (PUB + replay ROUTER per
+// worker and dp rank); requests are placed by a policy (kv-aware asks a
+// router's /v1/match); the ground truth, a routing report and fault knobs
+// make it the end-to-end check of kvindex. See README.md.
 #include <atomic>
-#include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
-#include "services/mockengine/engine_endpoint.h"
+#include "services/mockengine/cluster.h"
 #include "services/mockengine/prompt_tokens.h"
-#include "services/mockengine/simulated_engine.h"
+#include "services/mockengine/truth_http.h"
 #include "shared/config/cli.h"
 #include "shared/log/log.h"
 #include "shared/trace/mooncake_trace.h"
@@ -21,48 +25,38 @@ namespace {
 std::atomic<bool> g_stop{false};
 void OnSignal(int) { g_stop.store(true); }
 
-struct Options {
+struct Flags {
   std::string trace;
   int workers = 4;
-  std::string host = "127.0.0.1";
-  int pub_base_port = 5557;
-  int replay_base_port = 5657;  // 0 = no replay sockets
   std::string wire = "vllm-map";
-  std::string topic;
-  uint32_t block_size = 16;
   size_t device_capacity = 16384;
   size_t host_capacity = 0;
-  double rate = 200;  // requests per second over all engines; 0 = as fast as possible
+  size_t disk_capacity = 0;
+  uint32_t dp_ranks = 1;
+  double speed = 1.0;
+  std::string cpu_events = "placeholder";
+  std::vector<std::string> models{"demo-model"};
+  std::vector<std::string> engines;
+  std::string policy = "round-robin";
+  std::string fault[kvindex::mockengine::kNumFaultKinds];
   size_t limit = 0;
   std::string start_delay = "500ms";
   bool exit_when_done = false;
   int print_prompt = -1;
+  bool print_sources = false;
+  std::string truth_http, truth_out, report_out;
 };
 
-// Sleeps until `deadline` while answering replay requests.
-void ServeUntil(std::vector<std::unique_ptr<kvindex::mockengine::EngineEndpoint>>& endpoints,
-                std::chrono::steady_clock::time_point deadline) {
-  std::vector<zmq::pollitem_t> items;
-  for (auto& endpoint : endpoints) {
-    if (zmq::socket_t* socket = endpoint->replay_socket()) {
-      items.push_back({socket->handle(), 0, ZMQ_POLLIN, 0});
-    }
-  }
-  while (!g_stop.load()) {
-    const auto now = std::chrono::steady_clock::now();
-    if (now >= deadline) return;
-    const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
-    if (items.empty()) {
-      std::this_thread::sleep_for(std::min(wait, std::chrono::milliseconds(100)));
-    } else {
-      try {
-        zmq::poll(items.data(), items.size(), std::min(wait, std::chrono::milliseconds(100)));
-      } catch (const zmq::error_t&) {
-        // EINTR from SIGINT/SIGTERM: the loop condition sees g_stop.
-      }
-    }
-    for (auto& endpoint : endpoints) endpoint->ServeReplay();
-  }
+int Fail(const std::string& message, int code) {
+  std::fprintf(stderr, "kvindex-mockengine: error: %s\n", message.c_str());
+  return code;
+}
+
+bool WriteFile(const std::string& path, const std::string& content) {
+  if (path.empty()) return true;
+  std::ofstream out(path, std::ios::trunc);
+  out << content << "\n";
+  return static_cast<bool>(out);
 }
 
 }  // namespace
@@ -70,74 +64,140 @@ void ServeUntil(std::vector<std::unique_ptr<kvindex::mockengine::EngineEndpoint>
 int main(int argc, char** argv) {
   using namespace kvindex::mockengine;
   CLI::App app{
-      "kvindex-mockengine: simulated vLLM/SGLang engines publishing real KV-event wire "
-      "traffic (ZMQ PUB + replay ROUTER) from a Mooncake trace",
+      "kvindex-mockengine: a simulated inference cluster publishing real KV-event wire traffic "
+      "(ZMQ PUB + replay ROUTER per worker and rank) from a Mooncake trace, with placement "
+      "policies, ground truth and fault knobs",
       "kvindex-mockengine"};
-  Options o;
+  Flags f;
+  ClusterOptions o;
   kvindex::config::CommonOptions common;
   kvindex::config::AddCommonOptions(app, &common);
-  app.add_option("--trace", o.trace, "Mooncake trace (JSON lines with hash_ids)")->required();
-  app.add_option("--workers", o.workers, "Number of simulated engines")
+  app.add_option("--trace", f.trace, "Mooncake trace (JSON lines with hash_ids)")->required();
+  app.add_option("--workers", f.workers, "Number of simulated workers")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  app.add_option("--worker-prefix", o.worker_prefix, "Worker ids: PREFIX0..PREFIX{N-1}")
+      ->capture_default_str();
   app.add_option("--host", o.host, "Address the engines bind")->capture_default_str();
-  app.add_option("--pub-base-port", o.pub_base_port, "PUB port of engine 0 (engine i: +i)")
+  app.add_option("--pub-base-port", o.pub_base_port,
+                 "PUB port of source 0; (worker, rank) pairs in order take the next ports")
       ->capture_default_str();
   app.add_option("--replay-base-port", o.replay_base_port,
-                 "Replay ROUTER port of engine 0 (engine i: +i); 0 = no replay")
+                 "Replay ROUTER port of source 0 (likewise); 0 = no replay")
       ->capture_default_str();
-  app.add_option("--wire", o.wire, "Wire form: vllm-map, vllm-array or sglang")
-      ->check(CLI::IsMember({"vllm-map", "vllm-array", "sglang"}))
+  app.add_option("--wire", f.wire, "Wire form: vllm-map, vllm-array, sglang or trtllm")
+      ->check(CLI::IsMember({"vllm-map", "vllm-array", "sglang", "trtllm"}))
       ->capture_default_str();
   app.add_option("--topic", o.topic, "ZMQ topic frame")->capture_default_str();
   app.add_option("--block-size", o.block_size, "Tokens per KV block")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  app.add_option("--device-capacity", o.device_capacity, "GPU blocks per engine")
+  app.add_option("--device-capacity", f.device_capacity, "GPU blocks per engine (rank)")
       ->capture_default_str();
-  app.add_option("--host-capacity", o.host_capacity, "CPU offload blocks per engine (0 = none)")
+  app.add_option("--host-capacity", f.host_capacity, "CPU offload blocks per engine (0 = none)")
       ->capture_default_str();
-  app.add_option("--rate", o.rate, "Requests per second over all engines (0 = unthrottled)")
+  app.add_option("--disk-capacity", f.disk_capacity, "Disk offload blocks per engine (0 = none)")
       ->capture_default_str();
-  app.add_option("--limit", o.limit, "Requests to replay (0 = the whole trace)")
+  app.add_option("--dp-ranks", f.dp_ranks, "Data-parallel ranks per worker")
+      ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--start-delay", o.start_delay, "Wait before the first request")
+  app.add_option("--speed", f.speed, "Speed factor of the engines (service time / F)")
+      ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  app.add_flag("--exit-when-done", o.exit_when_done,
-               "Exit after the trace instead of serving replay until SIGINT/SIGTERM");
-  app.add_option("--print-prompt", o.print_prompt,
+  app.add_option("--cpu-events", f.cpu_events,
+                 "Offload stores: placeholder (engine hash only) or tokens (self-describing)")
+      ->check(CLI::IsMember({"placeholder", "tokens"}))
+      ->capture_default_str();
+  app.add_option("--model", f.models, "Model served (repeatable): worker i serves model i % M")
+      ->capture_default_str();
+  app.add_option("--engine", f.engines,
+                 "Per-worker override (repeatable): 'index=I,wire=W,device=N,host=N,disk=N,"
+                 "dp_ranks=N,speed=F,model=NAME,cpu_events=placeholder|tokens'");
+  app.add_option("--policy", f.policy, "Placement: round-robin, kv-aware, random, least-loaded")
+      ->check(CLI::IsMember({"round-robin", "kv-aware", "random", "least-loaded"}))
+      ->capture_default_str();
+  app.add_option("--router", o.router_url, "kv-aware: router base URL for POST /v1/match");
+  app.add_option("--prefill-us-per-token", o.load.prefill_us_per_token,
+                 "Load model: prefill time per uncached prompt token (us)")
+      ->capture_default_str();
+  app.add_option("--decode-us-per-token", o.load.decode_us_per_token,
+                 "Load model: decode time per output token (us)")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "Seed of random placement and fault positions")
+      ->capture_default_str();
+  for (int k = 0; k < kNumFaultKinds; ++k) {
+    const std::string name(FaultKindName(static_cast<FaultKind>(k)));
+    app.add_option("--fault-" + name, f.fault[k],
+                   "Inject '" + name + "' faults: a count (3) or a rate (0.5% or 0.005)");
+  }
+  app.add_option("--rate", o.rate, "Requests per second, wall clock (0 = unthrottled)")
+      ->capture_default_str();
+  app.add_option("--limit", f.limit, "Requests to replay (0 = the whole trace)")
+      ->capture_default_str();
+  app.add_option("--start-delay", f.start_delay, "Wait before the first request")
+      ->capture_default_str();
+  app.add_flag("--exit-when-done", f.exit_when_done,
+               "Exit after the trace instead of serving replay and HTTP until SIGINT/SIGTERM");
+  app.add_option("--print-prompt", f.print_prompt,
                  "Print request N's prompt token ids as a JSON array and exit");
+  app.add_flag("--print-sources", f.print_sources,
+               "Print one kvindex-router --source string per worker and exit");
+  app.add_flag("--dry-run", o.dry_run,
+               "No sockets: simulate the whole trace at once, write the files, exit");
+  app.add_option("--truth-http", f.truth_http, "Serve /v1/truth, /v1/match, /v1/progress on ADDR");
+  app.add_option("--truth-out", f.truth_out, "Write the ground truth JSON here at exit");
+  app.add_option("--report-out", f.report_out, "Write the routing report JSON here at exit");
   if (auto code = kvindex::config::Parse(app, argc, argv)) return *code;
   if (auto status = kvindex::log::Init(common.log_format, common.log_level); !status.ok()) {
-    std::fprintf(stderr, "kvindex-mockengine: error: %s\n", status.ToString().c_str());
-    return 2;
+    return Fail(status.ToString(), 2);
   }
   auto logger = kvindex::log::Get("mockengine");
-  // --wire picks the producer's encoding (docs/wire-format.md).
-  kvindex::wire::EncodeOptions encoding;
-  if (o.wire == "vllm-array") encoding.form = kvindex::wire::EventForm::kArray;
-  if (o.wire == "sglang") encoding.hashes = kvindex::wire::HashEncoding::kSigned;
-  const bool sglang = o.wire == "sglang";
-  auto delay = kvindex::config::ParseDuration(o.start_delay);
-  if (!delay.ok()) {
-    std::fprintf(stderr, "kvindex-mockengine: error: --start-delay: %s\n",
-                 std::string(delay.status().message()).c_str());
-    return 2;
-  }
 
-  const size_t wanted = o.print_prompt >= 0 ? static_cast<size_t>(o.print_prompt) + 1 : o.limit;
-  auto requests = kvindex::trace::ReadTrace(o.trace, wanted);
-  if (!requests.ok()) {
-    std::fprintf(stderr, "kvindex-mockengine: error: %s\n", requests.status().ToString().c_str());
-    return 1;
+  o.models = f.models;
+  o.policy = *PolicyFromName(f.policy);
+  for (int i = 0; i < f.workers; ++i) {
+    o.workers.push_back(WorkerConfig{.wire = f.wire,
+                                     .device = f.device_capacity,
+                                     .host = f.host_capacity,
+                                     .disk = f.disk_capacity,
+                                     .dp_ranks = f.dp_ranks,
+                                     .speed = f.speed,
+                                     .model = o.models[static_cast<size_t>(i) % o.models.size()],
+                                     .cpu_events_tokens = f.cpu_events == "tokens"});
   }
-  if (o.print_prompt >= 0) {
-    if (requests->size() <= static_cast<size_t>(o.print_prompt)) {
-      std::fprintf(stderr, "kvindex-mockengine: error: the trace has only %zu requests\n",
-                   requests->size());
-      return 1;
+  for (const std::string& e : f.engines) {
+    if (auto status = ApplyEngineOverride(e, &o); !status.ok()) {
+      return Fail(std::string(status.message()), 2);
     }
-    const std::vector<uint32_t> tokens = PromptTokens((*requests)[o.print_prompt]);
+  }
+  for (int k = 0; k < kNumFaultKinds; ++k) {
+    auto spec = ParseFaultSpec(f.fault[k]);
+    if (!spec.ok()) {
+      return Fail("--fault-" + std::string(FaultKindName(static_cast<FaultKind>(k))) + ": " +
+                      std::string(spec.status().message()),
+                  2);
+    }
+    o.faults[k] = *spec;
+  }
+  if (o.dry_run && o.policy == Policy::kKvAware) {
+    return Fail("--policy kv-aware needs a router; --dry-run runs without one", 2);
+  }
+  if (auto status = Validate(o); !status.ok()) return Fail(std::string(status.message()), 2);
+  if (f.print_sources) {
+    for (const std::string& s : SourceStrings(o)) std::printf("%s\n", s.c_str());
+    return 0;
+  }
+  auto delay = kvindex::config::ParseDuration(f.start_delay);
+  if (!delay.ok()) return Fail("--start-delay: " + std::string(delay.status().message()), 2);
+
+  const size_t wanted = f.print_prompt >= 0 ? static_cast<size_t>(f.print_prompt) + 1 : f.limit;
+  auto requests = kvindex::trace::ReadTrace(f.trace, wanted);
+  if (!requests.ok()) return Fail(requests.status().ToString(), 1);
+  if (f.print_prompt >= 0) {
+    if (requests->size() <= static_cast<size_t>(f.print_prompt)) {
+      return Fail("the trace has only " + std::to_string(requests->size()) + " requests", 1);
+    }
+    const std::vector<uint32_t> tokens = PromptTokens((*requests)[f.print_prompt]);
     std::string out = "[";
     for (size_t i = 0; i < tokens.size(); ++i) {
       if (i) out += ",";
@@ -149,67 +209,32 @@ int main(int argc, char** argv) {
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
+  const size_t total = requests->size();
+  Cluster cluster(o, std::move(*requests), f.trace);
   zmq::context_t context(1);
-  std::vector<std::unique_ptr<EngineEndpoint>> endpoints;
-  std::vector<SimulatedEngine> engines;
-  for (int i = 0; i < o.workers; ++i) {
-    EndpointOptions endpoint_options;
-    endpoint_options.pub_endpoint = "tcp://" + o.host + ":" + std::to_string(o.pub_base_port + i);
-    if (o.replay_base_port > 0) {
-      endpoint_options.replay_endpoint =
-          "tcp://" + o.host + ":" + std::to_string(o.replay_base_port + i);
-    }
-    endpoint_options.topic = o.topic;
-    endpoint_options.layout = sglang ? ReplayLayout::kWithoutTopic : ReplayLayout::kWithTopic;
-    endpoints.push_back(std::make_unique<EngineEndpoint>(context, endpoint_options));
-    if (auto status = endpoints.back()->Bind(); !status.ok()) {
-      std::fprintf(stderr, "kvindex-mockengine: error: %s\n", status.ToString().c_str());
-      return 1;
-    }
-    engines.emplace_back(EngineOptions{.block_size = o.block_size,
-                                       .device_capacity_blocks = o.device_capacity,
-                                       .host_capacity_blocks = o.host_capacity,
-                                       .host_medium = sglang ? "CPU_PINNED" : "CPU",
-                                       .hash_seed = 0xC0FFEEull * (i + 1)});
+  if (!o.dry_run) {
+    if (auto status = cluster.Bind(context); !status.ok()) return Fail(status.ToString(), 1);
   }
-  logger->info("{} engines ({}) publishing from {}:{}; {} requests from {}", o.workers, o.wire,
-               o.host, o.pub_base_port, requests->size(), o.trace);
+  std::optional<kvindex::http::Server> server;
+  if (!f.truth_http.empty() && !o.dry_run) {
+    kvindex::http::ServerOptions http_options;
+    http_options.listen = f.truth_http;
+    server.emplace(http_options);
+    RegisterTruthHttp(cluster, *server);
+    if (auto status = server->Start(); !status.ok()) return Fail(status.ToString(), 1);
+    logger->info("truth API on {}", f.truth_http);
+  }
+  logger->info("{} workers ({} sources), policy {}, {} requests from {}{}", o.workers.size(),
+               SourceStrings(o).size(), PolicyName(o.policy), total, f.trace,
+               o.dry_run ? " (dry run)" : "");
 
-  auto next = std::chrono::steady_clock::now() + *delay;
-  ServeUntil(endpoints, next);
-  const auto interval = o.rate > 0 ? std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                         std::chrono::duration<double>(1.0 / o.rate))
-                                   : std::chrono::nanoseconds(0);
-  std::vector<kvindex::wire::WireEvent> events;
-  std::vector<uint8_t> payload;
-  size_t published = 0;
-  for (size_t r = 0; r < requests->size() && !g_stop.load(); ++r) {
-    const size_t w = r % engines.size();
-    events.clear();
-    engines[w].ServePrompt(PromptTokens((*requests)[r]), &events);
-    if (!events.empty()) {
-      const double now_s =
-          std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-              .count();
-      payload.clear();
-      kvindex::wire::EncodeBatch(now_s, events, 0u, encoding, &payload);
-      if (auto status = endpoints[w]->Publish(payload); !status.ok()) {
-        logger->error("engine {}: {}", w, status.ToString());
-        return 1;
-      }
-      ++published;
-    }
-    next += interval;
-    if (interval.count() > 0) {
-      ServeUntil(endpoints, next);
-    } else {
-      for (auto& endpoint : endpoints) endpoint->ServeReplay();
-    }
+  cluster.Run(g_stop, o.dry_run ? std::chrono::milliseconds(0) : *delay);
+  if (!o.dry_run && !f.exit_when_done) {
+    while (!g_stop.load()) cluster.ServeReplayFor(g_stop, std::chrono::seconds(1));
   }
-  logger->info("trace done: {} batches published", published);
-  if (!o.exit_when_done) {
-    while (!g_stop.load())
-      ServeUntil(endpoints, std::chrono::steady_clock::now() + std::chrono::seconds(1));
-  }
+  bool ok = WriteFile(f.truth_out, cluster.TruthJson());
+  ok = WriteFile(f.report_out, cluster.ReportJson()) && ok;
+  if (server) server->Stop();
+  if (!ok) return Fail("cannot write --truth-out / --report-out", 1);
   return 0;
 }

@@ -3,6 +3,8 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "shared/hashing/canonical_hash.h"
+
 namespace kvindex::mockengine {
 namespace {
 
@@ -36,74 +38,200 @@ SimulatedEngine::SimulatedEngine(EngineOptions options) : options_(std::move(opt
   if (options_.device_capacity_blocks == 0) options_.device_capacity_blocks = 1;
 }
 
-uint64_t SimulatedEngine::EngineHash(std::optional<uint64_t> parent,
-                                     std::span<const uint32_t> block) const {
-  // Chained through the seed, like vLLM's hash of (parent, tokens).
-  const uint64_t parent_value = parent.value_or(0x9E3779B97F4A7C15ull);
-  return XXH3_64bits_withSeed(block.data(), block.size_bytes(),
-                              options_.hash_seed ^ (parent_value * 0xD1B54A32D192ED03ull));
+uint64_t SimulatedEngine::EngineHash(uint64_t canonical) const {
+  // Private to the engine: the canonical chain re-hashed with the source's seed.
+  return XXH3_64bits_withSeed(&canonical, sizeof(canonical), options_.hash_seed);
 }
 
-void SimulatedEngine::ServePrompt(std::span<const uint32_t> tokens,
-                                  std::vector<wire::WireEvent>* out) {
-  const uint32_t bs = options_.block_size;
-  const size_t blocks = tokens.size() / bs;
-  std::vector<uint64_t> hashes(blocks);
-  std::optional<uint64_t> parent;
-  for (size_t i = 0; i < blocks; ++i) {
-    hashes[i] = EngineHash(parent, tokens.subspan(i * bs, bs));
-    parent = hashes[i];
-  }
-  size_t cached = 0;
-  while (cached < blocks && device_.Contains(hashes[cached])) device_.Touch(hashes[cached++]);
-  if (cached == blocks) return;
-  // A prompt longer than the cache keeps only what fits (its head).
-  const size_t wanted = std::min(blocks, cached + options_.device_capacity_blocks);
-  const size_t to_store = wanted - cached;
-  if (to_store == 0) return;
+std::optional<uint64_t> SimulatedEngine::CanonicalOf(uint64_t engine_hash) const {
+  auto it = meta_.find(engine_hash);
+  if (it == meta_.end()) return std::nullopt;
+  return it->second.canonical;
+}
 
-  wire::WireEvent offloaded = MakeEvent(wire::EventType::kBlockStored, options_.host_medium);
-  wire::WireEvent host_removed = MakeEvent(wire::EventType::kBlockRemoved, options_.host_medium);
-  wire::WireEvent device_removed = MakeEvent(wire::EventType::kBlockRemoved, "GPU");
-  // Protect the reused prefix: it was just touched, so LRU order evicts other
-  // blocks first unless the prefix alone fills the cache.
-  while (device_.size() + to_store > options_.device_capacity_blocks) {
-    const uint64_t victim = device_.PopLeastRecent();
-    device_removed.block_hashes.push_back(victim);
-    if (options_.host_capacity_blocks == 0) continue;
-    if (host_.Contains(victim)) {
-      host_.Touch(victim);
+size_t SimulatedEngine::Capacity(int tier) const {
+  switch (tier) {
+    case 0:
+      return options_.device_capacity_blocks;
+    case 1:
+      return options_.host_capacity_blocks;
+    default:
+      return options_.disk_capacity_blocks;
+  }
+}
+
+int SimulatedEngine::NextTier(int tier) const {
+  for (int next = tier + 1; next < kTiers; ++next) {
+    if (Capacity(next) > 0) return next;
+  }
+  return -1;
+}
+
+bool SimulatedEngine::HeldAnywhere(uint64_t hash) const {
+  return tiers_[0].Contains(hash) || tiers_[1].Contains(hash) || tiers_[2].Contains(hash);
+}
+
+void SimulatedEngine::Offload(int tier, uint64_t victim) {
+  removed_[tier].push_back(victim);
+  --delta_[tier][victim];
+  const int next = NextTier(tier);
+  if (next < 0) return;
+  Lru& lower = tiers_[next];
+  if (lower.Contains(victim)) {
+    lower.Touch(victim);
+    return;
+  }
+  while (lower.size() >= Capacity(next)) Offload(next, lower.PopLeastRecent());
+  lower.Insert(victim);
+  stored_[next].push_back(victim);
+  ++delta_[next][victim];
+}
+
+void SimulatedEngine::EmitTierEvents(std::vector<wire::WireEvent>* out) {
+  // Only the net change per tier is announced (a block evicted and offloaded
+  // back within one batch says nothing), stores first: every offloaded block
+  // was held before this batch, so the agent resolves the placeholders
+  // before the removals below can drop its engine hash.
+  for (int tier = 1; tier < kTiers; ++tier) {
+    const std::string& medium = tier == 1 ? options_.host_medium : options_.disk_medium;
+    wire::WireEvent placeholders = MakeEvent(wire::EventType::kBlockStored, medium);
+    for (uint64_t hash : stored_[tier]) {
+      auto d = delta_[tier].find(hash);
+      if (d->second <= 0) continue;
+      d->second = 0;  // emitted once
+      const BlockMeta& meta = meta_.at(hash);
+      // Known to the agent: held before this batch (now, or changed by it).
+      const bool parent_known =
+          !meta.parent || HeldAnywhere(*meta.parent) || delta_[0].contains(*meta.parent) ||
+          delta_[1].contains(*meta.parent) || delta_[2].contains(*meta.parent);
+      if (options_.self_describing_offload && parent_known && !meta.tokens.empty()) {
+        wire::WireEvent stored = MakeEvent(wire::EventType::kBlockStored, medium);
+        stored.block_hashes.push_back(hash);
+        stored.parent_block_hash = meta.parent;
+        stored.token_ids = meta.tokens;
+        stored.block_size = options_.block_size;
+        out->push_back(std::move(stored));
+      } else {
+        placeholders.block_hashes.push_back(hash);
+      }
+    }
+    if (!placeholders.block_hashes.empty()) out->push_back(std::move(placeholders));
+  }
+  for (int tier = kTiers - 1; tier >= 0; --tier) {
+    const std::string medium =
+        tier == 0 ? "GPU" : (tier == 1 ? options_.host_medium : options_.disk_medium);
+    wire::WireEvent removed = MakeEvent(wire::EventType::kBlockRemoved, medium);
+    for (uint64_t hash : removed_[tier]) {
+      auto d = delta_[tier].find(hash);
+      if (d->second >= 0) continue;
+      d->second = 0;
+      removed.block_hashes.push_back(hash);
+    }
+    if (!removed.block_hashes.empty()) out->push_back(std::move(removed));
+  }
+  for (int tier = 0; tier < kTiers; ++tier) {
+    for (uint64_t hash : removed_[tier]) {
+      if (!HeldAnywhere(hash)) meta_.erase(hash);
+    }
+    stored_[tier].clear();
+    removed_[tier].clear();
+    delta_[tier].clear();
+  }
+}
+
+PrefixHit SimulatedEngine::ServePrompt(std::span<const uint32_t> tokens,
+                                       std::vector<wire::WireEvent>* out) {
+  const uint32_t bs = options_.block_size;
+  hashing::ComputeLocalHashes(tokens, bs, hashing::LocalHashSeed("", ""), &local_);
+  hashing::ComputeSequenceHashes(local_, std::nullopt, &canonical_);
+  const size_t blocks = canonical_.size();
+  engine_.resize(blocks);
+  for (size_t i = 0; i < blocks; ++i) engine_[i] = EngineHash(canonical_[i]);
+
+  PrefixHit hit;
+  hit.prompt_blocks = static_cast<uint32_t>(blocks);
+  for (size_t i = 0; i < blocks; ++i) {
+    if (tiers_[0].Contains(engine_[i])) {
+      ++hit.device;
+    } else if (tiers_[1].Contains(engine_[i])) {
+      ++hit.host;
+    } else if (tiers_[2].Contains(engine_[i])) {
+      ++hit.disk;
+    } else {
+      break;
+    }
+  }
+
+  // A prompt longer than the device keeps only what fits (its head).
+  const size_t wanted = std::min(blocks, options_.device_capacity_blocks);
+  on_device_.assign(wanted, 0);
+  size_t to_insert = 0;
+  // Touch tail first, so the head ends most recent: like vLLM, which frees a
+  // request's blocks tail first, a chain is evicted from its end.
+  for (size_t i = wanted; i-- > 0;) {
+    if (tiers_[0].Contains(engine_[i])) {
+      tiers_[0].Touch(engine_[i]);
+      on_device_[i] = 1;
+    } else {
+      ++to_insert;
+      if (tiers_[1].Contains(engine_[i])) tiers_[1].Touch(engine_[i]);
+      if (tiers_[2].Contains(engine_[i])) tiers_[2].Touch(engine_[i]);
+    }
+  }
+  if (to_insert == 0) return hit;
+
+  // The touched prefix is most recent, so eviction takes other blocks first.
+  while (tiers_[0].size() + to_insert > options_.device_capacity_blocks) {
+    Offload(0, tiers_[0].PopLeastRecent());
+  }
+  EmitTierEvents(out);
+
+  // Device stores, one event per run of blocks not on the device (a run
+  // loaded back from host/disk, then the new tail), chained to the block
+  // before it, which is on the device or was stored by the previous run.
+  for (size_t i = 0; i < wanted;) {
+    if (on_device_[i]) {
+      ++i;
       continue;
     }
-    while (host_.size() >= options_.host_capacity_blocks) {
-      host_removed.block_hashes.push_back(host_.PopLeastRecent());
+    size_t end = i;
+    while (end < wanted && !on_device_[end]) ++end;
+    wire::WireEvent stored = MakeEvent(wire::EventType::kBlockStored, "GPU");
+    stored.block_size = bs;
+    if (i > 0) stored.parent_block_hash = engine_[i - 1];
+    stored.block_hashes.assign(engine_.begin() + static_cast<std::ptrdiff_t>(i),
+                               engine_.begin() + static_cast<std::ptrdiff_t>(end));
+    stored.token_ids.assign(tokens.begin() + static_cast<std::ptrdiff_t>(i * bs),
+                            tokens.begin() + static_cast<std::ptrdiff_t>(end * bs));
+    for (size_t j = i; j < end; ++j) {
+      BlockMeta& meta = meta_[engine_[j]];
+      meta.canonical = canonical_[j];
+      if (j > 0) meta.parent = engine_[j - 1];
+      if (options_.self_describing_offload && meta.tokens.empty()) {
+        meta.tokens.assign(tokens.begin() + static_cast<std::ptrdiff_t>(j * bs),
+                           tokens.begin() + static_cast<std::ptrdiff_t>((j + 1) * bs));
+      }
     }
-    host_.Insert(victim);
-    offloaded.block_hashes.push_back(victim);
+    out->push_back(std::move(stored));
+    i = end;
   }
-  // Offload copies land before the device frees its copy, as real
-  // offloading connectors do; the agent resolves placeholders through it.
-  // A block offloaded and evicted again within this batch must be stored on
-  // the host tier before it is removed from it.
-  if (!offloaded.block_hashes.empty()) out->push_back(std::move(offloaded));
-  if (!host_removed.block_hashes.empty()) out->push_back(std::move(host_removed));
-  if (!device_removed.block_hashes.empty()) out->push_back(std::move(device_removed));
+  for (size_t i = wanted; i-- > 0;) {
+    if (on_device_[i]) {
+      tiers_[0].Touch(engine_[i]);
+    } else {
+      tiers_[0].Insert(engine_[i]);
+    }
+  }
+  return hit;
+}
 
-  wire::WireEvent stored = MakeEvent(wire::EventType::kBlockStored, "GPU");
-  stored.block_size = bs;
-  if (cached > 0) stored.parent_block_hash = hashes[cached - 1];
-  for (size_t i = cached; i < wanted; ++i) {
-    device_.Insert(hashes[i]);
-    stored.block_hashes.push_back(hashes[i]);
-  }
-  stored.token_ids.assign(tokens.begin() + static_cast<std::ptrdiff_t>(cached * bs),
-                          tokens.begin() + static_cast<std::ptrdiff_t>(wanted * bs));
-  out->push_back(std::move(stored));
+void SimulatedEngine::Reset() {
+  for (Lru& tier : tiers_) tier = Lru();
+  meta_.clear();
 }
 
 void SimulatedEngine::Clear(std::vector<wire::WireEvent>* out) {
-  device_ = Lru();
-  host_ = Lru();
+  Reset();
   out->push_back(MakeEvent(wire::EventType::kAllBlocksCleared, ""));
 }
 

@@ -47,26 +47,62 @@ TEST(SimulatedEngineTest, EvictionOffloadsBeforeDeviceRemoval) {
   SimulatedEngine engine({.block_size = 4, .device_capacity_blocks = 2, .host_capacity_blocks = 1});
   std::vector<wire::WireEvent> events;
   engine.ServePrompt(Tokens(8), &events);
+  const uint64_t head = events[0].block_hashes[0];
   events.clear();
   engine.ServePrompt(Tokens(8, 100), &events);  // needs both slots
-  // Both device blocks are offloaded; the host holds one, so the first is
-  // evicted from the host again within the same batch.
-  ASSERT_EQ(events.size(), 4u);
-  EXPECT_EQ(events[0].type, wire::EventType::kBlockStored);  // offload placeholders
+  // Both device blocks leave; the tail goes first (vLLM frees tail first),
+  // so the host, holding one, keeps the head. Only net changes are
+  // announced, stores before removals.
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0].type, wire::EventType::kBlockStored);  // offload placeholder
   EXPECT_EQ(events[0].medium, "CPU");
   EXPECT_EQ(events[0].block_size, 0u);
   EXPECT_TRUE(events[0].token_ids.empty());
-  EXPECT_EQ(events[0].block_hashes.size(), 2u);
+  EXPECT_EQ(events[0].block_hashes, std::vector<uint64_t>{head});
   EXPECT_EQ(events[1].type, wire::EventType::kBlockRemoved);
-  EXPECT_EQ(events[1].medium, "CPU");
-  EXPECT_EQ(events[1].block_hashes.size(), 1u);
-  EXPECT_EQ(events[2].type, wire::EventType::kBlockRemoved);
+  EXPECT_EQ(events[1].medium, "GPU");
+  EXPECT_EQ(events[1].block_hashes.size(), 2u);
+  EXPECT_EQ(events[2].type, wire::EventType::kBlockStored);
   EXPECT_EQ(events[2].medium, "GPU");
-  EXPECT_EQ(events[2].block_hashes.size(), 2u);
-  EXPECT_EQ(events[3].type, wire::EventType::kBlockStored);
-  EXPECT_EQ(events[3].medium, "GPU");
   EXPECT_EQ(engine.device_blocks(), 2u);
   EXPECT_EQ(engine.host_blocks(), 1u);
+}
+
+TEST(SimulatedEngineTest, OffloadChainsDeviceHostDiskWithLru) {
+  SimulatedEngine engine({.block_size = 4,
+                          .device_capacity_blocks = 2,
+                          .host_capacity_blocks = 2,
+                          .disk_capacity_blocks = 2});
+  std::vector<wire::WireEvent> events;
+  // Four 2-block prompts: each pushes the previous one a tier down.
+  for (uint32_t p = 0; p < 4; ++p) engine.ServePrompt(Tokens(8, 100 * p + 1), &events);
+  EXPECT_EQ(engine.device_blocks(), 2u);
+  EXPECT_EQ(engine.host_blocks(), 2u);
+  EXPECT_EQ(engine.disk_blocks(), 2u);
+  // Prompt 0 fell off the end; prompt 1 is on disk, 2 on host, 3 on device.
+  std::vector<uint64_t> local, seq;
+  hashing::ComputeLocalHashes(Tokens(8, 1), 4, hashing::LocalHashSeed("", ""), &local);
+  hashing::ComputeSequenceHashes(local, std::nullopt, &seq);
+  for (Tier tier : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
+    EXPECT_FALSE(engine.Holds(tier, engine.EngineHash(seq[0])));
+  }
+  events.clear();
+  const PrefixHit disk_hit = engine.ServePrompt(Tokens(8, 101), &events);
+  EXPECT_EQ(disk_hit.disk, 2u);
+  EXPECT_EQ(disk_hit.device + disk_hit.host, 0u);
+  // Loaded back to the device (stored on GPU with tokens); the disk copy stays.
+  bool gpu_store = false;
+  for (const auto& e : events) {
+    gpu_store |= e.type == wire::EventType::kBlockStored && e.medium == "GPU" &&
+                 e.token_ids == Tokens(8, 101);
+  }
+  EXPECT_TRUE(gpu_store);
+  events.clear();
+  const PrefixHit again = engine.ServePrompt(Tokens(8, 101), &events);
+  EXPECT_EQ(again.device, 2u);
+  EXPECT_TRUE(events.empty());
+  EXPECT_EQ(engine.disk_blocks(), 2u);
+  EXPECT_EQ(engine.host_blocks(), 2u);
 }
 
 TEST(SimulatedEngineTest, EngineHashesDifferAcrossWorkers) {
@@ -81,10 +117,13 @@ TEST(SimulatedEngineTest, EngineHashesDifferAcrossWorkers) {
 // The engine's events, encoded as vLLM map batches and normalized by the real
 // agent code, leave exactly the engine's cache contents as placements.
 TEST(SimulatedEngineTest, NormalizedEventsTrackTheCacheExactly) {
-  for (const bool array_form : {false, true}) {
+  for (const int variant : {0, 1, 2, 3}) {
+    const bool array_form = variant == 1;
     SimulatedEngine engine({.block_size = 4,
                             .device_capacity_blocks = 24,
                             .host_capacity_blocks = 16,
+                            .disk_capacity_blocks = variant >= 2 ? 12u : 0u,
+                            .self_describing_offload = variant == 3,
                             .hash_seed = 9});
     normalize::SourceOptions options;
     options.worker = "w0";
@@ -132,13 +171,20 @@ TEST(SimulatedEngineTest, NormalizedEventsTrackTheCacheExactly) {
         }
       }
       // After every prompt, each tier's placements are exactly the engine's blocks.
-      std::set<uint64_t> device, host;
-      for (uint64_t h : engine.device_hashes()) device.insert(canonical_of.at(h));
-      for (uint64_t h : engine.host_hashes()) host.insert(canonical_of.at(h));
-      ASSERT_EQ(held[static_cast<int>(Tier::kDevice)], device) << "prompt " << r;
-      ASSERT_EQ(held[static_cast<int>(Tier::kHost)], host) << "prompt " << r;
+      for (Tier tier : {Tier::kDevice, Tier::kHost, Tier::kDisk}) {
+        std::set<uint64_t> expected;
+        for (uint64_t h : engine.EngineHashes(tier)) {
+          expected.insert(canonical_of.at(h));
+          EXPECT_EQ(engine.CanonicalOf(h), canonical_of.at(h));
+        }
+        ASSERT_EQ(held[static_cast<int>(tier)], expected)
+            << "variant " << variant << " prompt " << r << " tier " << TierName(tier);
+      }
     }
     EXPECT_GT(engine.host_blocks(), 0u);  // offload happened, so the host tier was exercised
+    if (variant >= 2) {
+      EXPECT_GT(engine.disk_blocks(), 0u);
+    }
     EXPECT_EQ(stats.dropped[static_cast<int>(DropReason::kUnresolvedPlaceholder)].load(), 0u);
     EXPECT_EQ(stats.dropped[static_cast<int>(DropReason::kParentNotFound)].load(), 0u);
   }

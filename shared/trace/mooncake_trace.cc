@@ -23,6 +23,7 @@ StatusOr<std::vector<TraceRequest>> ReadTrace(const std::string& path, size_t li
     TraceRequest request;
     request.timestamp_ms = json.value("timestamp", uint64_t{0});
     request.input_length = json.value("input_length", uint32_t{0});
+    request.output_length = json.value("output_length", uint32_t{0});
     for (const auto& id : json["hash_ids"]) {
       if (!id.is_number_unsigned()) {
         return absl::InvalidArgumentError(path + ":" + std::to_string(line_number) +

@@ -15,6 +15,7 @@ namespace kvindex::trace {
 struct TraceRequest {
   uint64_t timestamp_ms = 0;
   uint32_t input_length = 0;
+  uint32_t output_length = 0;      // tokens generated (the simulator's decode time)
   std::vector<uint64_t> hash_ids;  // each id stands for one 512-token block of prefix
 };
 

@@ -1,0 +1,119 @@
+// Cluster: the simulated fleet and its request loop. Each request of the
+// trace goes to one source (worker, dp rank) of its model, chosen by the
+// placement policy (kv-aware asks a router's /v1/match over HTTP, as a
+// gateway would); the engine serves it, its events are published (or, under
+// a fault knob, dropped, cut, preceded by garbage, or lost to a restart),
+// and the ground truth, the per-request prefix hits and the load are kept.
+//
+//   Cluster cluster(options, std::move(requests), trace_path);
+//   KVINDEX_RETURN_IF_ERROR(cluster.Bind(context));   // not in dry run
+//   cluster.Run(stop, start_delay);
+//   cluster.TruthJson(); cluster.ReportJson();
+//
+// Thread safety: Run() and ServeReplayFor() from one thread; the JSON and
+// match accessors from any thread (HTTP handlers), under one mutex.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+#include <zmq.hpp>
+
+#include "services/mockengine/agent_view.h"
+#include "services/mockengine/cluster_options.h"
+#include "services/mockengine/engine_endpoint.h"
+#include "services/mockengine/fault_plan.h"
+#include "services/mockengine/load_model.h"
+#include "services/mockengine/placement_policy.h"
+#include "services/mockengine/simulated_engine.h"
+#include "shared/http/client.h"
+#include "shared/index/index_types.h"
+#include "shared/log/log.h"
+#include "shared/trace/mooncake_trace.h"
+#include "shared/wire/event_encoder.h"
+
+namespace kvindex::mockengine {
+
+class Cluster {
+ public:
+  Cluster(ClusterOptions options, std::vector<trace::TraceRequest> requests, std::string trace);
+
+  // Binds every source's PUB and replay sockets.
+  Status Bind(zmq::context_t& context);
+  // Serves the trace (paced by --rate unless dry run) until done or `stop`,
+  // then the end fences. Returns after the last request.
+  void Run(const std::atomic<bool>& stop, std::chrono::milliseconds start_delay);
+  // Answers replay requests for `duration` (or until `stop`).
+  void ServeReplayFor(const std::atomic<bool>& stop, std::chrono::milliseconds duration);
+
+  bool done() const { return done_.load(); }
+  std::string TruthJson() const;
+  std::string ReportJson() const;
+  std::string ProgressJson() const;
+  // POST /v1/match over the truth: status and body. `index_view` = what the
+  // index may hold (cleared sources: only what they stored since the clear).
+  int MatchJson(std::string_view body, bool index_view, std::string* out) const;
+
+ private:
+  struct Source {
+    size_t worker = 0;
+    size_t model = 0;
+    SourceKey key;
+    const WorkerConfig* config = nullptr;
+    std::unique_ptr<SimulatedEngine> engine;
+    AgentView view;
+    std::unique_ptr<EngineEndpoint> endpoint;  // null in dry run
+    wire::EncodeOptions encoding;
+    bool sglang = false, trtllm = false;
+    bool has_replay = false;
+    bool cleared_by_fault = false;
+    bool needs_fence = false;  // the agent has not seen a live batch since a fault
+    uint32_t slow_left = 0;    // batches of a slow-subscriber burst still to lose
+    uint32_t epoch = 0;        // SGLang
+  };
+
+  void ServeRequest(size_t r);
+  // Publishes one batch of `source` with the fault knobs applied.
+  void PublishBatch(Source& source, size_t r);
+  void Restart(Source& source, size_t r);
+  void Send(Source& source, std::span<const uint8_t> payload, bool live, bool keep);
+  void PublishFences();
+  bool AskRouter(size_t model, std::span<const uint32_t> tokens, index::MatchResult* out);
+  std::string TopicOf(const Source& source) const;
+  void WriteReport(std::string* out) const;  // mutex_ held
+
+  const ClusterOptions options_;
+  const std::vector<trace::TraceRequest> requests_;
+  const std::string trace_;
+  std::shared_ptr<spdlog::logger> logger_;
+  std::vector<Source> sources_;
+  std::vector<std::vector<size_t>> by_model_;  // source indices per model, in order
+  std::vector<double> arrivals_us_;
+  PlacementPolicy policy_;
+  LoadModel load_;
+  FaultPlan faults_;
+  http::Url router_;
+  std::chrono::steady_clock::time_point started_;
+
+  mutable std::mutex mutex_;  // engines, views and the figures below
+  std::atomic<bool> done_{false};
+  size_t requests_done_ = 0;
+  uint64_t batches_published_ = 0, events_published_ = 0, fences_ = 0;
+  uint64_t prompt_blocks_ = 0, hit_blocks_[3] = {}, prefill_tokens_ = 0, saved_tokens_ = 0;
+  std::vector<uint64_t> requests_per_worker_;
+  double in_flight_sum_ = 0;
+  std::vector<double> match_latency_us_;
+  uint64_t match_errors_ = 0;
+
+  // Per-request scratch, reused.
+  std::vector<wire::WireEvent> events_;
+  std::vector<uint8_t> payload_;
+  std::vector<Candidate> candidates_;
+};
+
+}  // namespace kvindex::mockengine

@@ -1,0 +1,70 @@
+// ClusterOptions: the simulated fleet as configured by kvindex-mockengine's
+// flags: per-worker engines (wire form, tier capacities, dp ranks, speed,
+// model, offload event style), placement, load model and fault knobs.
+//
+//   ClusterOptions o = ...;  // from flags
+//   KVINDEX_RETURN_IF_ERROR(ApplyEngineOverride("index=1,wire=sglang,disk=512", &o));
+//   for (const std::string& s : SourceStrings(o)) puts(s.c_str());
+//
+// Thread safety: plain values.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "services/mockengine/fault_plan.h"
+#include "services/mockengine/load_model.h"
+#include "services/mockengine/placement_policy.h"
+#include "shared/base/status.h"
+
+namespace kvindex::mockengine {
+
+// One worker's engine (each of its dp ranks is an independent engine cache).
+struct WorkerConfig {
+  std::string wire = "vllm-map";  // vllm-map, vllm-array, sglang, trtllm
+  size_t device = 16384;          // blocks per rank
+  size_t host = 0;
+  size_t disk = 0;
+  uint32_t dp_ranks = 1;
+  double speed = 1.0;
+  std::string model;               // one of ClusterOptions::models
+  bool cpu_events_tokens = false;  // self-describing offload events
+};
+
+struct ClusterOptions {
+  std::vector<WorkerConfig> workers;
+  std::vector<std::string> models;  // worker i serves models[i % M]; request r models[r % M]
+  std::string worker_prefix = "w";
+  std::string host = "127.0.0.1";
+  int pub_base_port = 5557;
+  int replay_base_port = 5657;  // 0 = no replay sockets
+  std::string topic;
+  uint32_t block_size = 16;
+  double rate = 200;  // wall-clock pacing, requests/s; 0 = as fast as possible
+  Policy policy = Policy::kRoundRobin;
+  std::string router_url;  // kv-aware: where POST /v1/match goes
+  LoadOptions load;
+  uint64_t seed = 1;
+  std::array<FaultSpec, kNumFaultKinds> faults{};
+  bool dry_run = false;
+};
+
+// "index=I,wire=W,device=N,host=N,disk=N,dp_ranks=N,speed=F,model=NAME,
+// cpu_events=placeholder|tokens": overrides worker I. InvalidArgument names
+// the bad key or value.
+Status ApplyEngineOverride(std::string_view text, ClusterOptions* options);
+
+// Checks wire forms, models and ranks after overrides.
+Status Validate(const ClusterOptions& options);
+
+// "vllm", "sglang" or "trtllm": the engine= of a wire form.
+std::string_view EngineOfWire(std::string_view wire);
+
+// One router --source string per worker ("worker=w0,engine=vllm,model=M,
+// block_size=16,pub=tcp://H:P,replay=tcp://H:R[,dp_ranks=N]").
+std::vector<std::string> SourceStrings(const ClusterOptions& options);
+
+}  // namespace kvindex::mockengine

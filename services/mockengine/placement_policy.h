@@ -1,0 +1,55 @@
+// PlacementPolicy: which source (worker, dp rank) of a request's model serves
+// it. README.md ("Placement policies") documents the costs:
+//   round-robin  per model, in source order (the former fixed behaviour)
+//   least-loaded fewest in-flight requests; ties: lower index
+//   random       uniform, seeded
+//   kv-aware     most matched blocks from the router's /v1/match, weighted by
+//                tier: device + 0.5 * host + 0.25 * disk; ties: fewer
+//                in flight, then lower index. No answer: least-loaded.
+//
+// Thread safety: none.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <random>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "shared/index/index_types.h"
+
+namespace kvindex::mockengine {
+
+enum class Policy : uint8_t { kRoundRobin, kKvAware, kRandom, kLeastLoaded };
+std::optional<Policy> PolicyFromName(std::string_view name);
+std::string_view PolicyName(Policy policy);
+
+struct Candidate {
+  SourceKey key;
+  uint32_t in_flight = 0;
+};
+
+// The kv-aware score of one row of a /v1/match answer.
+double KvScore(const index::WorkerMatch& match);
+
+class PlacementPolicy {
+ public:
+  PlacementPolicy(Policy policy, uint64_t seed, size_t models);
+
+  Policy policy() const { return policy_; }
+  // Index into `candidates` (non-empty, in source order). `match`: the
+  // router's answer for kv-aware (nullptr = the match failed: least-loaded).
+  size_t Place(size_t model, std::span<const Candidate> candidates,
+               const index::MatchResult* match);
+
+ private:
+  Policy policy_;
+  std::mt19937_64 rng_;
+  std::vector<uint64_t> next_;  // round-robin position per model
+  std::vector<double> scores_;  // scratch
+};
+
+size_t LeastLoaded(std::span<const Candidate> candidates);
+
+}  // namespace kvindex::mockengine
