@@ -210,8 +210,9 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   const size_t total = requests->size();
-  Cluster cluster(o, std::move(*requests), f.trace);
+  // The context outlives the cluster's sockets (zmq_ctx_term waits for them).
   zmq::context_t context(1);
+  Cluster cluster(o, std::move(*requests), f.trace);
   if (!o.dry_run) {
     if (auto status = cluster.Bind(context); !status.ok()) return Fail(status.ToString(), 1);
   }
