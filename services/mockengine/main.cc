@@ -117,6 +117,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"round-robin", "kv-aware", "random", "least-loaded"}))
       ->capture_default_str();
   app.add_option("--router", o.router_url, "kv-aware: router base URL for POST /v1/match");
+  app.add_option("--kv-load-weight", o.kv_load_weight,
+                 "kv-aware: cost of one in-flight request, in prompts (0 = matched blocks only)")
+      ->capture_default_str();
   app.add_option("--prefill-us-per-token", o.load.prefill_us_per_token,
                  "Load model: prefill time per uncached prompt token (us)")
       ->capture_default_str();
