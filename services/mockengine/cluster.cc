@@ -41,7 +41,7 @@ Cluster::Cluster(ClusterOptions options, std::vector<trace::TraceRequest> reques
       requests_(std::move(requests)),
       trace_(std::move(trace)),
       logger_(log::Get("mockengine")),
-      policy_(options_.policy, options_.seed, options_.models.size()),
+      policy_(options_.policy, options_.seed, options_.models.size(), options_.kv_load_weight),
       load_(options_.load, 0),
       faults_(options_.faults, options_.seed, requests_.size()) {
   by_model_.resize(options_.models.size());
@@ -231,7 +231,8 @@ void Cluster::ServeRequest(size_t r) {
       ++match_errors_;
     }
   }
-  const size_t chosen = members[policy_.Place(model, candidates_, answer)];
+  const size_t chosen = members[policy_.Place(
+      model, candidates_, answer, static_cast<uint32_t>(tokens.size() / options_.block_size))];
   const uint32_t in_flight =
       candidates_[static_cast<size_t>(std::find(members.begin(), members.end(), chosen) -
                                       members.begin())]

@@ -45,7 +45,8 @@ struct ClusterOptions {
   uint32_t block_size = 16;
   double rate = 200;  // wall-clock pacing, requests/s; 0 = as fast as possible
   Policy policy = Policy::kRoundRobin;
-  std::string router_url;  // kv-aware: where POST /v1/match goes
+  std::string router_url;        // kv-aware: where POST /v1/match goes
+  double kv_load_weight = 0.25;  // kv-aware: cost of one queued request, in prompts
   LoadOptions load;
   uint64_t seed = 1;
   std::array<FaultSpec, kNumFaultKinds> faults{};

@@ -117,6 +117,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"round-robin", "kv-aware", "random", "least-loaded"}))
       ->capture_default_str();
   app.add_option("--router", o.router_url, "kv-aware: router base URL for POST /v1/match");
+  app.add_option("--kv-load-weight", o.kv_load_weight,
+                 "kv-aware: cost of one in-flight request, in prompts (0 = matched blocks only)")
+      ->capture_default_str();
   app.add_option("--prefill-us-per-token", o.load.prefill_us_per_token,
                  "Load model: prefill time per uncached prompt token (us)")
       ->capture_default_str();
@@ -210,8 +213,9 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
   const size_t total = requests->size();
-  Cluster cluster(o, std::move(*requests), f.trace);
+  // The context outlives the cluster's sockets (zmq_ctx_term waits for them).
   zmq::context_t context(1);
+  Cluster cluster(o, std::move(*requests), f.trace);
   if (!o.dry_run) {
     if (auto status = cluster.Bind(context); !status.ok()) return Fail(status.ToString(), 1);
   }

@@ -37,11 +37,11 @@ size_t LeastLoaded(std::span<const Candidate> candidates) {
   return best;
 }
 
-PlacementPolicy::PlacementPolicy(Policy policy, uint64_t seed, size_t models)
-    : policy_(policy), rng_(seed), next_(models, 0) {}
+PlacementPolicy::PlacementPolicy(Policy policy, uint64_t seed, size_t models, double load_weight)
+    : policy_(policy), load_weight_(load_weight), rng_(seed), next_(models, 0) {}
 
 size_t PlacementPolicy::Place(size_t model, std::span<const Candidate> candidates,
-                              const index::MatchResult* match) {
+                              const index::MatchResult* match, uint32_t prompt_blocks) {
   switch (policy_) {
     case Policy::kRoundRobin:
       return next_[model]++ % candidates.size();
@@ -59,9 +59,15 @@ size_t PlacementPolicy::Place(size_t model, std::span<const Candidate> candidate
       if (candidates[i].key == row.source) scores_[i] = KvScore(row);
     }
   }
+  // Matched blocks alone make the first holder of a shared prefix win every
+  // request (all load on one worker); the load term prices its queue.
+  const double blocks = prompt_blocks;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    scores_[i] = blocks - scores_[i] + load_weight_ * candidates[i].in_flight * blocks;
+  }
   size_t best = 0;
   for (size_t i = 1; i < candidates.size(); ++i) {
-    if (scores_[i] > scores_[best] ||
+    if (scores_[i] < scores_[best] ||
         (scores_[i] == scores_[best] && candidates[i].in_flight < candidates[best].in_flight)) {
       best = i;
     }

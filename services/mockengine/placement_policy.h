@@ -3,9 +3,12 @@
 //   round-robin  per model, in source order (the former fixed behaviour)
 //   least-loaded fewest in-flight requests; ties: lower index
 //   random       uniform, seeded
-//   kv-aware     most matched blocks from the router's /v1/match, weighted by
-//                tier: device + 0.5 * host + 0.25 * disk; ties: fewer
-//                in flight, then lower index. No answer: least-loaded.
+//   kv-aware     lowest cost from the router's /v1/match answer:
+//                  cost = prompt_blocks - (device + 0.5 host + 0.25 disk)
+//                         + load_weight * in_flight * prompt_blocks
+//                (blocks still to prefill, plus the queue in prompt-sized
+//                units); ties: fewer in flight, then lower index. No
+//                answer: least-loaded. load_weight 0 = matched blocks only.
 //
 // Thread safety: none.
 #pragma once
@@ -35,16 +38,18 @@ double KvScore(const index::WorkerMatch& match);
 
 class PlacementPolicy {
  public:
-  PlacementPolicy(Policy policy, uint64_t seed, size_t models);
+  PlacementPolicy(Policy policy, uint64_t seed, size_t models, double load_weight = 0.25);
 
   Policy policy() const { return policy_; }
   // Index into `candidates` (non-empty, in source order). `match`: the
   // router's answer for kv-aware (nullptr = the match failed: least-loaded).
-  size_t Place(size_t model, std::span<const Candidate> candidates,
-               const index::MatchResult* match);
+  // `prompt_blocks`: full blocks of the request's prompt (kv-aware cost).
+  size_t Place(size_t model, std::span<const Candidate> candidates, const index::MatchResult* match,
+               uint32_t prompt_blocks = 0);
 
  private:
   Policy policy_;
+  double load_weight_;
   std::mt19937_64 rng_;
   std::vector<uint64_t> next_;  // round-robin position per model
   std::vector<double> scores_;  // scratch

@@ -39,7 +39,7 @@ TEST(PlacementPolicyTest, LeastLoadedTiesToLowerIndex) {
 }
 
 TEST(PlacementPolicyTest, KvAwareWeighsTiersThenLoad) {
-  PlacementPolicy p(Policy::kKvAware, 1, 1);
+  PlacementPolicy p(Policy::kKvAware, 1, 1, /*load_weight=*/0);
   index::MatchResult m;
   // w1: 4 device = 4; w2: 6 host = 3; w0: 10 disk = 2.5.
   m.workers = {Row("w0", 0, 0, 10), Row("w1", 4, 0, 0), Row("w2", 0, 6, 0)};
@@ -50,6 +50,18 @@ TEST(PlacementPolicyTest, KvAwareWeighsTiersThenLoad) {
   EXPECT_EQ(p.Place(0, Three(1, 0, 1), &m), 0u);
   // No answer (match failed): least-loaded.
   EXPECT_EQ(p.Place(0, Three(2, 1, 0), nullptr), 2u);
+}
+
+TEST(PlacementPolicyTest, KvAwarePricesTheQueue) {
+  PlacementPolicy p(Policy::kKvAware, 1, 1, /*load_weight=*/0.25);
+  index::MatchResult m;
+  m.workers = {Row("w0", 32, 0, 0)};
+  // A shared 32-block head of a 400-block prompt does not outweigh 3 queued
+  // requests (368 + 300 > 400)...
+  EXPECT_EQ(p.Place(0, Three(3, 0, 0), &m, 400), 1u);
+  // ...a 380-block reuse does (20 + 100 < 400).
+  m.workers = {Row("w0", 380, 0, 0)};
+  EXPECT_EQ(p.Place(0, Three(1, 0, 0), &m, 400), 0u);
 }
 
 TEST(PlacementPolicyTest, RandomIsSeeded) {

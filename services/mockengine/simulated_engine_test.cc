@@ -68,6 +68,23 @@ TEST(SimulatedEngineTest, EvictionOffloadsBeforeDeviceRemoval) {
   EXPECT_EQ(engine.host_blocks(), 1u);
 }
 
+TEST(SimulatedEngineTest, DeviceEvictsTheLeastRecentlyUsed) {
+  SimulatedEngine engine({.block_size = 4, .device_capacity_blocks = 3});
+  std::vector<wire::WireEvent> events;
+  for (uint32_t p : {1u, 101u, 201u}) engine.ServePrompt(Tokens(4, p), &events);
+  EXPECT_EQ(engine.ServePrompt(Tokens(4, 1), &events).device, 1u);  // touches the first
+  events.clear();
+  engine.ServePrompt(Tokens(4, 301), &events);  // evicts one: the second, not the first
+  ASSERT_EQ(events.size(), 2u);
+  ASSERT_EQ(events[0].type, wire::EventType::kBlockRemoved);
+  std::vector<wire::WireEvent> probe;
+  SimulatedEngine fresh({.block_size = 4});
+  fresh.ServePrompt(Tokens(4, 101), &probe);
+  const uint64_t second_canonical = *fresh.CanonicalOf(probe[0].block_hashes[0]);
+  EXPECT_EQ(events[0].block_hashes, std::vector<uint64_t>{engine.EngineHash(second_canonical)});
+  EXPECT_EQ(engine.ServePrompt(Tokens(4, 1), &events).device, 1u);
+}
+
 TEST(SimulatedEngineTest, OffloadChainsDeviceHostDiskWithLru) {
   SimulatedEngine engine({.block_size = 4,
                           .device_capacity_blocks = 2,
