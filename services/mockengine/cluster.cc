@@ -284,19 +284,26 @@ void Cluster::PublishBatch(Source& source, size_t r) {
   wire::EncodeBatch(source.endpoint ? WallSeconds() : 0.0, events_, source.key.dp_rank,
                     source.encoding, &payload_);
   bool live = true, keep = true;
-  if (faults_.Fire(FaultKind::kDrop)) {
+  const bool first_after_restart = source.restarted;
+  if (first_after_restart) {
+    // The first batch after a restart goes out live (a fresh PUB socket, no
+    // burst): the agent can only learn of the restart from a batch it
+    // receives, and replay cannot serve what came before it in the new seq
+    // space. Loss faults wait for the next batch.
+    source.restarted = false;
+  } else if (faults_.Fire(FaultKind::kDrop)) {
     live = false;
     logger_->info("fault drop: request {} on {} (replay serves it)", r, label);
   } else if (faults_.Fire(FaultKind::kGap)) {
     live = keep = false;
     logger_->info("fault gap: request {} on {} (not replayable)", r, label);
   }
-  if (faults_.Fire(FaultKind::kSlow)) {
+  if (!first_after_restart && live && keep && faults_.Fire(FaultKind::kSlow)) {
     source.slow_left = kSlowBurst;
     logger_->info("fault slow: request {} on {}: the next {} batches overflow PUB", r, label,
                   kSlowBurst);
   }
-  if (source.slow_left > 0) {
+  if (source.slow_left > 0 && keep) {
     --source.slow_left;
     live = false;
   }
@@ -317,6 +324,8 @@ void Cluster::Restart(Source& source, size_t r) {
   source.view.Clear();
   source.cleared_by_fault = true;
   source.needs_fence = true;  // the agent learns of it from the next batch
+  source.restarted = true;
+  source.slow_left = 0;
   ++source.epoch;
   if (source.endpoint) {
     // vLLM/SGLang restart at seq 0 (SGLang also with a new epoch);

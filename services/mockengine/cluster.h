@@ -74,6 +74,7 @@ class Cluster {
     bool cleared_by_fault = false;
     bool needs_fence = false;  // the agent has not seen a live batch since a fault
     uint32_t slow_left = 0;    // batches of a slow-subscriber burst still to lose
+    bool restarted = false;    // no batch published since a restart
     uint32_t epoch = 0;        // SGLang
   };
 
