@@ -140,7 +140,10 @@ void Cluster::ServeReplayFor(const std::atomic<bool>& stop, std::chrono::millise
 }
 
 void Cluster::Run(const std::atomic<bool>& stop, std::chrono::milliseconds start_delay) {
-  started_ = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(mutex_);  // /v1/progress reads it
+    started_ = std::chrono::steady_clock::now();
+  }
   const bool paced = !options_.dry_run && options_.rate > 0;
   if (!options_.dry_run) ServeReplayFor(stop, start_delay);
   const auto interval = paced ? std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -312,7 +315,8 @@ void Cluster::PublishBatch(Source& source, size_t r) {
     // Due loss faults wait for a later batch of this or another source.
   } else if (faults_.Fire(FaultKind::kDrop)) {
     live = false;
-    logger_->info("fault drop: request {} on {} (replay serves it)", r, label);
+    logger_->info("fault drop: request {} on {} ({})", r, label,
+                  source.has_replay ? "replay serves it" : "no replay socket: a clear");
   } else if (faults_.Fire(FaultKind::kGap)) {
     live = keep = false;
     logger_->info("fault gap: request {} on {} (not replayable)", r, label);
