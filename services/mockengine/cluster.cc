@@ -140,13 +140,18 @@ void Cluster::ServeReplayFor(const std::atomic<bool>& stop, std::chrono::millise
 }
 
 void Cluster::Run(const std::atomic<bool>& stop, std::chrono::milliseconds start_delay) {
-  started_ = std::chrono::steady_clock::now();
+  {
+    std::lock_guard lock(mutex_);  // /v1/progress reads it
+    started_ = std::chrono::steady_clock::now();
+  }
   const bool paced = !options_.dry_run && options_.rate > 0;
   if (!options_.dry_run) ServeReplayFor(stop, start_delay);
   const auto interval = paced ? std::chrono::duration_cast<std::chrono::nanoseconds>(
                                     std::chrono::duration<double>(1.0 / options_.rate))
                               : std::chrono::nanoseconds(0);
   auto next = std::chrono::steady_clock::now();
+  // An agent that started with us replays every source at start-up.
+  for (Source& s : sources_) s.replayed_at = next;
   for (size_t r = 0; r < requests_.size() && !stop.load(); ++r) {
     ServeRequest(r);
     if (options_.dry_run) continue;
@@ -260,9 +265,24 @@ void Cluster::ServeRequest(size_t r) {
   ++requests_done_;
 }
 
+bool Cluster::LossAllowed(const Source& source) const {
+  if (options_.dry_run) return true;
+  if (source.loss_outstanding) return false;
+  return !source.replayed_at ||
+         std::chrono::steady_clock::now() - *source.replayed_at >= options_.fault_min_interval;
+}
+
 void Cluster::Send(Source& source, std::span<const uint8_t> payload, bool live, bool keep) {
   ++batches_published_;
-  if (live) source.needs_fence = false;
+  if (live) {
+    source.needs_fence = false;
+    if (source.loss_outstanding) {  // this batch shows the agent the loss: it replays now
+      source.loss_outstanding = false;
+      source.replayed_at = std::chrono::steady_clock::now();
+    }
+  } else {
+    source.loss_outstanding = true;
+  }
   if (!source.endpoint) return;  // dry run
   if (auto status = source.endpoint->Publish(payload, live, keep); !status.ok()) {
     logger_->error("{}/{}: {}", source.key.worker, source.key.dp_rank, status.ToString());
@@ -284,19 +304,30 @@ void Cluster::PublishBatch(Source& source, size_t r) {
   wire::EncodeBatch(source.endpoint ? WallSeconds() : 0.0, events_, source.key.dp_rank,
                     source.encoding, &payload_);
   bool live = true, keep = true;
-  if (faults_.Fire(FaultKind::kDrop)) {
+  const bool first_after_restart = source.restarted;
+  if (first_after_restart) {
+    // The first batch after a restart goes out live (a fresh PUB socket, no
+    // burst): the agent can only learn of the restart from a batch it
+    // receives, and replay cannot serve what came before it in the new seq
+    // space. Loss faults wait for the next batch.
+    source.restarted = false;
+  } else if (!LossAllowed(source)) {
+    // Due loss faults wait for a later batch of this or another source.
+  } else if (faults_.Fire(FaultKind::kDrop)) {
     live = false;
-    logger_->info("fault drop: request {} on {} (replay serves it)", r, label);
+    logger_->info("fault drop: request {} on {} ({})", r, label,
+                  source.has_replay ? "replay serves it" : "no replay socket: a clear");
   } else if (faults_.Fire(FaultKind::kGap)) {
     live = keep = false;
     logger_->info("fault gap: request {} on {} (not replayable)", r, label);
   }
-  if (faults_.Fire(FaultKind::kSlow)) {
+  if (!first_after_restart && live && keep && LossAllowed(source) &&
+      faults_.Fire(FaultKind::kSlow)) {
     source.slow_left = kSlowBurst;
     logger_->info("fault slow: request {} on {}: the next {} batches overflow PUB", r, label,
                   kSlowBurst);
   }
-  if (source.slow_left > 0) {
+  if (source.slow_left > 0 && keep) {
     --source.slow_left;
     live = false;
   }
@@ -317,6 +348,10 @@ void Cluster::Restart(Source& source, size_t r) {
   source.view.Clear();
   source.cleared_by_fault = true;
   source.needs_fence = true;  // the agent learns of it from the next batch
+  source.restarted = true;
+  source.slow_left = 0;
+  // TensorRT-LLM's seq jump makes the agent try a replay (which fails).
+  if (source.trtllm) source.loss_outstanding = true;
   ++source.epoch;
   if (source.endpoint) {
     // vLLM/SGLang restart at seq 0 (SGLang also with a new epoch);

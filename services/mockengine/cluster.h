@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -74,13 +75,20 @@ class Cluster {
     bool cleared_by_fault = false;
     bool needs_fence = false;  // the agent has not seen a live batch since a fault
     uint32_t slow_left = 0;    // batches of a slow-subscriber burst still to lose
-    uint32_t epoch = 0;        // SGLang
+    bool restarted = false;    // no batch published since a restart
+    // The agent replays when it sees the first live batch after a loss; a
+    // second replay within its cooldown would be skipped (a clear), so
+    // losses on a source are spaced (ClusterOptions::fault_min_interval).
+    bool loss_outstanding = false;
+    std::optional<std::chrono::steady_clock::time_point> replayed_at;
+    uint32_t epoch = 0;  // SGLang
   };
 
   void ServeRequest(size_t r);
   // Publishes one batch of `source` with the fault knobs applied.
   void PublishBatch(Source& source, size_t r);
   void Restart(Source& source, size_t r);
+  bool LossAllowed(const Source& source) const;
   void Send(Source& source, std::span<const uint8_t> payload, bool live, bool keep);
   void PublishFences();
   bool AskRouter(size_t model, std::span<const uint32_t> tokens, index::MatchResult* out);

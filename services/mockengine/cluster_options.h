@@ -10,6 +10,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -50,6 +51,10 @@ struct ClusterOptions {
   LoadOptions load;
   uint64_t seed = 1;
   std::array<FaultSpec, kNumFaultKinds> faults{};
+  // Wall time between the agent's replay for one loss fault (drop, gap,
+  // slow, TensorRT-LLM restart) and the next loss on the same source: the
+  // agent skips a replay within its cooldown (1 s) and clears instead.
+  std::chrono::milliseconds fault_min_interval{2000};
   bool dry_run = false;
 };
 

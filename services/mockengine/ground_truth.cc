@@ -36,12 +36,13 @@ std::vector<uint64_t> TierCanonical(const TruthSource& source, Tier tier, bool i
   return out;
 }
 
-uint64_t TruthDigest(std::span<const TruthSource> sources) {
+uint64_t TruthDigest(std::span<const TruthSource> sources, bool index_view) {
   uint64_t digest = 0;
   for (const TruthSource& source : sources) {
     for (Tier tier : kTruthTiers) {
-      digest += index::EntriesDigest(source.model, source.key, tier,
-                                     TierCanonical(source, tier, /*index_view=*/false));
+      digest +=
+          index::EntriesDigest(source.model, source.key, tier,
+                               TierCanonical(source, tier, index_view && source.cleared_by_fault));
     }
   }
   return digest;
@@ -60,6 +61,7 @@ void WriteTruthJson(std::span<const TruthSource> sources, uint64_t requests_done
   w.Field("requests_done", requests_done);
   w.Field("requests_total", requests_total);
   w.Field("digest", DigestHex(TruthDigest(sources)));
+  w.Field("stored_since_clear_digest", DigestHex(TruthDigest(sources, /*index_view=*/true)));
   w.Key("sources");
   w.BeginArray();
   for (const TruthSource& source : sources) {

@@ -40,13 +40,15 @@ struct TruthSource {
 // with `index_view`, only those the index may hold.
 std::vector<uint64_t> TierCanonical(const TruthSource& source, Tier tier, bool index_view);
 
-// semantics.md section 6 over every truth entry (the engines' tiers).
-uint64_t TruthDigest(std::span<const TruthSource> sources);
+// semantics.md section 6 over every truth entry (the engines' tiers); with
+// `index_view`, over what the index may hold (stored_since_clear): equal to
+// the router's digest after a run with faults.
+uint64_t TruthDigest(std::span<const TruthSource> sources, bool index_view = false);
 
 // "0123456789abcdef": 16 lower-case hex digits.
 std::string DigestHex(uint64_t digest);
 
-// The GET /v1/truth body.
+// The GET /v1/truth body (plus "stored_since_clear_digest").
 void WriteTruthJson(std::span<const TruthSource> sources, uint64_t requests_done,
                     uint64_t requests_total, std::string* out);
 

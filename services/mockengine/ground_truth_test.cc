@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "shared/hashing/canonical_hash.h"
+#include "shared/index/index_interface.h"
 #include "shared/index/reference_index.h"
 
 namespace kvindex::mockengine {
@@ -118,6 +119,8 @@ TEST(GroundTruthTest, IndexViewAfterAFaultClear) {
   ASSERT_EQ(since.size(), 1u);
   EXPECT_EQ(since[0], Seq(Tokens(4, 500))[0]);
   const std::vector<TruthSource> one{s};
+  EXPECT_NE(TruthDigest(one, true), TruthDigest(one, false));
+  EXPECT_EQ(TruthDigest(one, true), index::EntriesDigest("m", s.key, Tier::kDevice, since));
   EXPECT_EQ(MatchTruth(one, "m", Seq(Tokens(12)), true).workers.size(), 0u);
   EXPECT_EQ(MatchTruth(one, "m", Seq(Tokens(12)), false).workers.at(0).longest, 3u);
 }

@@ -133,6 +133,11 @@ int main(int argc, char** argv) {
     app.add_option("--fault-" + name, f.fault[k],
                    "Inject '" + name + "' faults: a count (3) or a rate (0.5% or 0.005)");
   }
+  std::string fault_min_interval = "2s";
+  app.add_option("--fault-min-interval", fault_min_interval,
+                 "Least wall time between loss faults (drop, gap, slow) on one source, after "
+                 "the agent's replay (its replay cooldown would turn a drop into a clear)")
+      ->capture_default_str();
   app.add_option("--rate", o.rate, "Requests per second, wall clock (0 = unthrottled)")
       ->capture_default_str();
   app.add_option("--limit", f.limit, "Requests to replay (0 = the whole trace)")
@@ -190,6 +195,11 @@ int main(int argc, char** argv) {
     for (const std::string& s : SourceStrings(o)) std::printf("%s\n", s.c_str());
     return 0;
   }
+  auto min_interval = kvindex::config::ParseDuration(fault_min_interval);
+  if (!min_interval.ok()) {
+    return Fail("--fault-min-interval: " + std::string(min_interval.status().message()), 2);
+  }
+  o.fault_min_interval = *min_interval;
   auto delay = kvindex::config::ParseDuration(f.start_delay);
   if (!delay.ok()) return Fail("--start-delay: " + std::string(delay.status().message()), 2);
 
