@@ -301,8 +301,9 @@ void Cluster::PublishBatch(Source& source, size_t r) {
     logger_->info("fault malformed: request {} on {}", r, label);
   }
   payload_.clear();
-  wire::EncodeBatch(source.endpoint ? WallSeconds() : 0.0, events_, source.key.dp_rank,
-                    source.encoding, &payload_);
+  if (source.endpoint) {  // a dry run sends nothing: no need to encode
+    wire::EncodeBatch(WallSeconds(), events_, source.key.dp_rank, source.encoding, &payload_);
+  }
   bool live = true, keep = true;
   const bool first_after_restart = source.restarted;
   if (first_after_restart) {
