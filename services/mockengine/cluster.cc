@@ -118,6 +118,11 @@ void Cluster::ServeReplayFor(const std::atomic<bool>& stop, std::chrono::millise
       items.push_back({s.endpoint->replay_socket()->handle(), 0, ZMQ_POLLIN, 0});
     }
   }
+  // Replay is answered at least once per call: behind the --rate schedule
+  // (a negative wait) the agent's replay requests must not starve.
+  for (Source& s : sources_) {
+    if (s.endpoint) s.endpoint->ServeReplay();
+  }
   while (!stop.load()) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return;
