@@ -118,6 +118,11 @@ void Cluster::ServeReplayFor(const std::atomic<bool>& stop, std::chrono::millise
       items.push_back({s.endpoint->replay_socket()->handle(), 0, ZMQ_POLLIN, 0});
     }
   }
+  // Replay is answered at least once per call: behind the --rate schedule
+  // (a negative wait) the agent's replay requests must not starve.
+  for (Source& s : sources_) {
+    if (s.endpoint) s.endpoint->ServeReplay();
+  }
   while (!stop.load()) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return;
@@ -301,8 +306,9 @@ void Cluster::PublishBatch(Source& source, size_t r) {
     logger_->info("fault malformed: request {} on {}", r, label);
   }
   payload_.clear();
-  wire::EncodeBatch(source.endpoint ? WallSeconds() : 0.0, events_, source.key.dp_rank,
-                    source.encoding, &payload_);
+  if (source.endpoint) {  // a dry run sends nothing: no need to encode
+    wire::EncodeBatch(WallSeconds(), events_, source.key.dp_rank, source.encoding, &payload_);
+  }
   bool live = true, keep = true;
   const bool first_after_restart = source.restarted;
   if (first_after_restart) {

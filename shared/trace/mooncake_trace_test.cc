@@ -26,6 +26,8 @@ TEST(MooncakeTraceTest, ReadsRecordsAndLimit) {
   ASSERT_EQ(all->size(), 2u);
   EXPECT_EQ((*all)[0].timestamp_ms, 5u);
   EXPECT_EQ((*all)[0].input_length, 700u);
+  EXPECT_EQ((*all)[0].output_length, 3u);
+  EXPECT_EQ((*all)[1].output_length, 0u);  // absent: 0
   EXPECT_EQ((*all)[1].hash_ids, (std::vector<uint64_t>{0, 2, 3}));
   auto one = ReadTrace(path, 1);
   ASSERT_TRUE(one.ok());
