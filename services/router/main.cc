@@ -43,6 +43,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> sources;
   std::string checkpoint_interval = "10s";
   std::string replay_timeout = "2s";
+  std::string replay_cooldown = "1s";
   std::string auth_token_file;
   std::string auth_token;
   std::string node;
@@ -102,6 +103,9 @@ int main(int argc, char** argv) {
   app.add_option("--node", node, "Node id of the embedded agent (default: hostname)");
   app.add_option("--replay-timeout", replay_timeout,
                  "Embedded agent: how long to wait for an engine replay")
+      ->capture_default_str();
+  app.add_option("--replay-cooldown", replay_cooldown,
+                 "Embedded agent: minimum time between two gap replays of one source")
       ->capture_default_str();
   app.add_option("--max-model-bytes", options.max_model_bytes,
                  "Index memory per model (node arena + block locator), in bytes; past it new "
@@ -170,6 +174,10 @@ int main(int argc, char** argv) {
       http_server == "civetweb" ? http::Backend::kThreadPerConnection : http::Backend::kEventLoop;
   auto replay = config::ParseDuration(replay_timeout);
   if (!replay.ok()) return Fail("--replay-timeout: " + std::string(replay.status().message()), 2);
+  auto cooldown = config::ParseDuration(replay_cooldown);
+  if (!cooldown.ok()) {
+    return Fail("--replay-cooldown: " + std::string(cooldown.status().message()), 2);
+  }
 
   if (Status status = log::Init(common.log_format, common.log_level); !status.ok()) {
     return Fail(std::string(status.message()), 2);
@@ -203,6 +211,7 @@ int main(int argc, char** argv) {
   }
   options.agent.node = node;
   options.agent.replay_timeout = *replay;
+  options.agent.replay_cooldown = *cooldown;
   for (const std::string& text : sources) {
     auto specs = ingest::ParseSourceSpec(text);
     if (!specs.ok()) return Fail("--source: " + std::string(specs.status().message()), 2);
