@@ -146,7 +146,7 @@ void Cluster::ServeReplayFor(const std::atomic<bool>& stop, std::chrono::millise
 
 void Cluster::Run(const std::atomic<bool>& stop, std::chrono::milliseconds start_delay) {
   {
-    std::lock_guard lock(mutex_);  // /v1/progress reads it
+    MutexLock lock(&mutex_);  // /v1/progress reads it
     started_ = std::chrono::steady_clock::now();
   }
   const bool paced = !options_.dry_run && options_.rate > 0;
@@ -168,10 +168,8 @@ void Cluster::Run(const std::atomic<bool>& stop, std::chrono::milliseconds start
       for (Source& s : sources_) s.endpoint->ServeReplay();
     }
   }
-  {
-    std::lock_guard lock(mutex_);
-    PublishFences();
-  }
+  MutexLock lock(&mutex_);
+  PublishFences();
   done_.store(true);
   logger_->info("trace done: {} requests, {} batches published", requests_done_,
                 batches_published_);
@@ -197,6 +195,15 @@ bool Cluster::AskRouter(size_t model, std::span<const uint32_t> tokens, index::M
   auto reply = http::Fetch(request);
   const double us =
       std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  if (reply.ok() && reply->status == 404) {
+    // A model none of whose engines has announced anything to this router
+    // yet (a --nats router learns models from the log): nothing is cached.
+    out->workers.clear();
+    MutexLock lock(&mutex_);
+    ++match_unknown_model_;
+    match_latency_us_.push_back(us);
+    return true;
+  }
   if (!reply.ok() || reply->status != 200) {
     logger_->warn("match failed: {}", reply.ok() ? reply->body : reply.status().ToString());
     return false;
@@ -218,7 +225,7 @@ bool Cluster::AskRouter(size_t model, std::span<const uint32_t> tokens, index::M
     m.external = row.value("external", 0u);
     out->workers.push_back(std::move(m));
   }
-  std::lock_guard lock(mutex_);
+  MutexLock lock(&mutex_);
   match_latency_us_.push_back(us);
   return true;
 }
@@ -237,7 +244,7 @@ void Cluster::ServeRequest(size_t r) {
     if (AskRouter(model, tokens, &match)) {
       answer = &match;
     } else {
-      std::lock_guard lock(mutex_);
+      MutexLock lock(&mutex_);
       ++match_errors_;
     }
   }
@@ -248,7 +255,7 @@ void Cluster::ServeRequest(size_t r) {
                                       members.begin())]
           .in_flight;
 
-  std::lock_guard lock(mutex_);
+  MutexLock lock(&mutex_);
   Source& source = sources_[chosen];
   faults_.OnRequest(r);
   if (faults_.Fire(FaultKind::kRestart)) Restart(source, r);
@@ -385,7 +392,7 @@ void Cluster::PublishFences() {
 }
 
 std::string Cluster::TruthJson() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(&mutex_);
   std::vector<TruthSource> truth;
   truth.reserve(sources_.size());
   for (const Source& s : sources_) {
@@ -423,7 +430,7 @@ int Cluster::MatchJson(std::string_view body, bool index_view, std::string* out)
   if (request.max_blocks > 0 && local.size() > request.max_blocks) local.resize(request.max_blocks);
   hashing::ComputeSequenceHashes(local, std::nullopt, &seq);
 
-  std::lock_guard lock(mutex_);
+  MutexLock lock(&mutex_);
   std::vector<TruthSource> truth;
   for (const Source& s : sources_) {
     truth.push_back({options_.models[s.model], s.key, options_.block_size, s.engine.get(), &s.view,
@@ -514,6 +521,7 @@ void Cluster::WriteReport(std::string* out) const {
   w.Double(Percentile(match_latency_us_, 0.99));
   w.EndObject();
   w.Field("match_errors", match_errors_);
+  w.Field("match_unknown_model", match_unknown_model_);
   w.Key("faults");
   w.BeginObject();
   for (int k = 0; k < kNumFaultKinds; ++k) {
@@ -525,14 +533,14 @@ void Cluster::WriteReport(std::string* out) const {
 }
 
 std::string Cluster::ReportJson() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(&mutex_);
   std::string out;
   WriteReport(&out);
   return out;
 }
 
 std::string Cluster::ProgressJson() const {
-  std::lock_guard lock(mutex_);
+  MutexLock lock(&mutex_);
   std::string out;
   query::JsonWriter w(&out);
   w.BeginObject();

@@ -18,7 +18,6 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,6 +31,7 @@
 #include "services/mockengine/load_model.h"
 #include "services/mockengine/placement_policy.h"
 #include "services/mockengine/simulated_engine.h"
+#include "shared/base/mutex.h"
 #include "shared/http/client.h"
 #include "shared/index/index_types.h"
 #include "shared/log/log.h"
@@ -86,14 +86,15 @@ class Cluster {
 
   void ServeRequest(size_t r);
   // Publishes one batch of `source` with the fault knobs applied.
-  void PublishBatch(Source& source, size_t r);
-  void Restart(Source& source, size_t r);
+  void PublishBatch(Source& source, size_t r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void Restart(Source& source, size_t r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   bool LossAllowed(const Source& source) const;
-  void Send(Source& source, std::span<const uint8_t> payload, bool live, bool keep);
-  void PublishFences();
+  void Send(Source& source, std::span<const uint8_t> payload, bool live, bool keep)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  void PublishFences() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   bool AskRouter(size_t model, std::span<const uint32_t> tokens, index::MatchResult* out);
   std::string TopicOf(const Source& source) const;
-  void WriteReport(std::string* out) const;  // mutex_ held
+  void WriteReport(std::string* out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const ClusterOptions options_;
   const std::vector<trace::TraceRequest> requests_;
@@ -106,17 +107,26 @@ class Cluster {
   LoadModel load_;
   FaultPlan faults_;
   http::Url router_;
-  std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point started_ ABSL_GUARDED_BY(mutex_);
 
-  mutable std::mutex mutex_;  // engines, views and the figures below
+  // Guards the figures below, and the engines and views in sources_: the
+  // simulation thread changes those only under it, and reads them without
+  // it (it is their only writer); the HTTP threads read them under it.
+  mutable Mutex mutex_;
   std::atomic<bool> done_{false};
-  size_t requests_done_ = 0;
-  uint64_t batches_published_ = 0, events_published_ = 0, fences_ = 0;
-  uint64_t prompt_blocks_ = 0, hit_blocks_[3] = {}, prefill_tokens_ = 0, saved_tokens_ = 0;
-  std::vector<uint64_t> requests_per_worker_;
-  double in_flight_sum_ = 0;
-  std::vector<double> match_latency_us_;
-  uint64_t match_errors_ = 0;
+  size_t requests_done_ ABSL_GUARDED_BY(mutex_) = 0;
+  uint64_t batches_published_ ABSL_GUARDED_BY(mutex_) = 0;
+  uint64_t events_published_ ABSL_GUARDED_BY(mutex_) = 0;
+  uint64_t fences_ ABSL_GUARDED_BY(mutex_) = 0;
+  uint64_t prompt_blocks_ ABSL_GUARDED_BY(mutex_) = 0;
+  uint64_t hit_blocks_[3] ABSL_GUARDED_BY(mutex_) = {};
+  uint64_t prefill_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
+  uint64_t saved_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::vector<uint64_t> requests_per_worker_ ABSL_GUARDED_BY(mutex_);
+  double in_flight_sum_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::vector<double> match_latency_us_ ABSL_GUARDED_BY(mutex_);
+  uint64_t match_errors_ ABSL_GUARDED_BY(mutex_) = 0;
+  uint64_t match_unknown_model_ ABSL_GUARDED_BY(mutex_) = 0;
 
   // Per-request scratch, reused.
   std::vector<wire::WireEvent> events_;

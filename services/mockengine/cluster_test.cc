@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <nlohmann/json.hpp>
 
 namespace kvindex::mockengine {
@@ -109,6 +111,31 @@ TEST(ClusterTest, EachFaultKindClearsOnlyWhenUnrecoverable) {
   int cleared = 0;
   for (const auto& s : a["truth"]["sources"]) cleared += s["cleared_by_fault"].get<bool>();
   EXPECT_EQ(cleared, 1) << a["report"]["faults"].dump();
+}
+
+// The truth API's readers (HTTP threads) while the simulation runs: every
+// snapshot is consistent (the progress never goes backwards, the truth's
+// requests_done matches its own progress), and under TSan no race.
+TEST(ClusterTest, ReadersDuringTheRunSeeConsistentSnapshots) {
+  Cluster cluster(Options(), Trace(400), "t.jsonl");
+  std::atomic<bool> stop{false};
+  std::thread run([&] { cluster.Run(stop, std::chrono::milliseconds(0)); });
+  uint64_t last_done = 0, snapshots = 0;
+  std::string answer;
+  while (!cluster.done() || snapshots < 3) {
+    const auto progress = nlohmann::json::parse(cluster.ProgressJson());
+    const uint64_t done = progress["requests_done"].get<uint64_t>();
+    EXPECT_GE(done, last_done);
+    last_done = done;
+    const auto truth = nlohmann::json::parse(cluster.TruthJson());
+    EXPECT_GE(truth["requests_done"].get<uint64_t>(), done);
+    EXPECT_EQ(cluster.MatchJson(R"({"model": "ma", "tokens": [1, 2, 3]})", false, &answer), 200)
+        << answer;
+    ++snapshots;
+  }
+  run.join();
+  EXPECT_GT(snapshots, 3u);
+  EXPECT_EQ(nlohmann::json::parse(cluster.ProgressJson())["requests_done"], 400);
 }
 
 }  // namespace
