@@ -1,0 +1,404 @@
+#!/usr/bin/env python3
+"""The simulated cluster, end to end (issue #12): kvindex-mockengine places
+each request by asking a router (`--policy kv-aware`, POST /v1/match as a
+gateway would), its engines publish real KV events on ZMQ, and what every
+router holds at the end is checked against the engines' own ground truth.
+
+- embedded: a mixed fleet (vLLM map and array forms, SGLang, TensorRT-LLM,
+  DP ranks, two models, host and disk tiers, self-describing CPU events and
+  placeholders) into `kvindex-router --embedded`: the router's digest equals
+  the truth's, every source's entries per tier equal the truth's, and
+  /v1/match equals the answer computed here from the truth for a sample of
+  the prompts served.
+- embedded_faults: the same with every fault knob on: every source no fault
+  made the router clear ends exactly as the truth; a cleared source holds
+  only what it stored after the clear (never a stale entry).
+- nats: one kvindex-agent and two kvindex-router --nats replicas over a real
+  nats-server; both end on the truth's digest and answers.
+
+The truth's matching is recomputed here from its block sets (semantics.md
+section 5) and its digest from its entries (section 6), independently of the
+simulator's C++ code.
+
+Usage: test_simulation.py BIN_DIR SCENARIO
+"""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "distributed"))
+import nats_e2e as ne  # noqa: E402
+from nats_e2e import e2e  # noqa: E402
+
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+TRACE = os.path.join(ROOT, "data", "mooncake", "conversation_trace.jsonl")
+TOKENS_PER_HASH_ID = 512  # services/mockengine/prompt_tokens.h
+BLOCK_SIZE = 16
+MODELS = ["sim-a", "sim-b"]
+REQUESTS = 360
+TIER_NAMES = ("device", "host", "disk")
+# The agent clears a source whose second gap comes within --replay-cooldown
+# of its last replay (a bound on replay storms). The truth does not model
+# that wall-clock rule, and seeded drops may fall close together.
+NO_REPLAY_COOLDOWN = ["--replay-cooldown", "0s"]
+ROW_KEYS = ("worker", "dp_rank", "longest", "device", "host", "disk", "external",
+            "device_prefix")
+
+
+# --- the trace's prompts, as the simulator builds them ----------------------------
+
+def _mix64(z):
+    mask = (1 << 64) - 1
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+    return z ^ (z >> 31)
+
+
+def prompt_tokens(request):
+    tokens = [_mix64(i * TOKENS_PER_HASH_ID + j) % 128000 + 1
+              for i in request["hash_ids"] for j in range(TOKENS_PER_HASH_ID)]
+    length = request.get("input_length", 0)
+    return tokens[:length] if 0 < length < len(tokens) else tokens
+
+
+def read_trace(limit):
+    with open(TRACE) as f:
+        return [json.loads(line) for _, line in zip(range(limit), f)]
+
+
+# --- the truth --------------------------------------------------------------------
+
+def truth_digest(truth, view=None):
+    """Section 6 over the truth's entries (view "stored_since_clear": over
+    what the index may hold)."""
+    return e2e.digest((s["model"], s["worker"], s["dp_rank"], tier, block)
+                      for s in truth["sources"] for tier in TIER_NAMES
+                      for block in (s[view] if view else s)[tier])
+
+
+def truth_rows(truth, model, tokens, allowed=False):
+    """Semantics section 5 over the truth's block sets; with `allowed`, over
+    what each source may hold (its `stored_since_clear`)."""
+    seq = e2e.canonical(tokens, BLOCK_SIZE)
+    rows = []
+    for source in truth["sources"]:
+        if source["model"] != model:
+            continue
+        held = source["stored_since_clear"] if allowed else source
+        sets = [set(held[tier]) for tier in TIER_NAMES]
+        row = dict(worker=source["worker"], dp_rank=source["dp_rank"], longest=0, device=0,
+                   host=0, disk=0, external=0, device_prefix=0)
+        on_device_so_far = True
+        for block in seq:
+            tier = next((t for t, s in zip(TIER_NAMES, sets) if block in s), None)
+            if tier is None:
+                break
+            row["longest"] += 1
+            row[tier] += 1
+            on_device_so_far = on_device_so_far and tier == "device"
+            if on_device_so_far:
+                row["device_prefix"] += 1
+        if row["longest"]:
+            rows.append(row)
+    rows.sort(key=lambda r: (-r["longest"], r["worker"], r["dp_rank"]))
+    return rows
+
+
+def project(rows):
+    return [tuple(row[k] for k in ROW_KEYS) for row in rows]
+
+
+# --- processes ------------------------------------------------------------------
+
+class Simulator(ne.Process):
+    """kvindex-mockengine with its truth HTTP endpoint on a free port."""
+
+    request = e2e.Router.request
+    json = e2e.Router.json
+    token = None
+
+    def __init__(self, bin_dir, args):
+        self.port = e2e.free_port()
+        self.bin = os.path.join(bin_dir, "kvindex-mockengine")
+        super().__init__([self.bin, "--truth-http", "127.0.0.1:%d" % self.port,
+                          "--log-level", "info"] + args)
+
+    def sources(self, args):
+        """The router --source strings for this fleet (--print-sources)."""
+        out = subprocess.run([self.bin] + args + ["--print-sources"], check=True,
+                             capture_output=True, text=True, timeout=30).stdout
+        return [line for line in out.splitlines() if line.strip()]
+
+    def wait_done(self, timeout):
+        def done():
+            if self.proc.poll() is not None:
+                raise AssertionError("mockengine exited with %s: %s" %
+                                     (self.proc.returncode, self.logs()))
+            progress = self.json("GET", "/v1/progress")
+            return progress if progress["requests_done"] == progress["requests_total"] else None
+        return e2e.wait_for(done, timeout, "the simulation to serve every request")
+
+
+class EmbeddedRouter(ne.NatsRouter):
+    """kvindex-router --embedded with its logs in files (fault runs log a lot)."""
+
+    def __init__(self, bin_dir, sources):
+        super().__init__(bin_dir, "unused")
+        self.args = [self.bin, "--embedded", "--data-dir", self.data_dir, "--http",
+                     "127.0.0.1:%d" % self.port, "--node", "sim-node", "--replay-timeout", "2s",
+                     "--log-level", "info"] + NO_REPLAY_COOLDOWN
+        for source in sources:
+            self.args += ["--source", source]
+
+
+def fleet(ports, extra=()):
+    """Eight workers, every wire form, two models, DP ranks, three tiers."""
+    pub, replay = ports
+    args = ["--trace", TRACE, "--limit", str(REQUESTS), "--workers", "8",
+            "--pub-base-port", str(pub), "--replay-base-port", str(replay),
+            "--block-size", str(BLOCK_SIZE), "--device-capacity", "1500",
+            "--host-capacity", "1500", "--disk-capacity", "3000", "--seed", "12",
+            "--engine", "index=1,wire=vllm-array",
+            "--engine", "index=2,wire=sglang,disk=0",
+            "--engine", "index=3,wire=trtllm,dp_ranks=2",
+            "--engine", "index=4,cpu_events=tokens,speed=2",
+            "--engine", "index=5,wire=sglang,dp_ranks=2,host=600,disk=0",
+            "--engine", "index=6,wire=vllm-array,device=600,cpu_events=tokens",
+            "--rate", "150", "--start-delay", "1s"]
+    for model in MODELS:
+        args += ["--model", model]
+    return args + list(extra)
+
+
+def free_ports(count=12):
+    """(pub base, replay base): 2 x `count` consecutive free loopback ports
+    (the simulator binds base + k for its k-th (worker, rank))."""
+    for _ in range(50):
+        base = e2e.free_port()
+        if base + 2 * count >= 65535:
+            continue
+        sockets = []
+        try:
+            for port in range(base, base + 2 * count):
+                sockets.append(socket.socket())
+                sockets[-1].bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+        return base, base + count
+    raise AssertionError("no block of %d free ports" % (2 * count))
+
+
+# --- checks ---------------------------------------------------------------------
+
+def check_prompt_tokens(bin_dir, requests):
+    """This file's prompt builder equals the simulator's (--print-prompt)."""
+    for r in (0, len(requests) - 1):
+        out = subprocess.run([os.path.join(bin_dir, "kvindex-mockengine"), "--trace", TRACE,
+                              "--print-prompt", str(r)], check=True, capture_output=True,
+                             text=True, timeout=30).stdout
+        assert json.loads(out) == prompt_tokens(requests[r]), "prompt %d differs" % r
+
+
+def workers_by_source(router):
+    return {(w["model"], w["worker"], w["dp_rank"]): w["entries"]
+            for w in router.json("GET", "/v1/workers")["workers"]}
+
+
+def check_router(router, truth, requests):
+    """Per-source entries and /v1/match of sampled prompts against what
+    semantics.md lets the router hold: the truth for every source no fault
+    made it clear, and for a cleared source what it stored after the clear
+    (its `stored_since_clear`, equal to the truth when it was never cleared)."""
+    held = workers_by_source(router)
+    for s in truth["sources"]:
+        key = (s["model"], s["worker"], s["dp_rank"])
+        got = held.get(key, {t: 0 for t in TIER_NAMES})
+        for tier in TIER_NAMES:
+            allowed = len(s["stored_since_clear"][tier])
+            assert got[tier] == allowed, "%s %s: router holds %d, the truth allows %d%s" % (
+                key, tier, got[tier], allowed, " (cleared by a fault)" if s["cleared_by_fault"]
+                else "")
+            if not s["cleared_by_fault"]:
+                assert allowed == s["entries"][tier] == len(s[tier]), (key, tier)
+    compared = 0
+    for r in range(0, len(requests), max(1, len(requests) // 60)):
+        model = MODELS[r % len(MODELS)]
+        tokens = prompt_tokens(requests[r])
+        answer = router.json("POST", "/v1/match", {"model": model, "tokens": tokens})
+        expected = truth_rows(truth, model, tokens, allowed=True)
+        assert project(answer["workers"]) == project(expected), (
+            "request %d: router %s != truth %s" % (r, answer["workers"], expected))
+        compared += 1
+    return compared
+
+
+def check_truth_endpoint(sim, truth, requests):
+    """The simulator's own /v1/match (its reference answer) agrees with the
+    truth recomputed here, and its digest with section 6."""
+    assert truth["digest"] == truth_digest(truth), "truth digest %s != recomputed %s" % (
+        truth["digest"], truth_digest(truth))
+    allowed = truth_digest(truth, "stored_since_clear")
+    assert truth["stored_since_clear_digest"] == allowed, (truth["stored_since_clear_digest"],
+                                                           allowed)
+    for r in range(0, len(requests), max(1, len(requests) // 10)):
+        model = MODELS[r % len(MODELS)]
+        tokens = prompt_tokens(requests[r])
+        body = {"model": model, "tokens": tokens}
+        answer = sim.json("POST", "/v1/match", body)
+        assert project(answer["workers"]) == project(truth_rows(truth, model, tokens)), r
+        answer = sim.json("POST", "/v1/match?view=index", body)
+        assert project(answer["workers"]) == project(truth_rows(truth, model, tokens, True)), r
+
+
+def run_embedded(bin_dir, faults):
+    requests = read_trace(REQUESTS)
+    check_prompt_tokens(bin_dir, requests)
+    ports = free_ports()
+    extra = ["--policy", "kv-aware"]
+    if faults:
+        extra += ["--fault-drop", "4", "--fault-gap", "1", "--fault-restart", "1",
+                  "--fault-malformed", "1", "--fault-slow", "1"]
+    sim = router = None
+    probe = Simulator(bin_dir, [])
+    try:
+        sources = probe.sources(fleet(ports))
+        assert len(sources) == 8, sources
+        router = EmbeddedRouter(bin_dir, sources).start().wait_ready()
+        report = os.path.join(probe.dir, "report.json")
+        sim = Simulator(bin_dir, fleet(ports, extra + [
+            "--router", "http://127.0.0.1:%d" % router.port, "--report-out", report,
+            "--truth-out", os.path.join(probe.dir, "truth.json")]))
+        sim.start()
+        progress = sim.wait_done(120)
+        assert progress["report"]["match_errors"] == 0, progress["report"]
+        assert progress["report"]["match_latency_us"]["count"] == REQUESTS, progress["report"]
+        truth = sim.json("GET", "/v1/truth")
+        assert truth["requests_done"] == REQUESTS
+        check_truth_endpoint(sim, truth, requests)
+        sources_held = [s for s in truth["sources"] if any(s[t] for t in TIER_NAMES)]
+        assert len(sources_held) >= 8, "too few sources hold blocks: %d" % len(sources_held)
+        for tier in TIER_NAMES:
+            assert any(s[tier] for s in truth["sources"]), "no source holds blocks on " + tier
+        # Exact in both runs: with faults, the digest of what the cleared
+        # sources stored since their clear and the rest of the truth.
+        want = truth["stored_since_clear_digest"]
+        if not faults:
+            assert want == truth["digest"], truth["digest"]
+        e2e.wait_for(lambda: router.state()["digest"] == want, 60,
+                     "router digest == the truth's %s" % want)
+        if faults:
+            injected = progress["report"]["faults"]
+            for kind, want in (("drop", 4), ("gap", 1), ("restart", 1), ("malformed", 1),
+                               ("slow", 1)):
+                assert injected[kind] == want, injected
+            cleared = [s for s in truth["sources"] if s["cleared_by_fault"]]
+            assert cleared and len(cleared) < len(truth["sources"]), (
+                "faults should clear some sources, not all: %d" % len(cleared))
+        compared = check_router(router, truth, requests)
+        assert sim.stop() == 0, sim.logs()
+        with open(report) as f:
+            final = json.load(f)
+        assert final["requests"] == REQUESTS and final["policy"] == "kv-aware", final
+        print("embedded%s: %d sources, %d prompts compared, digest %s, hit rate %.3f" %
+              (" with faults" if faults else "", len(truth["sources"]), compared,
+               router.state()["digest"], final["hit_rate"]))
+    except AssertionError:
+        dump_logs(router=router, mockengine=sim)
+        raise
+    finally:
+        for p in (sim, router):
+            if p is not None:
+                p.cleanup()
+        probe.cleanup()
+
+
+def dump_logs(**procs):
+    """The tail of each process's log, for a failed check."""
+    for name, proc in procs.items():
+        if proc is not None and proc.proc is not None:
+            print("--- %s log (last 40 lines)" % name)
+            print("\n".join(proc.logs().splitlines()[-40:]))
+
+
+def scenario_embedded(bin_dir):
+    run_embedded(bin_dir, faults=False)
+
+
+def scenario_embedded_faults(bin_dir):
+    run_embedded(bin_dir, faults=True)
+
+
+def scenario_nats(bin_dir):
+    """One agent, two routers over a real nats-server, routing kv-aware
+    through the first; both end on the truth."""
+    requests = read_trace(REQUESTS)
+    ports = free_ports()
+    server = ne.NatsServer().start()
+    agent = sim = None
+    routers = []
+    probe = Simulator(bin_dir, [])
+    try:
+        sources = probe.sources(fleet(ports))
+        # --models: a model is known before its first event, so the first
+        # requests of each model match nothing instead of answering 404.
+        routers = [ne.NatsRouter(bin_dir, server.url, extra=["--models", ",".join(MODELS)]).start()
+                   for _ in range(2)]
+        for router in routers:
+            router.wait_ready()
+        agent = ne.Agent(bin_dir, server.url, "sim-agent", sources,
+                         extra=NO_REPLAY_COOLDOWN).start()
+        sim = Simulator(bin_dir, fleet(ports, ["--policy", "kv-aware", "--router",
+                                               "http://127.0.0.1:%d" % routers[0].port]))
+        sim.start()
+        progress = sim.wait_done(120)
+        assert progress["report"]["match_errors"] == 0, progress["report"]
+        truth = sim.json("GET", "/v1/truth")
+        check_truth_endpoint(sim, truth, requests)
+        ne.same_digest(routers, truth["digest"], timeout=60)
+        for router in routers:
+            check_router(router, truth, requests)
+        assert sim.stop() == 0, sim.logs()
+        print("nats: 2 routers on digest %s" % truth["digest"])
+    except AssertionError:
+        dump_logs(mockengine=sim, agent=agent, router0=routers[0] if routers else None)
+        raise
+    finally:
+        for p in [sim, agent] + routers:
+            if p is not None:
+                p.cleanup()
+        probe.cleanup()
+        server.cleanup()
+
+
+def scenario_quickstart(bin_dir):
+    """The README's quick start as CI runs it (CI=true, no terminal): it
+    finishes by itself, exit 0, with its tables and the lines to try."""
+    pub, replay = free_ports(20)
+    env = dict(os.environ, CI="true", KVINDEX_DEMO_REQUESTS="300", KVINDEX_DEMO_WORKERS="4",
+               KVINDEX_DEMO_RATE="200", KVINDEX_DEMO_PORT=str(e2e.free_port()),
+               KVINDEX_DEMO_TRUTH_PORT=str(e2e.free_port()), KVINDEX_DEMO_PUB_BASE=str(pub),
+               KVINDEX_DEMO_REPLAY_BASE=str(replay))
+    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "demo_cluster.py"),
+                          "--bin-dir", bin_dir], env=env, capture_output=True, text=True,
+                         timeout=180)
+    assert out.returncode == 0, "quick start exited %d:\n%s\n%s" % (out.returncode, out.stdout,
+                                                                     out.stderr)
+    for expected in ("Progress:", "Index:", "Routing:", "Match of a recent prompt",
+                     "equals the engines' own", "kvindex-ctl match --router",
+                     "curl -s -X POST", "demo: done"):
+        assert expected in out.stdout, "quick start output lacks %r:\n%s" % (expected, out.stdout)
+    print(out.stdout[-2000:])
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    ne.run_scenario(globals(), sys.argv)
