@@ -130,14 +130,20 @@ def write_markdown(path, results, args, started, command):
         "`--dry-run`); kv-aware asks a real `kvindex-router --embedded`, fed by the engines'",
         "real KV events over ZMQ, `POST /v1/match` for every request (at %d requests/s)" %
         args.rate,
-        "and places it by the documented cost (most matched blocks weighted by tier, ties",
-        "by load).",
+        "and places it by the cost in services/mockengine/README.md: the blocks left to",
+        "prefill after the match (a CPU hit counts half, a disk hit a quarter) plus a price",
+        "for the requests already in flight there (`--kv-load-weight` 0.25).",
         "",
         "- hit rate: prompt blocks the chosen engine already held as a cached prefix (GPU,",
         "  or CPU offload loaded back), over all prompt blocks; per tier beside it.",
         "- prefill tokens saved: hit blocks x 16 tokens, and their share of all prompt tokens.",
         "- load balance: requests on the busiest worker over the mean (1.00 = even), and",
-        "  the coefficient of variation of requests per worker.",
+        "  the coefficient of variation of requests per worker. The traces arrive slowly",
+        "  (about 3 requests/s over the simulated clock) against ~1 s of service, so few",
+        "  requests are in flight at any arrival: least-loaded (ties to the lowest index)",
+        "  and kv-aware (load priced only when it exists) concentrate work at 64 workers.",
+        "- match p50 / p99: the simulated gateway's whole HTTP exchange with the router",
+        "  (a new connection per request), on the shared machine.",
         "",
         "| trace | workers | policy | hit rate | GPU | CPU | prefill tokens saved | "
         "busiest / mean | CV | match p50 / p99 |",
@@ -150,7 +156,8 @@ def write_markdown(path, results, args, started, command):
             r["trace"], r["workers"], r["policy"], pct(rep["hit_rate"]),
             pct(rep["hit_rate_by_tier"]["device"]), pct(rep["hit_rate_by_tier"]["host"]),
             "{:,}".format(rep["prefill_tokens_saved"]),
-            pct(rep["prefill_tokens_saved"] / max(rep["prefill_tokens"], 1)),
+            pct(rep["prefill_tokens_saved"] /
+                max(rep["prefill_tokens"] + rep["prefill_tokens_saved"], 1)),
             rep["load"]["max_over_mean"], rep["load"]["cv"],
             "%.0f / %.0f us" % (lat["p50"], lat["p99"]) if lat["count"] else "-"))
     lines += ["", "![hit rate per policy](results.png)", "",
