@@ -18,7 +18,6 @@ Usage: demo_cluster.py [--bin-dir build/bin] (the rest from KVINDEX_DEMO_* env)
 """
 
 import argparse
-import http.client
 import json
 import os
 import shutil
@@ -28,6 +27,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_processes import Api, Processes  # noqa: E402
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 MODEL = "demo-model"
 BLOCK_SIZE = 16
@@ -35,36 +37,6 @@ BLOCK_SIZE = 16
 
 def env_int(name, default):
     return int(os.environ.get(name, default))
-
-
-class Api:
-    """JSON over HTTP to one local port."""
-
-    def __init__(self, port):
-        self.port = port
-
-    def fetch(self, method, path, body=None, timeout=5):
-        """(status, body text)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=timeout)
-        try:
-            conn.request(method, path, body=json.dumps(body) if body is not None else None,
-                         headers={"Content-Type": "application/json"})
-            response = conn.getresponse()
-            return response.status, response.read().decode()
-        finally:
-            conn.close()
-
-    def call(self, method, path, body=None, timeout=5):
-        status, text = self.fetch(method, path, body, timeout)
-        if status != 200:
-            raise OSError("%s %s: %d %s" % (method, path, status, text))
-        return json.loads(text)
-
-    def ready(self, path):
-        try:
-            return self.fetch("GET", path, timeout=1)[0] == 200
-        except (OSError, http.client.HTTPException):
-            return False
 
 
 def percent(x):
@@ -102,7 +74,7 @@ class Demo:
         self.interactive = (sys.stdout.isatty() and os.environ.get("CI", "") in ("", "0", "false")
                             and os.environ.get("KVINDEX_DEMO_KEEP", "1") != "0")
         self.dir = tempfile.mkdtemp(prefix="kvindex-demo.")
-        self.procs = []
+        self.procs = Processes(self.bin, self.dir, "demo")
         self.router = Api(self.http_port)
         self.truth = Api(self.truth_port)
         self.started = time.monotonic()
@@ -118,65 +90,33 @@ class Demo:
                 "--pub-base-port", str(self.pub_base),
                 "--replay-base-port", str(self.replay_base), "--seed", "1"]
 
-    def tool(self, name):
-        return os.path.join(self.bin, name)
-
-    def spawn(self, name, args):
-        log = open(os.path.join(self.dir, name + ".log"), "w")
-        proc = subprocess.Popen([self.tool(name)] + args, stdout=log, stderr=subprocess.STDOUT)
-        self.procs.append((proc, log))
-        return proc
-
-    def stop_all(self):
-        for proc, log in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
-            log.close()
-        self.procs = []
-
-    def wait(self, what, predicate, timeout, proc=None):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if predicate():
-                return
-            if proc is not None and proc.poll() is not None:
-                break
-            time.sleep(0.2)
-        raise SystemExit("demo: %s did not happen within %ds (logs in %s)" %
-                         (what, timeout, self.dir))
-
     # --- the run ----------------------------------------------------------------
 
     def baseline(self):
         """Round-robin on the same trace and fleet, simulated without sockets."""
         out = os.path.join(self.dir, "round-robin.json")
-        subprocess.run([self.tool("kvindex-mockengine")] + self.fleet() +
+        subprocess.run([self.procs.tool("kvindex-mockengine")] + self.fleet() +
                        ["--policy", "round-robin", "--dry-run", "--report-out", out,
                         "--log-level", "warn"], check=True, timeout=300)
         with open(out) as f:
             return json.load(f)
 
     def start(self):
-        sources = subprocess.run([self.tool("kvindex-mockengine")] + self.fleet() +
+        sources = subprocess.run([self.procs.tool("kvindex-mockengine")] + self.fleet() +
                                  ["--print-sources"], check=True, capture_output=True,
                                  text=True, timeout=30).stdout.split()
         router_args = ["--embedded", "--data-dir", os.path.join(self.dir, "router-data"),
                        "--http", "127.0.0.1:%d" % self.http_port]
         for source in sources:
             router_args += ["--source", source]
-        router = self.spawn("kvindex-router", router_args)
-        self.wait("the router's /readyz", lambda: self.router.ready("/readyz"), 60, router)
-        sim = self.spawn("kvindex-mockengine", self.fleet() + [
+        router = self.procs.spawn("kvindex-router", router_args)
+        self.procs.wait_until("the router's /readyz", lambda: self.router.ready("/readyz"), 60, router)
+        sim = self.procs.spawn("kvindex-mockengine", self.fleet() + [
             "--policy", "kv-aware", "--router", "http://127.0.0.1:%d" % self.http_port,
             "--rate", str(self.rate), "--truth-http", "127.0.0.1:%d" % self.truth_port,
             "--report-out", os.path.join(self.dir, "kv-aware.json"),
             "--truth-out", os.path.join(self.dir, "truth.json"), "--start-delay", "1s"])
-        self.wait("the simulator's /healthz", lambda: self.truth.ready("/healthz"), 30, sim)
+        self.procs.wait_until("the simulator's /healthz", lambda: self.truth.ready("/healthz"), 30, sim)
         return sim
 
     def snapshot(self):
@@ -190,7 +130,7 @@ class Demo:
         done = progress["requests_done"]
         best, best_longest = (None, None), -1
         for r in range(done - 1, max(done - candidates, 0) - 1, -1):
-            out = subprocess.run([self.tool("kvindex-mockengine"), "--trace", self.trace,
+            out = subprocess.run([self.procs.tool("kvindex-mockengine"), "--trace", self.trace,
                                   "--print-prompt", str(r)], capture_output=True, text=True,
                                  timeout=30)
             if out.returncode != 0:
@@ -283,7 +223,7 @@ class Demo:
             self.show(self.screen(progress, state, baseline, match))
             time.sleep(period)
         truth = self.truth.call("GET", "/v1/truth")
-        self.wait("the router's digest to equal the ground truth's %s" % truth["digest"],
+        self.procs.wait_until("the router's digest to equal the ground truth's %s" % truth["digest"],
                   lambda: self.router.call("GET", "/v1/state")["digest"] == truth["digest"], 60)
         progress, state = self.snapshot()
         tokens, match = self.sample_prompt(progress, candidates=20)
@@ -311,7 +251,7 @@ class Demo:
         with open(csv, "w") as f:
             f.write(",".join(map(str, tokens)))
         router = "http://127.0.0.1:%d" % self.http_port
-        ctl = os.path.relpath(self.tool("kvindex-ctl"))
+        ctl = os.path.relpath(self.procs.tool("kvindex-ctl"))
         print("Try (the prompt files hold that recent prompt, %d tokens; kvindex-ctl takes its "
               "first 4096, one command-line argument's worth):" % len(tokens))
         for line in ("%s state --router %s" % (ctl, router),
@@ -335,7 +275,7 @@ def main():
     except KeyboardInterrupt:
         pass
     finally:
-        demo.stop_all()
+        demo.procs.stop_all()
         if os.environ.get("KVINDEX_DEMO_KEEP_FILES", "0") != "1":
             shutil.rmtree(demo.dir, ignore_errors=True)
     print("demo: done")

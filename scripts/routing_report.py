@@ -15,14 +15,15 @@ Usage: routing_report.py [--bin-dir build/bin] [--out docs] [--workers 8,16,64]
 
 import argparse
 import glob
-import http.client
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from cluster_processes import Api, Processes  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 POLICIES = ["round-robin", "random", "least-loaded", "kv-aware"]
@@ -40,28 +41,6 @@ def engines_args(trace, workers, limit, args):
     return out
 
 
-def http_ok(port, path):
-    try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-        conn.request("GET", path)
-        ok = conn.getresponse().status == 200
-        conn.close()
-        return ok
-    except (OSError, http.client.HTTPException):
-        return False
-
-
-def wait(predicate, timeout, what, proc):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        if proc.poll() is not None:
-            break
-        time.sleep(0.2)
-    raise SystemExit("routing-report: %s did not happen within %ds" % (what, timeout))
-
-
 def run_dry(bin_dir, fleet, policy, workdir):
     out = os.path.join(workdir, "report.json")
     subprocess.run([os.path.join(bin_dir, "kvindex-mockengine")] + fleet +
@@ -76,37 +55,25 @@ def run_kv_aware(bin_dir, fleet, workdir, args):
     mock = os.path.join(bin_dir, "kvindex-mockengine")
     sources = subprocess.run([mock] + fleet + ["--print-sources"], check=True,
                              capture_output=True, text=True, timeout=60).stdout.split()
-    router_args = [os.path.join(bin_dir, "kvindex-router"), "--embedded",
+    router_args = ["--embedded",
                    "--data-dir", os.path.join(workdir, "router"),
                    "--http", "127.0.0.1:%d" % args.http_port, "--log-level", "warn"]
     for source in sources:
         router_args += ["--source", source]
     out = os.path.join(workdir, "report.json")
-    procs = []
+    procs = Processes(bin_dir, workdir, "routing-report")
     try:
-        with open(os.path.join(workdir, "router.log"), "w") as log:
-            router = subprocess.Popen(router_args, stdout=log, stderr=subprocess.STDOUT)
-        procs.append(router)
-        wait(lambda: http_ok(args.http_port, "/readyz"), 60, "router ready", router)
-        with open(os.path.join(workdir, "mockengine.log"), "w") as log:
-            sim = subprocess.Popen([mock] + fleet + [
-                "--policy", "kv-aware", "--router", "http://127.0.0.1:%d" % args.http_port,
-                "--rate", str(args.rate), "--report-out", out, "--exit-when-done",
-                "--start-delay", "1s", "--log-level", "warn"], stdout=log,
-                stderr=subprocess.STDOUT)
-        procs.append(sim)
+        router = procs.spawn("kvindex-router", router_args)
+        procs.wait_until("router ready", lambda: Api(args.http_port).ready("/readyz"), 60, router)
+        sim = procs.spawn("kvindex-mockengine", fleet + [
+            "--policy", "kv-aware", "--router", "http://127.0.0.1:%d" % args.http_port,
+            "--rate", str(args.rate), "--report-out", out, "--exit-when-done",
+            "--start-delay", "1s", "--log-level", "warn"])
         code = sim.wait(timeout=3600)
         if code != 0:
             raise SystemExit("routing-report: kvindex-mockengine exited %d (%s)" % (code, workdir))
     finally:
-        for proc in reversed(procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+        procs.stop_all()
     with open(out) as f:
         return json.load(f)
 

@@ -10,6 +10,7 @@
 #include "shared/hashing/canonical_hash.h"
 #include "shared/query/json_writer.h"
 #include "shared/query/match_request.h"
+#include "shared/query/router_api.h"
 
 namespace kvindex::mockengine {
 namespace {
@@ -436,28 +437,9 @@ int Cluster::MatchJson(std::string_view body, bool index_view, std::string* out)
     truth.push_back({options_.models[s.model], s.key, options_.block_size, s.engine.get(), &s.view,
                      s.cleared_by_fault});
   }
-  const index::MatchResult result = MatchTruth(truth, request.model, seq, index_view);
-  query::JsonWriter w(out);
-  w.BeginObject();
-  w.Field("model", request.model);
-  w.Field("blocks", result.blocks);
-  w.Field("applied_seq", requests_done_);  // the truth's "position": requests served
-  w.Key("workers");
-  w.BeginArray();
-  for (const index::WorkerMatch& m : result.workers) {
-    w.BeginObject();
-    w.Field("worker", m.source.worker);
-    w.Field("dp_rank", m.source.dp_rank);
-    w.Field("longest", m.longest);
-    w.Field("device", m.device);
-    w.Field("host", m.host);
-    w.Field("disk", m.disk);
-    w.Field("external", m.external);
-    w.Field("device_prefix", m.device_prefix);
-    w.EndObject();
-  }
-  w.EndArray();
-  w.EndObject();
+  index::MatchResult result = MatchTruth(truth, request.model, seq, index_view);
+  result.applied_seq = requests_done_;  // the truth's "position": requests served
+  query::WriteMatchResponse(request.model, result, out);
   return 200;
 }
 

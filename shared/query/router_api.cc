@@ -75,6 +75,8 @@ StatusOr<index::MatchResult> Lookup(const ApiContext& context, const MatchReques
   return result;
 }
 
+}  // namespace
+
 // The hot response, written without JsonWriter's bookkeeping: one append
 // per literal run, numbers with std::to_chars. Same bytes JsonWriter would
 // produce.
@@ -116,8 +118,6 @@ void WriteMatchResponse(std::string_view model, const index::MatchResult& result
   }
   out->append("]}");
 }
-
-}  // namespace
 
 RouterApi::RouterApi(ApiOptions options, ApiContext context)
     : options_(options), context_(std::move(context)) {}

@@ -31,6 +31,10 @@
 
 namespace kvindex::query {
 
+// Appends the body of a /v1/match answer (docs/api.md) to *out. Also the
+// simulated cluster's truth API, so both answer in the same bytes.
+void WriteMatchResponse(std::string_view model, const index::MatchResult& result, std::string* out);
+
 struct ApiOptions {
   // /metrics requires the bearer token (when one is configured). Default: false.
   bool metrics_auth = false;

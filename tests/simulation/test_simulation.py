@@ -25,6 +25,7 @@ Usage: test_simulation.py BIN_DIR SCENARIO
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -178,11 +179,13 @@ def fleet(ports, extra=()):
 
 def free_ports(count=12):
     """(pub base, replay base): 2 x `count` consecutive free loopback ports
-    (the simulator binds base + k for its k-th (worker, rank))."""
-    for _ in range(50):
-        base = e2e.free_port()
-        if base + 2 * count >= 65535:
-            continue
+    (the simulator binds base + k for its k-th (worker, rank)), below the
+    kernel's ephemeral range: a router connecting before the simulator binds
+    retries from ephemeral ports, which must not take the ones we hand out."""
+    low, _ = (int(x) for x in open("/proc/sys/net/ipv4/ip_local_port_range").read().split())
+    rng = random.Random()
+    for _ in range(100):
+        base = rng.randrange(10000, max(low, 10000 + 4 * count) - 2 * count)
         sockets = []
         try:
             for port in range(base, base + 2 * count):
