@@ -276,6 +276,32 @@ void Cluster::ServeRequest(size_t r) {
   ++requests_per_worker_[source.worker];
   in_flight_sum_ += in_flight;
   ++requests_done_;
+  if (options_.record_requests) {
+    query::JsonWriter w(&requests_jsonl_);
+    w.BeginObject();
+    w.Field("request", r);
+    w.Field("model", options_.models[model]);
+    w.Field("worker", source.key.worker);
+    w.Field("dp_rank", source.key.dp_rank);
+    w.Field("prompt_blocks", hit.prompt_blocks);
+    w.Field("device", hit.device);
+    w.Field("host", hit.host);
+    w.Field("disk", hit.disk);
+    w.Field("in_flight", in_flight);
+    w.Key("match_us");
+    if (answer != nullptr) {
+      w.Double(match_latency_us_.back());
+    } else {
+      w.Null();
+    }
+    w.EndObject();
+    requests_jsonl_.push_back('\n');
+  }
+}
+
+std::string Cluster::RequestsJsonl() const {
+  MutexLock lock(&mutex_);
+  return requests_jsonl_;
 }
 
 bool Cluster::LossAllowed(const Source& source) const {

@@ -56,6 +56,9 @@ class Cluster {
   std::string TruthJson() const;
   std::string ReportJson() const;
   std::string ProgressJson() const;
+  // One JSON object per request served, in order (with record_requests):
+  // where it was placed and the prefix the engine had cached for it.
+  std::string RequestsJsonl() const;
   // POST /v1/match over the truth: status and body. `index_view` = what the
   // index may hold (cleared sources: only what they stored since the clear).
   int MatchJson(std::string_view body, bool index_view, std::string* out) const;
@@ -127,6 +130,7 @@ class Cluster {
   std::vector<double> match_latency_us_ ABSL_GUARDED_BY(mutex_);
   uint64_t match_errors_ ABSL_GUARDED_BY(mutex_) = 0;
   uint64_t match_unknown_model_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::string requests_jsonl_ ABSL_GUARDED_BY(mutex_);
 
   // Per-request scratch, reused.
   std::vector<wire::WireEvent> events_;

@@ -56,6 +56,7 @@ struct ClusterOptions {
   // agent skips a replay within its cooldown (1 s) and clears instead.
   std::chrono::milliseconds fault_min_interval{2000};
   bool dry_run = false;
+  bool record_requests = false;  // keep one JSON line per request (RequestsJsonl)
 };
 
 // "index=I,wire=W,device=N,host=N,disk=N,dp_ranks=N,speed=F,model=NAME,

@@ -44,7 +44,7 @@ struct Flags {
   bool exit_when_done = false;
   int print_prompt = -1;
   bool print_sources = false;
-  std::string truth_http, truth_out, report_out;
+  std::string truth_http, truth_out, report_out, requests_out;
 };
 
 int Fail(const std::string& message, int code) {
@@ -155,6 +155,9 @@ int main(int argc, char** argv) {
   app.add_option("--truth-http", f.truth_http, "Serve /v1/truth, /v1/match, /v1/progress on ADDR");
   app.add_option("--truth-out", f.truth_out, "Write the ground truth JSON here at exit");
   app.add_option("--report-out", f.report_out, "Write the routing report JSON here at exit");
+  app.add_option("--requests-out", f.requests_out,
+                 "Write one JSON line per request here at exit: where it was placed, the prefix "
+                 "hit per tier, in-flight requests, the match latency");
   if (auto code = kvindex::config::Parse(app, argc, argv)) return *code;
   if (auto status = kvindex::log::Init(common.log_format, common.log_level); !status.ok()) {
     return Fail(status.ToString(), 2);
@@ -225,6 +228,7 @@ int main(int argc, char** argv) {
   const size_t total = requests->size();
   // The context outlives the cluster's sockets (zmq_ctx_term waits for them).
   zmq::context_t context(1);
+  o.record_requests = !f.requests_out.empty();
   Cluster cluster(o, std::move(*requests), f.trace);
   if (!o.dry_run) {
     if (auto status = cluster.Bind(context); !status.ok()) return Fail(status.ToString(), 1);
@@ -248,7 +252,8 @@ int main(int argc, char** argv) {
   }
   bool ok = WriteFile(f.truth_out, cluster.TruthJson());
   ok = WriteFile(f.report_out, cluster.ReportJson()) && ok;
+  ok = WriteFile(f.requests_out, cluster.RequestsJsonl()) && ok;
   if (server) server->Stop();
-  if (!ok) return Fail("cannot write --truth-out / --report-out", 1);
+  if (!ok) return Fail("cannot write --truth-out / --report-out / --requests-out", 1);
   return 0;
 }

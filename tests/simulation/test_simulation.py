@@ -279,7 +279,8 @@ def run_embedded(bin_dir, faults):
         report = os.path.join(probe.dir, "report.json")
         sim = Simulator(bin_dir, fleet(ports, extra + [
             "--router", "http://127.0.0.1:%d" % router.port, "--report-out", report,
-            "--truth-out", os.path.join(probe.dir, "truth.json")]))
+            "--truth-out", os.path.join(probe.dir, "truth.json"),
+            "--requests-out", os.path.join(probe.dir, "requests.jsonl")]))
         sim.start()
         progress = sim.wait_done(120)
         assert progress["report"]["match_errors"] == 0, progress["report"]
@@ -311,6 +312,12 @@ def run_embedded(bin_dir, faults):
         with open(report) as f:
             final = json.load(f)
         assert final["requests"] == REQUESTS and final["policy"] == "kv-aware", final
+        with open(os.path.join(probe.dir, "requests.jsonl")) as f:
+            placed = [json.loads(line) for line in f if line.strip()]
+        assert [p["request"] for p in placed] == list(range(REQUESTS))
+        for tier in TIER_NAMES:
+            assert sum(p[tier] for p in placed) == final["hit_blocks"][tier], tier
+        assert all(p["match_us"] is not None for p in placed)
         print("embedded%s: %d sources, %d prompts compared, digest %s, hit rate %.3f" %
               (" with faults" if faults else "", len(truth["sources"]), compared,
                router.state()["digest"], final["hit_rate"]))
