@@ -53,6 +53,25 @@ struct IndexStats {
   uint64_t bytes_allocated = 0;  // real bytes held by the index's structures
 };
 
+// KvIndex::ProfileLocator: the shape of one model's block locator, for the
+// benchmark's --profile and for tests (not part of IndexInterface).
+struct LocatorProfile {
+  uint64_t capacity = 0;  // slots
+  uint64_t used = 0;      // live blocks (one slot each)
+  uint64_t mapped_bytes = 0;
+  // Rebuilds so far: all of them, and those forced by a probe run longer
+  // than the slot's displacement field (the rest crossed the load limit).
+  uint64_t growths = 0;
+  uint64_t overflow_growths = 0;
+  // Only when asked for (a scan of every slot): displacement[d] = blocks d
+  // slots past their home; clusters[l] = maximal runs of l occupied slots
+  // (last bucket: longer); tag_false_matches = tag matches on other blocks
+  // along every block's probe path (node reads a probe spends in vain).
+  std::vector<uint64_t> displacement;
+  std::vector<uint64_t> clusters;
+  uint64_t tag_false_matches = 0;
+};
+
 struct MatchOptions {
   // Only the first max_blocks blocks of the query are matched. Default: 0 = all.
   uint32_t max_blocks = 0;

@@ -235,6 +235,15 @@ void KvIndex::FailNodeAllocationsForTesting(std::string_view model, uint32_t ski
   const_cast<ModelIndex*>(FindModel(model))->FailNodeAllocationsForTesting(skip, n);
 }
 
+std::optional<LocatorProfile> KvIndex::ProfileLocator(std::string_view model,
+                                                      bool histograms) const {
+  const ModelIndex* m = FindModel(model);
+  if (m == nullptr) return std::nullopt;
+  LocatorProfile out;
+  m->ProfileLocator(histograms, &out);
+  return out;
+}
+
 uint64_t KvIndex::DistinctBlocks(std::string_view model) const {
   const ModelIndex* m = FindModel(model);
   return m == nullptr ? 0 : m->blocks();

@@ -94,6 +94,11 @@ class KvIndex final : public IndexInterface {
   void ReserveBlocks(std::string_view model, uint64_t blocks) override;
   uint64_t DistinctBlocks(std::string_view model) const override;
 
+  // Diagnostics (writer thread or quiescent index; kvindex-bench index
+  // --profile): the block locator of `model`, nullopt when it does not exist.
+  // `histograms` scans every slot.
+  std::optional<LocatorProfile> ProfileLocator(std::string_view model, bool histograms) const;
+
   // Testing (writer thread): after `skip` more node allocations of `model`
   // (which must exist), the next `n` fail as if its memory were exhausted.
   void FailNodeAllocationsForTesting(std::string_view model, uint32_t skip, uint32_t n);

@@ -2,13 +2,56 @@
 #include "shared/index/internal/node_arena.h"
 
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <cstdint>
+#include <cstdlib>
+#include <fstream>
 #include <set>
+#include <string>
 #include <vector>
+
+#include "shared/index/internal/huge_pages.h"
 
 namespace kvindex::index::internal {
 namespace {
+
+// AnonHugePages (kB) of the mapping that holds `p`, from /proc/self/smaps.
+uint64_t AnonHugeKb(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const uintptr_t at = reinterpret_cast<uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    const size_t dash = line.find('-');
+    if (dash != std::string::npos && dash < line.find(' ')) {
+      const uintptr_t lo = std::strtoull(line.c_str(), nullptr, 16);
+      const uintptr_t hi = std::strtoull(line.c_str() + dash + 1, nullptr, 16);
+      inside = lo <= at && at < hi;
+    } else if (inside && line.rfind("AnonHugePages:", 0) == 0) {
+      return std::strtoull(line.c_str() + 14, nullptr, 10);
+    }
+  }
+  return 0;
+}
+
+// Huge pages also in a process under mlockall(MCL_FUTURE) (kvindex-bench
+// does that), where mmap populates an accessible mapping itself, with 4 KiB
+// pages, before any advice. Skipped where THP is off or locking is refused.
+TEST(HugePagesTest, HugeEvenUnderMlockall) {
+  std::ifstream thp("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(thp, mode);
+  if (mode.empty() || mode.find("[never]") != std::string::npos) GTEST_SKIP() << "THP off";
+  if (mlockall(MCL_CURRENT | MCL_FUTURE) != 0) GTEST_SKIP() << "mlockall refused";
+  const size_t bytes = 8 * kHugePageBytes;
+  void* p = MapHugePages(bytes);
+  const uint64_t huge_kb = p != nullptr ? AnonHugeKb(p) : 0;
+  if (p != nullptr) UnmapHugePages(p, bytes);
+  munlockall();
+  ASSERT_NE(p, nullptr);
+  // Most of it (a huge page the kernel cannot assemble falls back to small ones).
+  EXPECT_GE(huge_kb, 4 * 2048u);
+}
 
 TEST(NodeArenaTest, ClassesCoverRequestsWithBoundedRounding) {
   for (size_t bytes = 1; bytes <= 40000; bytes += 7) {

@@ -2,9 +2,12 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
@@ -33,6 +36,8 @@ struct Options {
   double write_load = 0.5;
   size_t churn_requests = 4000;
   bool no_baseline = false;  // development only: skips the baseline run
+  uint32_t runs = 1;         // peer: fresh builds of the index
+  bool profile = false;      // peer: locator load, growths, probe lengths
   bool lock_memory = true;
 };
 
@@ -85,6 +90,166 @@ void AddRatiosAndTargets(nlohmann::json* out) {
   };
 }
 
+// --profile: the block locator seen from outside the index, sampled after
+// requests (outside the timed spans): load and apply rate per twentieth of
+// the stream, every growth with the apply time of the request that paid for
+// it, and probe-length histograms (a scan of every slot) per segment.
+class LocatorProfiler {
+ public:
+  LocatorProfiler(const index::KvIndex& idx, const PeerStream& stream)
+      : idx_(idx), stream_(stream), segment_(std::max<size_t>(1, stream.requests.size() / 20)) {}
+
+  void AfterApply(size_t r, uint64_t apply_ns) {
+    const PeerRequest& req = stream_.requests[r];
+    seg_ns_ += apply_ns;
+    seg_ops_ += req.removed.block_hashes.size() + req.stored.block_hashes.size();
+    std::optional<index::LocatorProfile> p = idx_.ProfileLocator(kPeerModel, false);
+    if (!p) return;
+    if (p->capacity != capacity_ && capacity_ != 0) {
+      growths_.push_back({{"request", r},
+                          {"old_capacity", capacity_},
+                          {"new_capacity", p->capacity},
+                          {"used", p->used},
+                          {"overflow", p->overflow_growths != overflow_growths_},
+                          {"request_apply_ms", static_cast<double>(apply_ns) * 1e-6}});
+      growth_ns_ += apply_ns;
+    }
+    capacity_ = p->capacity;
+    overflow_growths_ = p->overflow_growths;
+    if ((r + 1) % segment_ == 0 || r + 1 == stream_.requests.size()) {
+      *p = *idx_.ProfileLocator(kPeerModel, true);
+      segments_.push_back(Segment(r + 1, *p));
+      seg_ns_ = seg_ops_ = 0;
+    }
+  }
+
+  nlohmann::json Json() const {
+    return {{"segments", segments_},
+            {"growths", growths_},
+            {"growth_requests_apply_s", static_cast<double>(growth_ns_) * 1e-9}};
+  }
+
+  static void Print(const nlohmann::json& p) {
+    std::printf("  profile (per segment: apply rate, locator load, probe lengths in slots):\n");
+    std::printf("    %9s %8s %7s %9s %9s %6s %9s %9s %8s\n", "requests", "apply M/s", "load",
+                "hit mean", "hit p99", "max d", "miss mean", "max run", "tag fp");
+    for (const nlohmann::json& s : p["segments"]) {
+      std::printf("    %9llu %8.2f %7.3f %9.2f %9llu %6llu %9.2f %9llu %8llu\n",
+                  static_cast<unsigned long long>(s["requests"].get<uint64_t>()),
+                  s["apply_block_ops_per_s"].get<double>() * 1e-6, s["load"].get<double>(),
+                  s["hit_probe_mean"].get<double>(),
+                  static_cast<unsigned long long>(s["hit_probe_p99"].get<uint64_t>()),
+                  static_cast<unsigned long long>(s["max_displacement"].get<uint64_t>()),
+                  s["miss_probe_mean"].get<double>(),
+                  static_cast<unsigned long long>(s["max_cluster"].get<uint64_t>()),
+                  static_cast<unsigned long long>(s["tag_false_matches"].get<uint64_t>()));
+    }
+    std::printf("  growths (%zu; requests that paid for them: %.2f s of apply):\n",
+                p["growths"].size(), p["growth_requests_apply_s"].get<double>());
+    for (const nlohmann::json& g : p["growths"]) {
+      std::printf("    request %8llu: %llu -> %llu slots at %llu blocks%s, %.1f ms\n",
+                  static_cast<unsigned long long>(g["request"].get<uint64_t>()),
+                  static_cast<unsigned long long>(g["old_capacity"].get<uint64_t>()),
+                  static_cast<unsigned long long>(g["new_capacity"].get<uint64_t>()),
+                  static_cast<unsigned long long>(g["used"].get<uint64_t>()),
+                  g["overflow"].get<bool>() ? " (probe overflow)" : "",
+                  g["request_apply_ms"].get<double>());
+    }
+  }
+
+ private:
+  nlohmann::json Segment(size_t requests, const index::LocatorProfile& p) const {
+    // A hit reads d + 1 slots; a miss from a random home reads the rest of
+    // the cluster it lands in plus one empty slot.
+    uint64_t hits = 0, hit_slots = 0, max_d = 0, p99 = 0;
+    for (size_t d = 0; d < p.displacement.size(); ++d) {
+      hits += p.displacement[d];
+      hit_slots += p.displacement[d] * (d + 1);
+      if (p.displacement[d] != 0) max_d = d;
+    }
+    for (uint64_t d = 0, seen = 0; d < p.displacement.size(); ++d) {
+      seen += p.displacement[d];
+      if (seen * 100 >= hits * 99) {
+        p99 = d + 1;
+        break;
+      }
+    }
+    double miss_slots = 0;
+    uint64_t occupied = 0, max_cluster = 0;
+    for (size_t l = 1; l < p.clusters.size(); ++l) {
+      const double len = static_cast<double>(l);
+      miss_slots += static_cast<double>(p.clusters[l]) * (len * (len + 1) / 2 + len);
+      occupied += p.clusters[l] * l;
+      if (p.clusters[l] != 0) max_cluster = l;
+    }
+    miss_slots += static_cast<double>(p.capacity - occupied);
+    const double cap = static_cast<double>(p.capacity);
+    return {
+        {"requests", requests},
+        {"apply_block_ops_per_s",
+         seg_ns_ ? static_cast<double>(seg_ops_) * 1e9 / static_cast<double>(seg_ns_) : 0.0},
+        {"capacity", p.capacity},
+        {"used", p.used},
+        {"load", static_cast<double>(p.used) / cap},
+        {"growths", p.growths},
+        {"overflow_growths", p.overflow_growths},
+        {"hit_probe_mean", hits ? static_cast<double>(hit_slots) / static_cast<double>(hits) : 0},
+        {"hit_probe_p99", p99},
+        {"max_displacement", max_d},
+        {"miss_probe_mean", miss_slots / cap},
+        {"max_cluster", max_cluster},
+        {"tag_false_matches", p.tag_false_matches},
+        {"displacement_histogram", p.displacement},
+        {"cluster_histogram", p.clusters}};
+  }
+
+  const index::KvIndex& idx_;
+  const PeerStream& stream_;
+  const size_t segment_;
+  uint64_t seg_ns_ = 0, seg_ops_ = 0, growth_ns_ = 0;
+  uint64_t capacity_ = 0, overflow_growths_ = 0;
+  nlohmann::json segments_ = nlohmann::json::array();
+  nlohmann::json growths_ = nlohmann::json::array();
+};
+
+// The figures --runs reports as min / median / max.
+constexpr const char* kRunFigures[] = {
+    "apply_block_ops_per_s", "lookup_p50_ns",     "lookup_p99_ns",  "lookup_p999_ns",
+    "final_warm_p50_ns",     "final_warm_p99_ns", "bytes_per_entry"};
+
+nlohmann::json RunSummary(const std::vector<nlohmann::json>& runs) {
+  nlohmann::json summary;
+  for (const char* key : kRunFigures) {
+    std::vector<double> v;
+    for (const nlohmann::json& r : runs) v.push_back(r[key].get<double>());
+    nlohmann::json all = v;
+    std::sort(v.begin(), v.end());
+    // The lower middle for an even count: a figure some run measured.
+    summary[key] = {
+        {"min", v.front()}, {"median", v[(v.size() - 1) / 2]}, {"max", v.back()}, {"runs", all}};
+  }
+  return summary;
+}
+
+void PrintRunSummary(const nlohmann::json& summary, size_t runs) {
+  std::printf("  kvindex over %zu fresh builds of the index:\n", runs);
+  std::printf("    %-26s %10s %10s %10s   runs\n", "figure", "min", "median", "max");
+  auto row = [&](const char* name, const char* key, double scale) {
+    const nlohmann::json& f = summary[key];
+    std::printf("    %-26s %10.2f %10.2f %10.2f  ", name, f["min"].get<double>() * scale,
+                f["median"].get<double>() * scale, f["max"].get<double>() * scale);
+    for (const nlohmann::json& v : f["runs"]) std::printf(" %.2f", v.get<double>() * scale);
+    std::printf("\n");
+  };
+  row("apply (M block-ops/s)", "apply_block_ops_per_s", 1e-6);
+  row("lookup p50 writing (us)", "lookup_p50_ns", 1e-3);
+  row("lookup p99 writing (us)", "lookup_p99_ns", 1e-3);
+  row("lookup p99.9 writing (us)", "lookup_p999_ns", 1e-3);
+  row("final state p50 (us)", "final_warm_p50_ns", 1e-3);
+  row("final state p99 (us)", "final_warm_p99_ns", 1e-3);
+  row("bytes per entry", "bytes_per_entry", 1);
+}
+
 void PrintText(const nlohmann::json& o) {
   const nlohmann::json& b = o["baseline"];
   std::printf("kvindex-bench index --workload %s\n", o["workload"].get<std::string>().c_str());
@@ -103,8 +268,10 @@ void PrintText(const nlohmann::json& o) {
               static_cast<unsigned long long>(o["entries"].get<uint64_t>()),
               static_cast<unsigned long long>(b["entries"].get<uint64_t>()));
   for (const auto& [key, value] : o.items()) {
-    if (key == "baseline" || key == "ratios" || key == "targets_met" || key == "checksums")
+    if (key == "baseline" || key == "ratios" || key == "targets_met" || key == "checksums" ||
+        key == "runs" || key == "profile") {
       continue;
+    }
     if (key.rfind("lookup_", 0) == 0 || key.rfind("apply_", 0) == 0 || key == "entries" ||
         key == "bytes_per_entry" || key == "workload" || key == "bytes_allocated" ||
         key == "lookups") {
@@ -112,6 +279,8 @@ void PrintText(const nlohmann::json& o) {
     }
     std::printf("  %s: %s\n", key.c_str(), value.dump().c_str());
   }
+  if (o.contains("runs")) PrintRunSummary(o["runs"], o["runs"]["bytes_per_entry"]["runs"].size());
+  if (o.contains("profile")) LocatorProfiler::Print(o["profile"]);
   if (o.contains("checksums")) {
     std::printf("  checksums:\n");
     for (const auto& [name, c] : o["checksums"].items()) {
@@ -138,8 +307,7 @@ int RunPeerWorkload(const Options& opt, const std::vector<trace::TraceRequest>& 
   const PeerStream stream = GeneratePeerStream(trace, config);
   std::fprintf(stderr, "peer: %zu requests generated; running kvindex\n", stream.requests.size());
 
-  auto run_one = [&](index::IndexInterface& idx, PeerRun* run) {
-    *run = RunPeer(idx, stream);
+  auto figures = [&](PeerRun* run) {
     Percentiles interleaved = ComputePercentiles(&run->interleaved_ns);
     Percentiles warm = ComputePercentiles(&run->final_warm_ns);
     nlohmann::json f =
@@ -150,22 +318,43 @@ int RunPeerWorkload(const Options& opt, const std::vector<trace::TraceRequest>& 
     f["depth_sum_final"] = run->depth_final;
     return f;
   };
+  // Every run builds a fresh index; the report's single figures are the
+  // last run's, --runs adds min / median / max over all of them.
   PeerRun ours_run, base_run;
   nlohmann::json ours;
-  {
+  std::vector<nlohmann::json> runs;
+  bool runs_agree = true;
+  for (uint32_t r = 0; r < opt.runs; ++r) {
+    if (opt.runs > 1) std::fprintf(stderr, "peer: kvindex run %u of %u\n", r + 1, opt.runs);
     index::KvIndex idx;
-    ours = run_one(idx, &ours_run);
+    LocatorProfiler profiler(idx, stream);
+    PeerHook hook;
+    if (opt.profile) hook = [&](size_t i, uint64_t ns) { profiler.AfterApply(i, ns); };
+    PeerRun run = RunPeer(idx, stream, hook);
+    ours = figures(&run);
+    if (opt.profile) ours["profile"] = profiler.Json();
+    if (r > 0) {
+      runs_agree = runs_agree && run.depth_interleaved == ours_run.depth_interleaved &&
+                   run.depth_final == ours_run.depth_final &&
+                   TotalEntries(run.stats) == TotalEntries(ours_run.stats);
+    }
+    ours_run = std::move(run);
+    runs.push_back(ours);
   }
+  if (opt.runs > 1) (*out)["runs"] = RunSummary(runs);
   if (!opt.no_baseline) {
     std::fprintf(stderr, "peer: running baseline\n");
     BaselineIndex base(kPeerModel);
-    (*out)["baseline"] = run_one(base, &base_run);
+    base_run = RunPeer(base, stream);
+    (*out)["baseline"] = figures(&base_run);
   } else {
     base_run = ours_run;
     (*out)["baseline"] = ours;
   }
   for (auto& [k, v] : ours.items()) (*out)[k] = v;
   (*out)["block_ops"] = ours_run.block_ops;
+  (*out)["copies"] = opt.copies;
+  (*out)["capacity"] = opt.capacity;
 
   bool ok = true;
   nlohmann::json checks;
@@ -177,6 +366,7 @@ int RunPeerWorkload(const Options& opt, const std::vector<trace::TraceRequest>& 
   list.push_back({"baseline_depth_final", base_run.depth_final, ours_run.depth_final});
   list.push_back(
       {"index_entries_vs_simulated", TotalEntries(ours_run.stats), stream.final_entries});
+  list.push_back({"runs_agree", runs_agree ? 1u : 0u, 1});
   for (const PeerCheck& c : list) {
     checks[c.name] = {{"got", c.got}, {"want", c.want}, {"ok", c.ok()}};
     ok = ok && c.ok();
@@ -252,8 +442,23 @@ int RunIndexBench(int argc, char** argv) {
   app.add_flag("--json", opt.json, "print one JSON object instead of the text report");
   app.add_option("--workers", opt.workers, "simulated workers (sources)");
   app.add_option("--requests", opt.requests, "use only the first N trace lines (0 = all)");
-  app.add_option("--copies", opt.copies, "peer: disjoint copies of the trace (D)");
-  app.add_option("--capacity", opt.capacity, "peer: blocks per worker (C)");
+  // The peer workload's scale knobs: final entries = workers x capacity when
+  // the copies hold enough blocks (D = 4, C = 156,250: 10 M, the reference;
+  // D = 16, C = 625,000: 40 M; D = 64, C = 2,500,000: 160 M). Checksums are
+  // published only for the reference; any other size checks kvindex against
+  // the simulation and the baseline.
+  app.add_option("--copies", opt.copies,
+                 "peer: disjoint copies of the trace (D); scale knob with --capacity "
+                 "(16 with --capacity 625000: 40 M entries, 64 with 2500000: 160 M)");
+  app.add_option("--capacity", opt.capacity,
+                 "peer: blocks per worker (C); final entries = workers x capacity "
+                 "(default 156250: 10 M entries)");
+  app.add_option("--runs", opt.runs,
+                 "peer: build the index N times fresh, print min / median / max of each figure")
+      ->check(CLI::Range(1u, 100u));
+  app.add_flag("--profile", opt.profile,
+               "peer: sample the block locator outside the timed spans (load and apply rate per "
+               "twentieth of the stream, growths, probe-length histograms)");
   app.add_option("--min-entries", opt.min_entries, "trace: copy the trace until this many entries");
   app.add_option("--churn-requests", opt.churn_requests,
                  "trace: churn requests applied while measuring lookups (0 = one whole copy)");

@@ -5,9 +5,14 @@
 //                     cluster; lookups under a 50%-of-capacity writer thread.
 //   --workload peer   the peer workload (docs/benchmarks.md, "Peer workload")
 //                     exactly; verifies its checksums and fails when they differ.
-// `--json` prints one JSON object instead of the text report.
+// `--json` prints one JSON object instead of the text report. Peer only:
+// `--copies` / `--capacity` scale the stream (40 M entries: 16 / 625000;
+// 160 M: 64 / 2500000), `--runs N` reports min / median / max over N fresh
+// builds of the index, `--profile` samples the block locator (load, growths,
+// probe lengths) outside the timed spans.
 //
 //   kvindex-bench index --workload peer --json
+//   kvindex-bench index --workload peer --copies 16 --capacity 625000 --no-baseline --runs 5
 #pragma once
 
 namespace kvindex::bench {

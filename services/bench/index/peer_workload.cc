@@ -129,20 +129,24 @@ uint64_t DepthOf(const StatusOr<index::MatchResult>& r) {
 
 }  // namespace
 
-PeerRun RunPeer(index::IndexInterface& index, const PeerStream& stream) {
+PeerRun RunPeer(index::IndexInterface& index, const PeerStream& stream,
+                const PeerHook& after_apply) {
   PeerRun run;
   run.interleaved_ns.reserve(stream.requests.size());
   uint64_t position = 0;
   uint64_t apply_ns = 0;
-  for (const PeerRequest& req : stream.requests) {
+  for (size_t r = 0; r < stream.requests.size(); ++r) {
+    const PeerRequest& req = stream.requests[r];
     uint32_t ns = 0;
     run.depth_interleaved += DepthOf(TimedMatch(index, kPeerModel, req.query, &ns));
     run.interleaved_ns.push_back(ns);
     const uint64_t t2 = NowNs();
     if (!req.removed.block_hashes.empty()) index.Apply(req.removed, ++position);
     if (!req.stored.block_hashes.empty()) index.Apply(req.stored, ++position);
-    apply_ns += NowNs() - t2;
+    const uint64_t took = NowNs() - t2;
+    apply_ns += took;
     run.block_ops += req.removed.block_hashes.size() + req.stored.block_hashes.size();
+    if (after_apply) after_apply(r, took);
   }
   run.apply_seconds = static_cast<double>(apply_ns) * 1e-9;
   // Final state: one pass to warm, one timed.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -63,8 +64,13 @@ struct PeerRun {
   index::IndexStats stats;  // at the end
 };
 
+// Called after request `request`'s events were applied, outside the timed
+// span, with the nanoseconds they took (kvindex-bench index --profile).
+using PeerHook = std::function<void(size_t request, uint64_t apply_ns)>;
+
 // Single thread: query (timed), removed event, stored event (apply timed).
-PeerRun RunPeer(index::IndexInterface& index, const PeerStream& stream);
+PeerRun RunPeer(index::IndexInterface& index, const PeerStream& stream,
+                const PeerHook& after_apply = {});
 
 // The published checks (docs/benchmarks.md, "Peer workload"), which
 // `kvindex-bench index` reports (checksums_ok, exit 1 on a mismatch). The

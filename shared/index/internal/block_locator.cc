@@ -1,5 +1,7 @@
 #include "shared/index/internal/block_locator.h"
 
+#include <algorithm>
+
 #include "shared/index/internal/huge_pages.h"
 
 namespace kvindex::index::internal {
@@ -64,6 +66,36 @@ void BlockLocator::Erase(size_t i) {
   }
   slots_[hole].store(0, std::memory_order_release);
   --used_;
+}
+
+uint64_t BlockLocator::Histograms(std::vector<uint64_t>* displacement,
+                                  std::vector<uint64_t>* clusters) const {
+  displacement->assign(kMaxDisplacement + 1, 0);
+  clusters->assign(1025, 0);
+  // Start after an empty slot so no cluster is split by the wrap-around.
+  size_t start = 0;
+  while (start < capacity_ && slots_[start].load(std::memory_order_relaxed) != 0) ++start;
+  if (start == capacity_) return 0;  // never: the load stays below 1
+  uint64_t false_matches = 0;
+  size_t run = 0;
+  for (size_t k = 1; k <= capacity_; ++k) {
+    const size_t j = (start + k) % capacity_;
+    const uint64_t s = slots_[j].load(std::memory_order_relaxed);
+    if (s != 0) {
+      const uint32_t d = (s >> 16) & 0xFF;
+      ++(*displacement)[d];
+      for (uint32_t back = 1; back <= d; ++back) {
+        const uint64_t o =
+            slots_[(j + capacity_ - back) % capacity_].load(std::memory_order_relaxed);
+        false_matches += (o & 0xFFFF) == (s & 0xFFFF);
+      }
+      ++run;
+    } else if (run != 0) {
+      ++(*clusters)[std::min(run, clusters->size() - 1)];
+      run = 0;
+    }
+  }
+  return false_matches;
 }
 
 }  // namespace kvindex::index::internal

@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "shared/index/internal/memory.h"
 
@@ -110,6 +111,15 @@ class BlockLocator {
   }
   // Writer: removes slot `i` (backward-shift deletion, no tombstones).
   void Erase(size_t i);
+
+  // Diagnostics (writer thread or quiescent; a full scan, never on a hot
+  // path): displacement[d] = live slots d steps from their home (a hit reads
+  // d + 1 slots); clusters[l] = maximal runs of l occupied slots (a miss
+  // that lands in one reads the rest of it); the last bucket counts all
+  // longer. Returns the tag matches on other blocks along every live
+  // block's probe path: the node reads that finding each block once costs
+  // beyond its own.
+  uint64_t Histograms(std::vector<uint64_t>* displacement, std::vector<uint64_t>* clusters) const;
 
  private:
   BlockLocator(void* slots, size_t mapped_bytes, MemoryCounter* memory);

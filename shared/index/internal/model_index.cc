@@ -346,6 +346,19 @@ void ModelIndex::EraseRange(const ChainNode* node, uint32_t lo, uint32_t hi) {
 
 uint64_t ModelIndex::blocks() const { return locator()->used(); }
 
+void ModelIndex::ProfileLocator(bool histograms, LocatorProfile* out) const {
+  const BlockLocator* loc = locator();
+  out->capacity = loc->capacity();
+  out->used = loc->used();
+  out->mapped_bytes = loc->mapped_bytes();
+  out->growths = growths_;
+  out->overflow_growths = overflow_growths_;
+  out->displacement.clear();
+  out->clusters.clear();
+  out->tag_false_matches = 0;
+  if (histograms) out->tag_false_matches = loc->Histograms(&out->displacement, &out->clusters);
+}
+
 bool ModelIndex::EnsureRoom(size_t blocks) {
   if (locator()->HasRoomFor(blocks)) return true;
   const double needed = static_cast<double>(locator()->used() + blocks);
@@ -372,6 +385,7 @@ bool ModelIndex::Rebuild(size_t min_capacity) {
     }
     if (ok) break;  // else a probe run overflowed: try twice the size
   }
+  ++growths_;
   // The old table stays valid (and unchanged) for readers still using it.
   locator_.store(fresh.release(), std::memory_order_release);
   grace_.Synchronize();
@@ -495,6 +509,7 @@ size_t ModelIndex::AppendNew(const SourceRecord* rec, Tier tier, std::span<const
         *full = true;
         break;
       }
+      ++overflow_growths_;
       slot = locator()->Probe(h, is_block, &value);
       if (slot == BlockLocator::kNotFound) {
         *full = true;

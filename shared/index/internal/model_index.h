@@ -117,6 +117,9 @@ class ModelIndex {
     arena_.FailAllocationsForTesting(skip, n);
   }
 
+  // Writer thread or quiescent: the locator's shape (histograms: a full scan).
+  void ProfileLocator(bool histograms, LocatorProfile* out) const;
+
   // Any thread. One row per source with longest > 0, ordered as
   // SortWorkerMatches orders them (longest desc, worker, dp_rank).
   void Match(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out) const;
@@ -203,6 +206,8 @@ class ModelIndex {
   // clears and ForEachEntry; ChainNode::index is a node's position here.
   std::vector<ChainNode*, CountingAllocator<ChainNode*>> nodes_;
   std::atomic<BlockLocator*> locator_;
+  uint64_t growths_ = 0;  // writer only (ProfileLocator)
+  uint64_t overflow_growths_ = 0;
   std::vector<ChainNode*> retired_;  // unreachable, freed after a grace period
   size_t retired_bytes_ = 0;
   RemovalSeqlock seqlock_;
