@@ -122,6 +122,11 @@ StatusOr<RouterFigures> RunRouters(const PeerStream& stream, const std::string& 
     JetStreamPublisherOptions po;
     po.node = "restart-bench";
     po.subjects = stream_options.subjects;
+    // The whole stream (~0.5 GB) may sit ahead of NATS's acks: with the
+    // agent's 64 MiB default a loaded machine overflowed it, the publisher
+    // dropped sources until their snapshot (its designed overflow path),
+    // and both routers ended on another digest than the index.
+    po.buffer_bytes = size_t{2} << 30;
     JetStreamPublisher publisher(connection->raw(), po, &registry);
     KVINDEX_RETURN_IF_ERROR(publisher.Start());
     std::vector<PlacementEvent> events;
