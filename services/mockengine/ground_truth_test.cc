@@ -4,6 +4,7 @@
 
 #include <numeric>
 
+#include "services/mockengine/test_tokens.h"
 #include "shared/hashing/canonical_hash.h"
 #include "shared/index/index_interface.h"
 #include "shared/index/reference_index.h"
@@ -11,11 +12,7 @@
 namespace kvindex::mockengine {
 namespace {
 
-std::vector<uint32_t> Tokens(size_t n, uint32_t start = 1) {
-  std::vector<uint32_t> t(n);
-  std::iota(t.begin(), t.end(), start);
-  return t;
-}
+using testing::Tokens;
 
 std::vector<uint64_t> Seq(std::span<const uint32_t> tokens, uint32_t bs = 4) {
   std::vector<uint64_t> local, seq;

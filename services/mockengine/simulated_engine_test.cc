@@ -8,17 +8,14 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "services/mockengine/prompt_tokens.h"
+#include "services/mockengine/test_tokens.h"
 #include "shared/hashing/canonical_hash.h"
 #include "shared/normalize/source_processor.h"
 
 namespace kvindex::mockengine {
 namespace {
 
-std::vector<uint32_t> Tokens(size_t n, uint32_t start = 1) {
-  std::vector<uint32_t> t(n);
-  std::iota(t.begin(), t.end(), start);
-  return t;
-}
+using testing::Tokens;
 
 TEST(SimulatedEngineTest, StoresOnlyNewFullBlocksWithParent) {
   SimulatedEngine engine({.block_size = 4, .device_capacity_blocks = 100});
