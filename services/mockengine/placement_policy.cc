@@ -29,9 +29,10 @@ double KvScore(const index::WorkerMatch& match) {
   return match.device + 0.5 * match.host + 0.25 * match.disk;
 }
 
-size_t LeastLoaded(std::span<const Candidate> candidates) {
-  size_t best = 0;
-  for (size_t i = 1; i < candidates.size(); ++i) {
+size_t LeastLoaded(std::span<const Candidate> candidates, size_t first) {
+  size_t best = first % candidates.size();
+  for (size_t step = 1; step < candidates.size(); ++step) {
+    const size_t i = (first + step) % candidates.size();
     if (candidates[i].in_flight < candidates[best].in_flight) best = i;
   }
   return best;
@@ -48,11 +49,14 @@ size_t PlacementPolicy::Place(size_t model, std::span<const Candidate> candidate
     case Policy::kRandom:
       return std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng_);
     case Policy::kLeastLoaded:
-      return LeastLoaded(candidates);
+      return LeastLoaded(candidates, next_[model]++);
     case Policy::kKvAware:
       break;
   }
-  if (match == nullptr) return LeastLoaded(candidates);
+  // Full ties are broken in turn from a rotating start: with lowest-index
+  // ties, an idle fleet sent every new conversation to the first worker.
+  const size_t first = next_[model]++ % candidates.size();
+  if (match == nullptr) return LeastLoaded(candidates, first);
   scores_.assign(candidates.size(), 0.0);
   for (const index::WorkerMatch& row : match->workers) {
     for (size_t i = 0; i < candidates.size(); ++i) {
@@ -65,8 +69,9 @@ size_t PlacementPolicy::Place(size_t model, std::span<const Candidate> candidate
   for (size_t i = 0; i < candidates.size(); ++i) {
     scores_[i] = blocks - scores_[i] + load_weight_ * candidates[i].in_flight * blocks;
   }
-  size_t best = 0;
-  for (size_t i = 1; i < candidates.size(); ++i) {
+  size_t best = first;
+  for (size_t step = 1; step < candidates.size(); ++step) {
+    const size_t i = (first + step) % candidates.size();
     if (scores_[i] < scores_[best] ||
         (scores_[i] == scores_[best] && candidates[i].in_flight < candidates[best].in_flight)) {
       best = i;

@@ -1,14 +1,15 @@
 // PlacementPolicy: which source (worker, dp rank) of a request's model serves
 // it. README.md ("Placement policies") documents the costs:
 //   round-robin  per model, in source order (the former fixed behaviour)
-//   least-loaded fewest in-flight requests; ties: lower index
+//   least-loaded fewest in-flight requests; ties: in turn (a rotating start
+//                per model)
 //   random       uniform, seeded
 //   kv-aware     lowest cost from the router's /v1/match answer:
 //                  cost = prompt_blocks - (device + 0.5 host + 0.25 disk)
 //                         + load_weight * in_flight * prompt_blocks
 //                (blocks still to prefill, plus the queue in prompt-sized
-//                units); ties: fewer in flight, then lower index. No
-//                answer: least-loaded. load_weight 0 = matched blocks only.
+//                units); ties: fewer in flight, then in turn. No answer:
+//                least-loaded. load_weight 0 = matched blocks only.
 //
 // Thread safety: none.
 #pragma once
@@ -51,10 +52,11 @@ class PlacementPolicy {
   Policy policy_;
   double load_weight_;
   std::mt19937_64 rng_;
-  std::vector<uint64_t> next_;  // round-robin position per model
+  std::vector<uint64_t> next_;  // round-robin position / tie-break start per model
   std::vector<double> scores_;  // scratch
 };
 
-size_t LeastLoaded(std::span<const Candidate> candidates);
+// Fewest in flight; ties: the first from candidates[first % size] on.
+size_t LeastLoaded(std::span<const Candidate> candidates, size_t first = 0);
 
 }  // namespace kvindex::mockengine

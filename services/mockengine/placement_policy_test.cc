@@ -32,10 +32,15 @@ TEST(PlacementPolicyTest, RoundRobinPerModel) {
   EXPECT_EQ(p.Place(0, c, nullptr), 0u);
 }
 
-TEST(PlacementPolicyTest, LeastLoadedTiesToLowerIndex) {
+TEST(PlacementPolicyTest, LeastLoadedTiesInTurn) {
   PlacementPolicy p(Policy::kLeastLoaded, 1, 1);
-  EXPECT_EQ(p.Place(0, Three(3, 1, 1), nullptr), 1u);
+  EXPECT_EQ(p.Place(0, Three(3, 1, 1), nullptr), 1u);  // start 0: w1 before w2
+  EXPECT_EQ(p.Place(0, Three(3, 1, 1), nullptr), 1u);  // start 1
+  EXPECT_EQ(p.Place(0, Three(3, 1, 1), nullptr), 2u);  // start 2: w2 first
+  // An idle fleet: every worker in turn, not the first one every time.
   EXPECT_EQ(p.Place(0, Three(0, 0, 0), nullptr), 0u);
+  EXPECT_EQ(p.Place(0, Three(0, 0, 0), nullptr), 1u);
+  EXPECT_EQ(p.Place(0, Three(0, 0, 0), nullptr), 2u);
 }
 
 TEST(PlacementPolicyTest, KvAwareWeighsTiersThenLoad) {
@@ -44,10 +49,11 @@ TEST(PlacementPolicyTest, KvAwareWeighsTiersThenLoad) {
   // w1: 4 device = 4; w2: 6 host = 3; w0: 10 disk = 2.5.
   m.workers = {Row("w0", 0, 0, 10), Row("w1", 4, 0, 0), Row("w2", 0, 6, 0)};
   EXPECT_EQ(p.Place(0, Three(0, 5, 0), &m), 1u);
-  // Equal scores: fewer in flight wins, then the lower index.
+  // Equal scores: fewer in flight wins; a full tie goes in turn.
   m.workers = {Row("w0", 2, 0, 0), Row("w2", 0, 4, 0)};
-  EXPECT_EQ(p.Place(0, Three(3, 0, 1), &m), 2u);
-  EXPECT_EQ(p.Place(0, Three(1, 0, 1), &m), 0u);
+  EXPECT_EQ(p.Place(0, Three(3, 0, 1), &m), 2u);  // w2: fewer in flight than w0
+  EXPECT_EQ(p.Place(0, Three(1, 0, 1), &m), 2u);  // full tie; call 3 starts at w2
+  EXPECT_EQ(p.Place(0, Three(1, 0, 1), &m), 0u);  // full tie; call 4 starts at w0
   // No answer (match failed): least-loaded.
   EXPECT_EQ(p.Place(0, Three(2, 1, 0), nullptr), 2u);
 }
