@@ -61,6 +61,8 @@ class Cluster {
   std::string RequestsJsonl() const;
   // POST /v1/match over the truth: status and body. `index_view` = what the
   // index may hold (cleared sources: only what they stored since the clear).
+  // `body` is followed by http::kBodyPadding readable bytes, as the HTTP
+  // server leaves them (the request parser reads ahead into them).
   int MatchJson(std::string_view body, bool index_view, std::string* out) const;
 
  private:
