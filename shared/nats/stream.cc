@@ -166,6 +166,7 @@ Status EnsureStream(jsCtx* js, const StreamOptions& options) {
   const std::string what = strings::Cat("stream ", options.name);
   // Several processes may race: another may create the stream between our
   // lookup and our create. Each round re-reads the stream, so a few suffice.
+  Status overlap;
   for (int attempt = 0; attempt < 5; ++attempt) {
     jsStreamInfo* raw_info = nullptr;
     jsErrCode code = static_cast<jsErrCode>(0);
@@ -219,12 +220,22 @@ Status EnsureStream(jsCtx* js, const StreamOptions& options) {
     }
     status = FromNats(s, strings::Cat("create ", what), code);
     // "already in use": someone created it first (maybe with another config).
+    // "subjects overlap" (10065): nats-server 2.9 also answers that when a
+    // racing process created this very stream with a slightly other config
+    // (seen with a router and an agent starting together); the next lookup
+    // tells the two apart, and a real overlap with another stream is
+    // returned as it was.
     if (absl::IsAlreadyExists(status) ||
         strings::ContainsIgnoreCase(std::string(status.message()), "already in use")) {
       continue;
     }
+    if (strings::ContainsIgnoreCase(std::string(status.message()), "subjects overlap")) {
+      overlap = status;
+      continue;
+    }
     return status;
   }
+  if (!overlap.ok()) return overlap;
   return absl::UnavailableError(strings::Cat(what, ": kept changing while being ensured"));
 }
 
