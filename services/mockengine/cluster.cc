@@ -418,16 +418,20 @@ void Cluster::PublishFences() {
   if (fences_ > 0) logger_->info("{} end-of-run fence batches after faults", fences_);
 }
 
-std::string Cluster::TruthJson() const {
-  MutexLock lock(&mutex_);
+std::vector<TruthSource> Cluster::TruthSources() const {
   std::vector<TruthSource> truth;
   truth.reserve(sources_.size());
   for (const Source& s : sources_) {
     truth.push_back({options_.models[s.model], s.key, options_.block_size, s.engine.get(), &s.view,
                      s.cleared_by_fault});
   }
+  return truth;
+}
+
+std::string Cluster::TruthJson() const {
+  MutexLock lock(&mutex_);
   std::string out;
-  WriteTruthJson(truth, requests_done_, requests_.size(), &out);
+  WriteTruthJson(TruthSources(), requests_done_, requests_.size(), &out);
   return out;
 }
 
@@ -458,12 +462,7 @@ int Cluster::MatchJson(std::string_view body, bool index_view, std::string* out)
   hashing::ComputeSequenceHashes(local, std::nullopt, &seq);
 
   MutexLock lock(&mutex_);
-  std::vector<TruthSource> truth;
-  for (const Source& s : sources_) {
-    truth.push_back({options_.models[s.model], s.key, options_.block_size, s.engine.get(), &s.view,
-                     s.cleared_by_fault});
-  }
-  index::MatchResult result = MatchTruth(truth, request.model, seq, index_view);
+  index::MatchResult result = MatchTruth(TruthSources(), request.model, seq, index_view);
   result.applied_seq = requests_done_;  // the truth's "position": requests served
   query::WriteMatchResponse(request.model, result, out);
   return 200;

@@ -28,6 +28,7 @@
 #include "services/mockengine/cluster_options.h"
 #include "services/mockengine/engine_endpoint.h"
 #include "services/mockengine/fault_plan.h"
+#include "services/mockengine/ground_truth.h"
 #include "services/mockengine/load_model.h"
 #include "services/mockengine/placement_policy.h"
 #include "services/mockengine/simulated_engine.h"
@@ -100,6 +101,8 @@ class Cluster {
   bool AskRouter(size_t model, std::span<const uint32_t> tokens, index::MatchResult* out);
   std::string TopicOf(const Source& source) const;
   void WriteReport(std::string* out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
+  // The engines' state as the truth functions read it (views into sources_).
+  std::vector<TruthSource> TruthSources() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
 
   const ClusterOptions options_;
   const std::vector<trace::TraceRequest> requests_;
