@@ -397,16 +397,23 @@ def scenario_quickstart(bin_dir):
                KVINDEX_DEMO_RATE="200", KVINDEX_DEMO_PORT=str(e2e.free_port()),
                KVINDEX_DEMO_TRUTH_PORT=str(e2e.free_port()), KVINDEX_DEMO_PUB_BASE=str(pub),
                KVINDEX_DEMO_REPLAY_BASE=str(replay))
-    out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "demo_cluster.py"),
-                          "--bin-dir", bin_dir], env=env, capture_output=True, text=True,
-                         timeout=180)
-    assert out.returncode == 0, "quick start exited %d:\n%s\n%s" % (out.returncode, out.stdout,
-                                                                     out.stderr)
+    demo = subprocess.Popen([sys.executable, os.path.join(ROOT, "scripts", "demo_cluster.py"),
+                             "--bin-dir", bin_dir], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = demo.communicate(timeout=180)
+    except subprocess.TimeoutExpired:
+        # SIGTERM: the demo stops its router and simulator by pid, then exits.
+        demo.terminate()
+        stdout, stderr = demo.communicate(timeout=60)
+        raise AssertionError("quick start did not finish within 180 s:\n%s\n%s" % (stdout, stderr))
+    assert demo.returncode == 0, "quick start exited %d:\n%s\n%s" % (demo.returncode, stdout,
+                                                                      stderr)
     for expected in ("Progress:", "Index:", "Routing:", "Match of a recent prompt",
                      "equals the engines' own", "kvindex-ctl match --router",
                      "curl -s -X POST", "demo: done"):
-        assert expected in out.stdout, "quick start output lacks %r:\n%s" % (expected, out.stdout)
-    print(out.stdout[-2000:])
+        assert expected in stdout, "quick start output lacks %r:\n%s" % (expected, stdout)
+    print(stdout[-2000:])
 
 
 if __name__ == "__main__":
