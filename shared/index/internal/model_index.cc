@@ -154,9 +154,9 @@ bool ModelIndex::HashIs(uint32_t ref, uint32_t offset, uint64_t hash) const {
 
 bool ModelIndex::Locate(uint64_t hash, BlockRef* ref, size_t* slot) const {
   uint64_t value = 0;
-  const size_t i = locator()->Find(
+  const size_t i = locator()->Probe(
       hash, [&](uint32_t id, uint32_t off) { return HashIs(id, off, hash); }, &value);
-  if (i == BlockLocator::kNotFound) return false;
+  if (i == BlockLocator::kNotFound || value == 0) return false;
   ref->node = const_cast<ChainNode*>(NodeAt(BlockLocator::NodeRef(value)));
   ref->offset = BlockLocator::Offset(value);
   if (slot != nullptr) *slot = i;
@@ -335,13 +335,10 @@ void ModelIndex::EraseRange(const ChainNode* node, uint32_t lo, uint32_t hi) {
   for (uint32_t x = lo; x < std::min(hi, lo + static_cast<uint32_t>(kPrefetchDistance)); ++x) {
     loc->PrefetchForWrite(h[x]);
   }
-  erase_epoch_.fetch_add(1, std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
   for (uint32_t x = lo; x < hi; ++x) {
     if (x + kPrefetchDistance < hi) loc->PrefetchForWrite(h[x + kPrefetchDistance]);
-    loc->Erase(SlotOf(h[x]));
+    loc->Erase(SlotOf(h[x]), h[x]);
   }
-  erase_epoch_.fetch_add(1, std::memory_order_release);
 }
 
 uint64_t ModelIndex::blocks() const { return locator()->used(); }
@@ -356,7 +353,11 @@ void ModelIndex::ProfileLocator(bool histograms, LocatorProfile* out) const {
   out->displacement.clear();
   out->clusters.clear();
   out->tag_false_matches = 0;
-  if (histograms) out->tag_false_matches = loc->Histograms(&out->displacement, &out->clusters);
+  if (histograms) {
+    out->tag_false_matches = loc->Histograms(
+        [&](uint32_t ref, uint32_t offset) { return NodeAt(ref)->hashes()[offset]; },
+        &out->displacement, &out->clusters);
+  }
 }
 
 bool ModelIndex::EnsureRoom(size_t blocks) {
@@ -376,12 +377,29 @@ bool ModelIndex::Rebuild(size_t min_capacity) {
     }
     fresh = BlockLocator::Create(capacity, memory_);
     if (fresh == nullptr) return false;
+    // Each block's home line is prefetched kPrefetchDistance blocks ahead of
+    // its insert: the inserts are random misses, and an insert is too many
+    // instructions for the CPU to overlap many of them on its own.
+    struct Pending {
+      uint64_t hash;
+      uint32_t ref, offset;
+    };
+    Pending ring[kPrefetchDistance];
+    size_t queued = 0;
     bool ok = true;
     for (const ChainNode* node : nodes_) {
       const uint32_t e = node->end.load(std::memory_order_relaxed);
       for (uint32_t x = node->begin.load(std::memory_order_relaxed); ok && x < e; ++x) {
-        ok = fresh->Insert(node->hashes()[x], node->ref, x);
+        Pending& p = ring[queued++ % kPrefetchDistance];
+        if (queued > kPrefetchDistance) ok = fresh->Insert(p.hash, p.ref, p.offset);
+        p = {node->hashes()[x], node->ref, x};
+        fresh->PrefetchForWrite(p.hash);
       }
+    }
+    for (size_t k = queued > kPrefetchDistance ? queued - kPrefetchDistance : 0; ok && k < queued;
+         ++k) {
+      const Pending& p = ring[k % kPrefetchDistance];
+      ok = fresh->Insert(p.hash, p.ref, p.offset);
     }
     if (ok) break;  // else a probe run overflowed: try twice the size
   }
@@ -801,7 +819,6 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
   const BlockLocator* loc = locator_.load(std::memory_order_acquire);
   MatchAccumulator& acc = MatchAccumulator::ThreadLocal();
   acc.Reset();
-  const uint64_t epoch = erase_epoch_.load(std::memory_order_acquire);
   const uint32_t n = static_cast<uint32_t>(seq.size());
   uint32_t k = 0;
   loc->Prefetch(seq[0]);
@@ -809,13 +826,8 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
     const uint64_t hash = seq[k];
     auto is_block = [&](uint32_t id, uint32_t off) { return HashIs(id, off, hash); };
     uint64_t slot = 0;
-    size_t found = loc->Find(hash, is_block, &slot);
-    if (found == BlockLocator::kNotFound) {
-      // An erase may have shifted the block past the probe: look once more.
-      if (erase_epoch_.load(std::memory_order_acquire) == epoch && (epoch & 1) == 0) break;
-      found = loc->Find(hash, is_block, &slot);
-      if (found == BlockLocator::kNotFound) break;
-    }
+    // Blocks never move between locator slots: a miss is a miss.
+    if (loc->Find(hash, is_block, &slot) == BlockLocator::kNotFound) break;
     const ChainNode* node = NodeAt(BlockLocator::NodeRef(slot));
     const uint32_t off = BlockLocator::Offset(slot);
     const uint32_t version = node->version.load(std::memory_order_acquire);
