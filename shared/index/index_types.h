@@ -59,14 +59,15 @@ struct LocatorProfile {
   uint64_t capacity = 0;  // slots
   uint64_t used = 0;      // live blocks (one slot each)
   uint64_t mapped_bytes = 0;
-  // Rebuilds so far: all of them, and those forced by a probe run longer
-  // than the slot's displacement field (the rest crossed the load limit).
+  // Rebuilds so far: all of them, and those forced by a probe that found no
+  // free slot within its bound (the rest crossed the load limit).
   uint64_t growths = 0;
   uint64_t overflow_growths = 0;
   // Only when asked for (a scan of every slot): displacement[d] = blocks d
-  // slots past their home; clusters[l] = maximal runs of l occupied slots
-  // (last bucket: longer); tag_false_matches = tag matches on other blocks
-  // along every block's probe path (node reads a probe spends in vain).
+  // buckets (cache lines) past their home bucket; clusters[l] = home buckets
+  // from which a lookup of an absent block reads l lines (last entry:
+  // longer); tag_false_matches = tag matches on other blocks along every
+  // block's lookup (node reads a probe spends in vain).
   std::vector<uint64_t> displacement;
   std::vector<uint64_t> clusters;
   uint64_t tag_false_matches = 0;

@@ -130,9 +130,9 @@ class LocatorProfiler {
   }
 
   static void Print(const nlohmann::json& p) {
-    std::printf("  profile (per segment: apply rate, locator load, probe lengths in slots):\n");
+    std::printf("  profile (per segment: apply rate, locator load, probe lengths in lines):\n");
     std::printf("    %9s %8s %7s %9s %9s %6s %9s %9s %8s\n", "requests", "apply M/s", "load",
-                "hit mean", "hit p99", "max d", "miss mean", "max run", "tag fp");
+                "hit mean", "hit p99", "max d", "miss mean", "max miss", "tag fp");
     for (const nlohmann::json& s : p["segments"]) {
       std::printf("    %9llu %8.2f %7.3f %9.2f %9llu %6llu %9.2f %9llu %8llu\n",
                   static_cast<unsigned long long>(s["requests"].get<uint64_t>()),
@@ -159,8 +159,8 @@ class LocatorProfiler {
 
  private:
   nlohmann::json Segment(size_t requests, const index::LocatorProfile& p) const {
-    // A hit reads d + 1 slots; a miss from a random home reads the rest of
-    // the cluster it lands in plus one empty slot.
+    // In cache lines (locator buckets): a hit d buckets past its home reads
+    // d + 1 lines; a miss reads up to the first bucket nothing overflowed.
     uint64_t hits = 0, hit_slots = 0, max_d = 0, p99 = 0;
     for (size_t d = 0; d < p.displacement.size(); ++d) {
       hits += p.displacement[d];
@@ -174,15 +174,14 @@ class LocatorProfiler {
         break;
       }
     }
-    double miss_slots = 0;
-    uint64_t occupied = 0, max_cluster = 0;
+    // clusters[l]: home buckets from which a miss reads l lines.
+    double miss_lines = 0;
+    uint64_t homes = 0, max_cluster = 0;
     for (size_t l = 1; l < p.clusters.size(); ++l) {
-      const double len = static_cast<double>(l);
-      miss_slots += static_cast<double>(p.clusters[l]) * (len * (len + 1) / 2 + len);
-      occupied += p.clusters[l] * l;
+      miss_lines += static_cast<double>(p.clusters[l]) * static_cast<double>(l);
+      homes += p.clusters[l];
       if (p.clusters[l] != 0) max_cluster = l;
     }
-    miss_slots += static_cast<double>(p.capacity - occupied);
     const double cap = static_cast<double>(p.capacity);
     return {
         {"requests", requests},
@@ -196,7 +195,7 @@ class LocatorProfiler {
         {"hit_probe_mean", hits ? static_cast<double>(hit_slots) / static_cast<double>(hits) : 0},
         {"hit_probe_p99", p99},
         {"max_displacement", max_d},
-        {"miss_probe_mean", miss_slots / cap},
+        {"miss_probe_mean", homes ? miss_lines / static_cast<double>(homes) : 0.0},
         {"max_cluster", max_cluster},
         {"tag_false_matches", p.tag_false_matches},
         {"displacement_histogram", p.displacement},

@@ -13,7 +13,7 @@ size_t BlockLocator::MappedBytes(size_t capacity) {
 
 std::unique_ptr<BlockLocator> BlockLocator::Create(size_t capacity, MemoryCounter* memory) {
   // Rounded to whole huge pages (the rounding is used as capacity and
-  // reported as allocated); anonymous pages are zero: every slot starts empty.
+  // reported as allocated); anonymous pages are zero: every slot starts free.
   const size_t bytes = MappedBytes(capacity);
   void* slots = MapHugePages(bytes);
   if (slots == nullptr) return nullptr;
@@ -35,141 +35,144 @@ BlockLocator::~BlockLocator() {
   memory_->Sub(mapped_bytes_);
 }
 
-// ---------------------------------------------------------------- writer
-
-uint32_t BlockLocator::TagAt(size_t b, uint32_t k) const {
-  const uint64_t word = Line(b)[k / 8].load(std::memory_order_relaxed);
-  return static_cast<uint32_t>(word >> (8 * (k % 8))) & 0xFF;
-}
-
-void BlockLocator::StoreEntry(size_t b, uint32_t k, uint64_t entry) {
+void BlockLocator::StoreField(size_t b, uint32_t at, uint32_t bits, uint64_t value) {
   std::atomic<uint64_t>* line = Line(b);
-  const uint32_t bit = kFirstEntryBit + k * kEntryBits;
-  const uint32_t word = bit / 64, shift = bit % 64;
+  const uint32_t word = at / 64, shift = at % 64;
+  const uint64_t mask = (uint64_t{1} << bits) - 1;
   const uint64_t lo = line[word].load(std::memory_order_relaxed);
-  line[word].store((lo & ~(kEntryMask << shift)) | entry << shift, std::memory_order_relaxed);
-  if (shift + kEntryBits > 64) {
-    const uint32_t spill = shift + kEntryBits - 64;  // bits in the next word
-    const uint64_t mask = (uint64_t{1} << spill) - 1;
+  line[word].store((lo & ~(mask << shift)) | value << shift, std::memory_order_relaxed);
+  if (shift + bits > 64) {
+    const uint64_t spill = (uint64_t{1} << (shift + bits - 64)) - 1;  // bits in the next word
     const uint64_t hi = line[word + 1].load(std::memory_order_relaxed);
-    line[word + 1].store((hi & ~mask) | (entry >> (64 - shift)), std::memory_order_relaxed);
+    line[word + 1].store((hi & ~spill) | (value >> (64 - shift)), std::memory_order_relaxed);
   }
 }
 
-void BlockLocator::StoreTag(size_t b, uint32_t k, uint32_t tag) {
-  std::atomic<uint64_t>& word = Line(b)[k / 8];
-  const uint32_t shift = 8 * (k % 8);
-  const uint64_t w = word.load(std::memory_order_relaxed);
-  word.store((w & ~(uint64_t{0xFF} << shift)) | uint64_t{tag} << shift, std::memory_order_relaxed);
+void BlockLocator::StoreSlot(size_t b, uint32_t k, uint32_t tag, uint32_t displacement,
+                             uint64_t entry) {
+  StoreField(b, kFirstEntryBit + k * kEntryBits, kEntryBits, entry);
+  StoreField(b, kFirstDisplacementBit + k * kDisplacementBits, kDisplacementBits, displacement);
+  StoreField(b, 8 * k, 8, tag);
 }
 
 // Seqlock writer: odd version, release fence, changes, even version (release).
 void BlockLocator::BeginWrite(size_t b) {
   std::atomic<uint64_t>& w1 = Line(b)[1];
-  const uint64_t w = w1.load(std::memory_order_relaxed);
-  w1.store(w + (uint64_t{1} << kVersionShift), std::memory_order_relaxed);
+  w1.store(w1.load(std::memory_order_relaxed) + (uint64_t{1} << kVersionShift),
+           std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
 }
 
 void BlockLocator::EndWrite(size_t b) {
   std::atomic<uint64_t>& w1 = Line(b)[1];
   const uint64_t w = w1.load(std::memory_order_relaxed);
-  const uint64_t version = ((w >> kVersionShift) + 1) & kVersionMask;
+  const uint64_t version = (Version(w) + 1) & kVersionMask;
   w1.store((w & ~(kVersionMask << kVersionShift)) | version << kVersionShift,
            std::memory_order_release);
 }
 
-void BlockLocator::AddOverflow(size_t from, size_t to, int delta) {
-  for (size_t b = from; b != to; b = b + 1 == buckets_ ? 0 : b + 1) {
-    std::atomic<uint64_t>& w1 = Line(b)[1];
-    const uint64_t w = w1.load(std::memory_order_relaxed);
-    const uint64_t count = (w >> kOverflowShift) & 0xFF;
-    if (count == 0xFF) continue;  // sticky: the exact count was lost
-    const uint64_t next = delta > 0 ? count + 1 : count - 1;
-    // Raised before the block becomes visible, lowered after it is gone: a
-    // lookup never stops short of a block that is in the table.
-    w1.store((w & ~(uint64_t{0xFF} << kOverflowShift)) | next << kOverflowShift,
-             std::memory_order_release);
-  }
-}
-
 void BlockLocator::Fill(size_t i, uint64_t hash, uint32_t node_ref, uint32_t offset) {
   const size_t b = i / kBucketSlots;
-  const uint32_t k = static_cast<uint32_t>(i % kBucketSlots);
-  AddOverflow(HomeBucket(hash), b, +1);
+  const uint32_t displacement = static_cast<uint32_t>(Distance(HomeBucket(hash), b));
   BeginWrite(b);
-  StoreEntry(b, k, uint64_t{node_ref} << 12 | offset);
-  StoreTag(b, k, Tag(hash));
+  StoreSlot(b, static_cast<uint32_t>(i % kBucketSlots), Tag(hash), displacement,
+            uint64_t{node_ref} << 12 | offset);
   EndWrite(b);
   ++used_;
 }
 
 bool BlockLocator::Insert(uint64_t hash, uint32_t node_ref, uint32_t offset) {
   // No reader sees this table: no version brackets.
-  const size_t home = HomeBucket(hash);
-  size_t b = home;
-  for (uint32_t step = 0; step < kMaxProbeBuckets; ++step) {
-    const uint32_t empties = Empties(b);
-    if (empties != 0) {
-      const uint32_t k = static_cast<uint32_t>(__builtin_ctz(empties));
-      AddOverflow(home, b, +1);
-      StoreEntry(b, k, uint64_t{node_ref} << 12 | offset);
-      StoreTag(b, k, Tag(hash));
+  size_t b = HomeBucket(hash);
+  for (uint32_t d = 0; d <= kMaxDisplacement; ++d, b = Next(b)) {
+    const uint32_t free_slots = FreeSlots(b);
+    if (free_slots != 0) {
+      StoreSlot(b, static_cast<uint32_t>(__builtin_ctz(free_slots)), Tag(hash), d,
+                uint64_t{node_ref} << 12 | offset);
       ++used_;
       return true;
     }
-    b = b + 1 == buckets_ ? 0 : b + 1;
   }
   return false;
 }
 
 void BlockLocator::Relabel(size_t i, uint32_t node_ref, uint32_t offset) {
   const size_t b = i / kBucketSlots;
+  const uint32_t k = static_cast<uint32_t>(i % kBucketSlots);
   BeginWrite(b);
-  StoreEntry(b, static_cast<uint32_t>(i % kBucketSlots), uint64_t{node_ref} << 12 | offset);
+  StoreField(b, kFirstEntryBit + k * kEntryBits, kEntryBits, uint64_t{node_ref} << 12 | offset);
   EndWrite(b);
 }
 
-void BlockLocator::Erase(size_t i, uint64_t hash) {
-  const size_t b = i / kBucketSlots;
-  BeginWrite(b);
-  StoreTag(b, static_cast<uint32_t>(i % kBucketSlots), 0);
-  EndWrite(b);
-  AddOverflow(HomeBucket(hash), b, -1);
+void BlockLocator::Erase(size_t i) {
+  size_t hole = i / kBucketSlots;
+  uint32_t hole_slot = static_cast<uint32_t>(i % kBucketSlots);
+  // A bucket that had room already ends every probe that reaches it: no
+  // block past it has its home at or before it, so nothing moves.
+  const bool was_full = FreeSlots(hole) == 0;
+  BeginWrite(hole);
+  StoreField(hole, 8 * hole_slot, 8, 0);
+  EndWrite(hole);
   --used_;
+  if (!was_full) return;
+  // Refill the hole with a block from the following full buckets whose home
+  // is at or before it, and repeat for the hole that leaves (when its bucket
+  // was full). A bucket with room ends the search.
+  size_t b = hole;
+  for (uint32_t dist = 1; dist <= kMaxDisplacement; ++dist) {
+    b = Next(b);
+    const std::atomic<uint64_t>* line = Line(b);
+    const uint32_t free_slots = FreeSlots(b);
+    for (uint32_t m = ~free_slots & kSlotMask; m != 0; m &= m - 1) {
+      const uint32_t k = static_cast<uint32_t>(__builtin_ctz(m));
+      const uint32_t displacement = DisplacementOf(line, k);
+      if (displacement < dist) continue;
+      const bool source_was_full = free_slots == 0;
+      // Into the hole first, out of its slot second: briefly in both, which
+      // a reader tolerates; a reader between the two buckets may miss it.
+      BeginWrite(hole);
+      StoreSlot(hole, hole_slot, TagAt(b, k), displacement - dist, EntryOf(line, k));
+      EndWrite(hole);
+      BeginWrite(b);
+      StoreField(b, 8 * k, 8, 0);
+      EndWrite(b);
+      if (!source_was_full) return;
+      hole = b;
+      hole_slot = k;
+      dist = 0;
+      break;
+    }
+    if (dist != 0 && free_slots != 0) break;
+  }
 }
 
 // ---------------------------------------------------------------- diagnostics
 
-uint64_t BlockLocator::Histograms(const std::function<uint64_t(uint32_t, uint32_t)>& hash_of,
-                                  std::vector<uint64_t>* displacement,
+uint64_t BlockLocator::Histograms(std::vector<uint64_t>* displacement,
                                   std::vector<uint64_t>* clusters) const {
-  displacement->assign(kMaxProbeBuckets, 0);
-  clusters->assign(kMaxProbeBuckets + 1, 0);
+  displacement->assign(kMaxDisplacement + 1, 0);
+  clusters->assign(kMaxDisplacement + 2, 0);
   uint64_t false_matches = 0;
   for (size_t b = 0; b < buckets_; ++b) {
     // From home bucket b, a lookup of an absent block reads buckets up to the
-    // first whose overflow count is 0.
+    // first with a free slot.
     uint32_t lines = 1;
-    for (size_t j = b; lines <= kMaxProbeBuckets &&
-                       ((Line(j)[1].load(std::memory_order_relaxed) >> kOverflowShift) & 0xFF) != 0;
-         j = j + 1 == buckets_ ? 0 : j + 1) {
-      ++lines;
-    }
-    ++(*clusters)[std::min<size_t>(lines, kMaxProbeBuckets)];
+    for (size_t j = b; lines <= kMaxDisplacement && FreeSlots(j) == 0; j = Next(j)) ++lines;
+    ++(*clusters)[lines];
+    const std::atomic<uint64_t>* line = Line(b);
     for (uint32_t k = 0; k < kBucketSlots; ++k) {
       const uint32_t tag = TagAt(b, k);
       if (tag == 0) continue;
-      const uint64_t entry = EntryOf(Line(b), k);
-      const size_t home = HomeBucket(
-          hash_of(static_cast<uint32_t>(entry >> 12), static_cast<uint32_t>(entry & 0xFFF)));
-      const size_t d = b >= home ? b - home : b + buckets_ - home;
-      ++(*displacement)[std::min<size_t>(d, kMaxProbeBuckets - 1)];
-      // The other slots with its tag in the buckets its lookup reads.
-      for (size_t j = home, s = 0; s <= d; ++s, j = j + 1 == buckets_ ? 0 : j + 1) {
+      const uint32_t d = DisplacementOf(line, k);
+      ++(*displacement)[d];
+      // The other slots with its tag in the buckets its lookup reads before
+      // it (in its own bucket: the slots before it).
+      size_t j = b + buckets_ - d;
+      if (j >= buckets_) j -= buckets_;
+      for (uint32_t s = 0; s <= d; ++s, j = Next(j)) {
         uint32_t same = TagBytesEqual(Line(j)[0].load(std::memory_order_relaxed),
                                       Line(j)[1].load(std::memory_order_relaxed), tag);
-        if (j == b) same &= (1u << k) - 1;  // the lookup stops at the block
+        if (j == b) same &= (1u << k) - 1;
         false_matches += static_cast<uint64_t>(__builtin_popcount(same));
       }
     }

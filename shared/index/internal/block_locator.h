@@ -1,20 +1,21 @@
 // BlockLocator: sequence hash -> (node reference, offset) of the block in its ChainNode.
 //
-// Open addressing over buckets of one cache line, ten blocks each:
+// Linear probing over buckets of one cache line, nine blocks each:
 //
-//   bytes  0-9   ten 8-bit tags (a few bits of the hash; 0 = empty slot)
-//   byte   10    overflow count: blocks whose home bucket is this one or an
-//                earlier one and that sit past it (sticky at 255)
-//   bytes 11-13  version (24 bits, odd while the writer changes the bucket)
-//   bytes 14-63  ten 40-bit entries: node reference (28 bits) | offset (12)
+//   bits   0-71    nine 8-bit tags (a few bits of the hash; 0 = free slot)
+//   bits  72-95    version (24 bits, odd while the writer changes the bucket)
+//   bits  96-149   nine 6-bit displacements (buckets from the block's home)
+//   bits 152-511   nine 40-bit entries: node reference (28 bits) | offset (12)
 //
-// A block goes to the first free slot from its home bucket on, and every
-// bucket it passes counts it in its overflow count; a lookup scans buckets
-// from home until the block or a bucket whose overflow count is 0. So a
-// lookup reads one line in most cases, whatever the load, and the table runs
-// at up to 85% load: 6.4 bytes of slot per 0.85 blocks (7.5-11 bytes per
-// block between growths, docs/benchmarks.md "Index at scale"). Erasing frees
-// a slot in place (no shifting) and lowers the counts its insert raised.
+// A block goes to the first free slot from its home bucket on; a lookup reads
+// buckets from home until the block or a bucket with a free slot. Erasing
+// keeps that rule exact without tombstones: the hole is refilled from the
+// following full buckets by a block whose home is at or before it (the
+// bucket-wise backward shift of linear probing, found from the stored
+// displacements without reading any hash). So the table keeps the shape of
+// one built afresh however much it churns, and at up to 85% load a lookup
+// reads one line in most cases: 7.1 bytes of slot per 0.585-0.85 blocks
+// (docs/benchmarks.md, "Index at scale").
 //
 // The full hash is not stored: it already sits in the node's hash array, and a
 // lookup confirms a tag match there (`is_block`). The tag makes a confirmation
@@ -25,20 +26,20 @@
 //
 // Thread safety: one writer (Fill/Relabel/Erase; Insert only while no reader
 // can see the table); readers Find concurrently. Each bucket is a seqlock:
-// the writer changes a bucket's slots inside its version bracket and a
-// reader retries a bucket whose version moved, so a reader never uses a torn
-// entry. Blocks never move between slots, so a reader never misses a block
-// that stayed in the table during its lookup.
+// the writer changes a bucket inside its version bracket and a reader
+// retries a bucket whose version moved, so a reader never uses a torn entry.
+// Only Erase moves blocks (back towards their home); a reader racing it may
+// miss a block (the model index looks once more when an erase ran during
+// the lookup; a miss can only undercount).
 #pragma once
+
+#include <emmintrin.h>
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
-
-#include <emmintrin.h>
 
 #include "shared/index/internal/memory.h"
 
@@ -46,15 +47,14 @@ namespace kvindex::index::internal {
 
 class BlockLocator {
  public:
-  static constexpr uint32_t kBucketSlots = 10;
+  static constexpr uint32_t kBucketSlots = 9;
   static constexpr size_t kBucketBytes = 64;
-  // Grow past kMaxLoad, to kGrowLoad (x1.45): a bucket of ten at 85% load
-  // still holds nine blocks in ten at home (measured in docs/benchmarks.md).
+  // Grow past kMaxLoad, to kGrowLoad (x1.45).
   static constexpr double kMaxLoad = 0.85;
   static constexpr double kGrowLoad = 0.585;
-  // A probe that finds no free slot within this many buckets fails (the
-  // caller grows the table); at <= 85% load it does not happen.
-  static constexpr uint32_t kMaxProbeBuckets = 64;
+  // The displacement field's range: a block that would sit further from its
+  // home makes the probe fail (the caller grows the table).
+  static constexpr uint32_t kMaxDisplacement = 63;
   static constexpr size_t kNotFound = ~size_t{0};
 
   // A table of at least `capacity` slots; nullptr when it cannot be mapped.
@@ -82,17 +82,17 @@ class BlockLocator {
     return static_cast<size_t>((static_cast<unsigned __int128>(mixed) * buckets_) >> 64);
   }
   void Prefetch(uint64_t hash) const { __builtin_prefetch(Line(HomeBucket(hash)), 0, 1); }
-  // The home line and the next: about one block in ten overflows into it.
+  // The home line and the next: a full home bucket sends the probe on.
   void PrefetchForWrite(uint64_t hash) const {
     const size_t home = HomeBucket(hash);
     __builtin_prefetch(Line(home), 1, 1);
-    __builtin_prefetch(Line(home + 1 < buckets_ ? home + 1 : 0), 1, 1);
+    __builtin_prefetch(Line(Next(home)), 1, 1);
   }
 
   // Writer: the slot holding `hash` (its value in *slot), else the free slot
-  // where it would go (*slot = 0); kNotFound when there is none within
-  // kMaxProbeBuckets. `is_block(node_ref, offset)` says whether that node
-  // position holds `hash`.
+  // where it would go (*slot = 0); kNotFound when that is further than
+  // kMaxDisplacement buckets from home. `is_block(node_ref, offset)` says
+  // whether that node position holds `hash`.
   template <typename IsBlock>
   size_t Probe(uint64_t hash, const IsBlock& is_block, uint64_t* slot) const {
     return Lookup<false>(hash, is_block, slot);
@@ -109,33 +109,31 @@ class BlockLocator {
   // Writer: fills the free slot `i` that Probe returned for `hash`.
   void Fill(size_t i, uint64_t hash, uint32_t node_ref, uint32_t offset);
   // Writer, on a table no reader sees yet (a rebuild): adds a block known to
-  // be absent. False when no slot is free within kMaxProbeBuckets.
+  // be absent. False when its slot would exceed kMaxDisplacement.
   bool Insert(uint64_t hash, uint32_t node_ref, uint32_t offset);
   // Writer: points slot `i` at a new position of the same block.
   void Relabel(size_t i, uint32_t node_ref, uint32_t offset);
-  // Writer: frees slot `i`, which holds `hash`.
-  void Erase(size_t i, uint64_t hash);
+  // Writer: frees slot `i`, then refills the hole from the buckets after it.
+  void Erase(size_t i);
 
   // Diagnostics (writer thread or quiescent; a full scan, never on a hot
   // path): displacement[d] = blocks d buckets past their home bucket (a hit
-  // reads d + 1 lines); clusters[l] = buckets from which a lookup of an
+  // reads d + 1 lines); clusters[l] = home buckets from which a lookup of an
   // absent block reads l lines (the last entry counts all longer). Returns
   // the tag matches on other blocks in the buckets each live block's lookup
   // reads before reaching it: the node reads that finding each block once
   // costs beyond its own.
-  // `hash_of(node_ref, offset)` is the hash at that node position.
-  uint64_t Histograms(const std::function<uint64_t(uint32_t, uint32_t)>& hash_of,
-                      std::vector<uint64_t>* displacement, std::vector<uint64_t>* clusters) const;
+  uint64_t Histograms(std::vector<uint64_t>* displacement, std::vector<uint64_t>* clusters) const;
 
  private:
-  // The words of bucket b's line; word 1 holds tags 8-9, the overflow count
-  // and the version.
-  static constexpr int kOverflowShift = 16;
-  static constexpr int kVersionShift = 24;
+  static constexpr int kVersionShift = 8;  // in word 1
   static constexpr uint64_t kVersionMask = 0xFFFFFF;
-  static constexpr uint32_t kFirstEntryBit = 112;
+  static constexpr uint32_t kFirstDisplacementBit = 96;
+  static constexpr uint32_t kDisplacementBits = 6;
+  static constexpr uint32_t kFirstEntryBit = 152;
   static constexpr uint32_t kEntryBits = 40;
   static constexpr uint64_t kEntryMask = (uint64_t{1} << kEntryBits) - 1;
+  static constexpr uint32_t kSlotMask = (1u << kBucketSlots) - 1;
 
   BlockLocator(void* slots, size_t mapped_bytes, MemoryCounter* memory);
 
@@ -146,34 +144,51 @@ class BlockLocator {
     return t == 0 ? 1 : t;
   }
   std::atomic<uint64_t>* Line(size_t b) const { return words_ + b * 8; }
+  size_t Next(size_t b) const { return b + 1 == buckets_ ? 0 : b + 1; }
+  size_t Distance(size_t from, size_t to) const {
+    return to >= from ? to - from : to + buckets_ - from;
+  }
 
-  // Bit k set where byte k (k < 10) of the words (lo, hi) equals `value`.
+  // Bit k set where byte k (k < 9) of the words (lo, hi) equals `value`.
   static uint32_t TagBytesEqual(uint64_t lo, uint64_t hi, uint32_t value) {
     const __m128i tags = _mm_set_epi64x(static_cast<long long>(hi), static_cast<long long>(lo));
     const __m128i eq = _mm_cmpeq_epi8(tags, _mm_set1_epi8(static_cast<char>(value)));
-    return static_cast<uint32_t>(_mm_movemask_epi8(eq)) & ((1u << kBucketSlots) - 1);
+    return static_cast<uint32_t>(_mm_movemask_epi8(eq)) & kSlotMask;
   }
   static uint64_t Version(uint64_t word1) { return (word1 >> kVersionShift) & kVersionMask; }
 
-  // kReader: validates every read against the bucket's version (readers run
-  // beside the writer); the writer reads its own table as it left it.
+  // The `bits`-wide field at bit `at` of a line (it may span two words).
+  static uint64_t Field(const std::atomic<uint64_t>* line, uint32_t at, uint32_t bits) {
+    const uint32_t word = at / 64, shift = at % 64;
+    uint64_t value = line[word].load(std::memory_order_relaxed) >> shift;
+    if (shift + bits > 64) value |= line[word + 1].load(std::memory_order_relaxed) << (64 - shift);
+    return value & ((uint64_t{1} << bits) - 1);
+  }
+  static uint64_t EntryOf(const std::atomic<uint64_t>* line, uint32_t k) {
+    return Field(line, kFirstEntryBit + k * kEntryBits, kEntryBits);
+  }
+  static uint32_t DisplacementOf(const std::atomic<uint64_t>* line, uint32_t k) {
+    return static_cast<uint32_t>(
+        Field(line, kFirstDisplacementBit + k * kDisplacementBits, kDisplacementBits));
+  }
+
+  // kReader: validates every entry it uses against the bucket's version
+  // (readers run beside the writer); the writer reads its own table as it
+  // left it.
   template <bool kReader, typename IsBlock>
   size_t Lookup(uint64_t hash, const IsBlock& is_block, uint64_t* slot) const {
     const uint32_t tag = Tag(hash);
     size_t b = HomeBucket(hash);
-    size_t free_slot = kNotFound;
-    for (uint32_t step = 0; step < kMaxProbeBuckets; ++step) {
+    for (uint32_t d = 0; d <= kMaxDisplacement; ++d, b = Next(b)) {
       const std::atomic<uint64_t>* line = Line(b);
       uint64_t w0, w1;
-      uint32_t matches;
       for (;;) {
         w1 = line[1].load(kReader ? std::memory_order_acquire : std::memory_order_relaxed);
         if (kReader && (Version(w1) & 1) != 0) continue;  // being changed
         w0 = line[0].load(std::memory_order_relaxed);
-        matches = TagBytesEqual(w0, w1, tag);
         bool torn = false;
-        for (; matches != 0; matches &= matches - 1) {
-          const uint32_t k = static_cast<uint32_t>(__builtin_ctz(matches));
+        for (uint32_t m = TagBytesEqual(w0, w1, tag); m != 0; m &= m - 1) {
+          const uint32_t k = static_cast<uint32_t>(__builtin_ctz(m));
           const uint64_t entry = EntryOf(line, k);
           if (kReader) {
             std::atomic_thread_fence(std::memory_order_acquire);
@@ -189,50 +204,32 @@ class BlockLocator {
         }
         if (!torn) break;
       }
-      if (!kReader && free_slot == kNotFound) {
-        const uint32_t empties = TagBytesEqual(w0, w1, 0);
-        if (empties != 0)
-          free_slot = b * kBucketSlots + static_cast<uint32_t>(__builtin_ctz(empties));
+      const uint32_t free_slots = TagBytesEqual(w0, w1, 0);
+      if (free_slots != 0) {
+        // No block with a home at or before b sits past a bucket with room.
+        *slot = 0;
+        return kReader ? kNotFound
+                       : b * kBucketSlots + static_cast<uint32_t>(__builtin_ctz(free_slots));
       }
-      // A stale count read by a reader only ends its lookup early or late:
-      // counts are raised before a block appears and lowered after it left.
-      if (((w1 >> kOverflowShift) & 0xFF) == 0) break;
-      b = b + 1 == buckets_ ? 0 : b + 1;
     }
     *slot = 0;
-    if (kReader || free_slot != kNotFound) return free_slot;
-    // The block is absent; a free slot further on, past the buckets read.
-    for (uint32_t step = 0; step < kMaxProbeBuckets; ++step) {
-      b = b + 1 == buckets_ ? 0 : b + 1;
-      const uint32_t empties = Empties(b);
-      if (empties != 0) return b * kBucketSlots + static_cast<uint32_t>(__builtin_ctz(empties));
-    }
     return kNotFound;
   }
 
-  static uint64_t EntryOf(const std::atomic<uint64_t>* line, uint32_t k) {
-    const uint32_t bit = kFirstEntryBit + k * kEntryBits;
-    const uint32_t word = bit / 64, shift = bit % 64;
-    uint64_t value = line[word].load(std::memory_order_relaxed) >> shift;
-    if (shift + kEntryBits > 64) {
-      value |= line[word + 1].load(std::memory_order_relaxed) << (64 - shift);
-    }
-    return value & kEntryMask;
-  }
   // Writer (no reader can see a change between two of its calls).
-  uint32_t Empties(size_t b) const {
+  uint32_t FreeSlots(size_t b) const {
     const std::atomic<uint64_t>* line = Line(b);
     return TagBytesEqual(line[0].load(std::memory_order_relaxed),
                          line[1].load(std::memory_order_relaxed), 0);
   }
-  void StoreEntry(size_t b, uint32_t k, uint64_t entry);
-  void StoreTag(size_t b, uint32_t k, uint32_t tag);
+  uint32_t TagAt(size_t b, uint32_t k) const {
+    return static_cast<uint32_t>(Field(Line(b), 8 * k, 8));
+  }
+  void StoreField(size_t b, uint32_t at, uint32_t bits, uint64_t value);
+  // Writes slot k of bucket b whole (tag 0 = free).
+  void StoreSlot(size_t b, uint32_t k, uint32_t tag, uint32_t displacement, uint64_t entry);
   void BeginWrite(size_t b);
   void EndWrite(size_t b);
-  // Raises (+1) or lowers (-1) the overflow counts of the buckets from `from`
-  // up to, not including, `to`.
-  void AddOverflow(size_t from, size_t to, int delta);
-  uint32_t TagAt(size_t b, uint32_t k) const;
 
   std::atomic<uint64_t>* words_ = nullptr;
   size_t buckets_ = 0;

@@ -335,10 +335,13 @@ void ModelIndex::EraseRange(const ChainNode* node, uint32_t lo, uint32_t hi) {
   for (uint32_t x = lo; x < std::min(hi, lo + static_cast<uint32_t>(kPrefetchDistance)); ++x) {
     loc->PrefetchForWrite(h[x]);
   }
+  erase_epoch_.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
   for (uint32_t x = lo; x < hi; ++x) {
     if (x + kPrefetchDistance < hi) loc->PrefetchForWrite(h[x + kPrefetchDistance]);
-    loc->Erase(SlotOf(h[x]), h[x]);
+    loc->Erase(SlotOf(h[x]));
   }
+  erase_epoch_.fetch_add(1, std::memory_order_release);
 }
 
 uint64_t ModelIndex::blocks() const { return locator()->used(); }
@@ -353,11 +356,7 @@ void ModelIndex::ProfileLocator(bool histograms, LocatorProfile* out) const {
   out->displacement.clear();
   out->clusters.clear();
   out->tag_false_matches = 0;
-  if (histograms) {
-    out->tag_false_matches = loc->Histograms(
-        [&](uint32_t ref, uint32_t offset) { return NodeAt(ref)->hashes()[offset]; },
-        &out->displacement, &out->clusters);
-  }
+  if (histograms) out->tag_false_matches = loc->Histograms(&out->displacement, &out->clusters);
 }
 
 bool ModelIndex::EnsureRoom(size_t blocks) {
@@ -821,13 +820,17 @@ void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatc
   acc.Reset();
   const uint32_t n = static_cast<uint32_t>(seq.size());
   uint32_t k = 0;
+  const uint64_t epoch = erase_epoch_.load(std::memory_order_acquire);
   loc->Prefetch(seq[0]);
   while (k < n) {
     const uint64_t hash = seq[k];
     auto is_block = [&](uint32_t id, uint32_t off) { return HashIs(id, off, hash); };
     uint64_t slot = 0;
-    // Blocks never move between locator slots: a miss is a miss.
-    if (loc->Find(hash, is_block, &slot) == BlockLocator::kNotFound) break;
+    if (loc->Find(hash, is_block, &slot) == BlockLocator::kNotFound) {
+      // An erase may have moved the block back past the probe: look once more.
+      if (erase_epoch_.load(std::memory_order_acquire) == epoch && (epoch & 1) == 0) break;
+      if (loc->Find(hash, is_block, &slot) == BlockLocator::kNotFound) break;
+    }
     const ChainNode* node = NodeAt(BlockLocator::NodeRef(slot));
     const uint32_t off = BlockLocator::Offset(slot);
     const uint32_t version = node->version.load(std::memory_order_acquire);

@@ -212,6 +212,9 @@ class ModelIndex {
   size_t retired_bytes_ = 0;
   RemovalSeqlock seqlock_;
   GracePeriod grace_;
+  // Odd while the writer erases locator slots (which moves others back): a
+  // reader whose probe missed during an erase probes once more.
+  std::atomic<uint64_t> erase_epoch_{0};
 
   // Source ids: writer-side lookup plus a reader-visible id -> record array.
   using IdMap =
