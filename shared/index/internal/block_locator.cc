@@ -35,52 +35,6 @@ BlockLocator::~BlockLocator() {
   memory_->Sub(mapped_bytes_);
 }
 
-void BlockLocator::StoreField(size_t b, uint32_t at, uint32_t bits, uint64_t value) {
-  std::atomic<uint64_t>* line = Line(b);
-  const uint32_t word = at / 64, shift = at % 64;
-  const uint64_t mask = (uint64_t{1} << bits) - 1;
-  const uint64_t lo = line[word].load(std::memory_order_relaxed);
-  line[word].store((lo & ~(mask << shift)) | value << shift, std::memory_order_relaxed);
-  if (shift + bits > 64) {
-    const uint64_t spill = (uint64_t{1} << (shift + bits - 64)) - 1;  // bits in the next word
-    const uint64_t hi = line[word + 1].load(std::memory_order_relaxed);
-    line[word + 1].store((hi & ~spill) | (value >> (64 - shift)), std::memory_order_relaxed);
-  }
-}
-
-void BlockLocator::StoreSlot(size_t b, uint32_t k, uint32_t tag, uint32_t displacement,
-                             uint64_t entry) {
-  StoreField(b, kFirstEntryBit + k * kEntryBits, kEntryBits, entry);
-  StoreField(b, kFirstDisplacementBit + k * kDisplacementBits, kDisplacementBits, displacement);
-  StoreField(b, 8 * k, 8, tag);
-}
-
-// Seqlock writer: odd version, release fence, changes, even version (release).
-void BlockLocator::BeginWrite(size_t b) {
-  std::atomic<uint64_t>& w1 = Line(b)[1];
-  w1.store(w1.load(std::memory_order_relaxed) + (uint64_t{1} << kVersionShift),
-           std::memory_order_relaxed);
-  std::atomic_thread_fence(std::memory_order_release);
-}
-
-void BlockLocator::EndWrite(size_t b) {
-  std::atomic<uint64_t>& w1 = Line(b)[1];
-  const uint64_t w = w1.load(std::memory_order_relaxed);
-  const uint64_t version = (Version(w) + 1) & kVersionMask;
-  w1.store((w & ~(kVersionMask << kVersionShift)) | version << kVersionShift,
-           std::memory_order_release);
-}
-
-void BlockLocator::Fill(size_t i, uint64_t hash, uint32_t node_ref, uint32_t offset) {
-  const size_t b = i / kBucketSlots;
-  const uint32_t displacement = static_cast<uint32_t>(Distance(HomeBucket(hash), b));
-  BeginWrite(b);
-  StoreSlot(b, static_cast<uint32_t>(i % kBucketSlots), Tag(hash), displacement,
-            uint64_t{node_ref} << 12 | offset);
-  EndWrite(b);
-  ++used_;
-}
-
 bool BlockLocator::Insert(uint64_t hash, uint32_t node_ref, uint32_t offset) {
   // No reader sees this table: no version brackets.
   size_t b = HomeBucket(hash);
@@ -94,14 +48,6 @@ bool BlockLocator::Insert(uint64_t hash, uint32_t node_ref, uint32_t offset) {
     }
   }
   return false;
-}
-
-void BlockLocator::Relabel(size_t i, uint32_t node_ref, uint32_t offset) {
-  const size_t b = i / kBucketSlots;
-  const uint32_t k = static_cast<uint32_t>(i % kBucketSlots);
-  BeginWrite(b);
-  StoreField(b, kFirstEntryBit + k * kEntryBits, kEntryBits, uint64_t{node_ref} << 12 | offset);
-  EndWrite(b);
 }
 
 void BlockLocator::Erase(size_t i) {

@@ -82,7 +82,8 @@ class BlockLocator {
     return static_cast<size_t>((static_cast<unsigned __int128>(mixed) * buckets_) >> 64);
   }
   void Prefetch(uint64_t hash) const { __builtin_prefetch(Line(HomeBucket(hash)), 0, 1); }
-  // The home line and the next: a full home bucket sends the probe on.
+  // The home line and the next: a full home bucket sends the probe (and an
+  // erase's refill) on.
   void PrefetchForWrite(uint64_t hash) const {
     const size_t home = HomeBucket(hash);
     __builtin_prefetch(Line(home), 1, 1);
@@ -159,10 +160,13 @@ class BlockLocator {
 
   // The `bits`-wide field at bit `at` of a line (it may span two words).
   static uint64_t Field(const std::atomic<uint64_t>* line, uint32_t at, uint32_t bits) {
+    // Branch-free (see StoreField); bits from a word read twice fall
+    // outside the mask.
     const uint32_t word = at / 64, shift = at % 64;
-    uint64_t value = line[word].load(std::memory_order_relaxed) >> shift;
-    if (shift + bits > 64) value |= line[word + 1].load(std::memory_order_relaxed) << (64 - shift);
-    return value & ((uint64_t{1} << bits) - 1);
+    const uint32_t next = shift + bits > 64 ? word + 1 : word;
+    const uint64_t lo = line[word].load(std::memory_order_relaxed);
+    const uint64_t hi = line[next].load(std::memory_order_relaxed);
+    return ((lo >> shift) | ((hi << 1) << (63 - shift))) & ((uint64_t{1} << bits) - 1);
   }
   static uint64_t EntryOf(const std::atomic<uint64_t>* line, uint32_t k) {
     return Field(line, kFirstEntryBit + k * kEntryBits, kEntryBits);
@@ -239,5 +243,64 @@ class BlockLocator {
   size_t mapped_bytes_ = 0;
   MemoryCounter* memory_;
 };
+
+// Writer paths, inline: each runs once or more per block of every event.
+
+inline void BlockLocator::StoreField(size_t b, uint32_t at, uint32_t bits, uint64_t value) {
+  // Branch-free: which slot a block takes is random, so whether its fields
+  // cross a word boundary would be a mispredicted branch per store.
+  std::atomic<uint64_t>* line = Line(b);
+  const uint32_t word = at / 64, shift = at % 64;
+  const uint64_t mask = (uint64_t{1} << bits) - 1;
+  const uint64_t lo = line[word].load(std::memory_order_relaxed);
+  line[word].store((lo & ~(mask << shift)) | value << shift, std::memory_order_relaxed);
+  // The bits past the word (none when the field fits): in two shifts, as a
+  // shift by 64 is undefined.
+  const uint64_t spill_mask = (mask >> 1) >> (63 - shift);
+  const uint32_t next = spill_mask != 0 ? word + 1 : word;
+  const uint64_t hi = line[next].load(std::memory_order_relaxed);
+  line[next].store((hi & ~spill_mask) | ((value >> 1) >> (63 - shift)), std::memory_order_relaxed);
+}
+
+inline void BlockLocator::StoreSlot(size_t b, uint32_t k, uint32_t tag, uint32_t displacement,
+                                    uint64_t entry) {
+  StoreField(b, kFirstEntryBit + k * kEntryBits, kEntryBits, entry);
+  StoreField(b, kFirstDisplacementBit + k * kDisplacementBits, kDisplacementBits, displacement);
+  StoreField(b, 8 * k, 8, tag);
+}
+
+// Seqlock writer: odd version, release fence, changes, even version (release).
+inline void BlockLocator::BeginWrite(size_t b) {
+  std::atomic<uint64_t>& w1 = Line(b)[1];
+  w1.store(w1.load(std::memory_order_relaxed) + (uint64_t{1} << kVersionShift),
+           std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+inline void BlockLocator::EndWrite(size_t b) {
+  std::atomic<uint64_t>& w1 = Line(b)[1];
+  const uint64_t w = w1.load(std::memory_order_relaxed);
+  const uint64_t version = (Version(w) + 1) & kVersionMask;
+  w1.store((w & ~(kVersionMask << kVersionShift)) | version << kVersionShift,
+           std::memory_order_release);
+}
+
+inline void BlockLocator::Fill(size_t i, uint64_t hash, uint32_t node_ref, uint32_t offset) {
+  const size_t b = i / kBucketSlots;
+  const uint32_t displacement = static_cast<uint32_t>(Distance(HomeBucket(hash), b));
+  BeginWrite(b);
+  StoreSlot(b, static_cast<uint32_t>(i % kBucketSlots), Tag(hash), displacement,
+            uint64_t{node_ref} << 12 | offset);
+  EndWrite(b);
+  ++used_;
+}
+
+inline void BlockLocator::Relabel(size_t i, uint32_t node_ref, uint32_t offset) {
+  const size_t b = i / kBucketSlots;
+  const uint32_t k = static_cast<uint32_t>(i % kBucketSlots);
+  BeginWrite(b);
+  StoreField(b, kFirstEntryBit + k * kEntryBits, kEntryBits, uint64_t{node_ref} << 12 | offset);
+  EndWrite(b);
+}
 
 }  // namespace kvindex::index::internal
