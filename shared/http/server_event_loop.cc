@@ -178,8 +178,10 @@ class Session : public std::enable_shared_from_this<Session> {
   // The request body's storage, moved into each request's parser and back,
   // so its capacity (up to kKeepBodyBytes) is reused.
   std::string body_;
-  // "100 Continue", or what the socket did not take of a response.
+  // "100 Continue", or what the socket did not take of a response's header
+  // and body (empty unless a write is waiting for the socket).
   std::string pending_;
+  std::string pending_body_;
   size_t lingered_ = 0;
   std::array<char, 4096> discard_;
 };
@@ -439,20 +441,27 @@ void Session::Send(bool close, bool head_only, bool linger) {
     scratch.Trim();
     return AfterSend(close, linger);
   }
-  // The rest waits for the socket in the connection's own buffer.
-  pending_.clear();
-  if (sent < scratch.head.size()) {
-    pending_.append(scratch.head, sent, std::string::npos);
-    pending_.append(body);
+  // The rest waits for the socket in the connection's own buffers: the
+  // header's remainder copied, the body moved (a large answer, such as a
+  // checkpoint export, is not copied).
+  const size_t head_sent = std::min(sent, scratch.head.size());
+  pending_.assign(scratch.head, head_sent, std::string::npos);
+  const size_t body_sent = sent - head_sent;
+  if (head_only) {
+    pending_body_.clear();
   } else {
-    pending_.append(body.substr(sent - scratch.head.size()));
+    pending_body_ = std::move(scratch.response.body);
   }
   scratch.Trim();
+  std::array<asio::const_buffer, 2> rest{
+      asio::buffer(pending_),
+      asio::buffer(pending_body_.data() + body_sent, pending_body_.size() - body_sent)};
   Arm(std::chrono::milliseconds(options_.body_timeout_ms));
-  asio::async_write(socket_, asio::buffer(pending_),
+  asio::async_write(socket_, rest,
                     [self = shared_from_this(), close, linger](beast::error_code ec, size_t) {
                       if (ec) return;
                       std::string().swap(self->pending_);
+                      std::string().swap(self->pending_body_);
                       self->AfterSend(close, linger);
                     });
 }
@@ -495,6 +504,7 @@ void Session::ReleaseRequest() {
   route_ = nullptr;
   if (body_.capacity() > kKeepBodyBytes) std::string().swap(body_);
   if (pending_.capacity() > 0) std::string().swap(pending_);
+  if (pending_body_.capacity() > 0) std::string().swap(pending_body_);
   if (buffer_.size() == 0 && buffer_.capacity() > kFirstRead) buffer_.shrink_to_fit();
 }
 
