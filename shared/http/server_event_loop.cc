@@ -60,12 +60,17 @@ constexpr uint32_t kMaxShedConnections = 1024;
 // response instead of a reset (a "lingering close").
 constexpr auto kLingerTimeout = std::chrono::milliseconds(3000);
 constexpr size_t kLingerMaxBytes = size_t{64} << 20;
-// Buffers a kept-alive connection keeps between requests; larger ones are
-// released after the request (no per-connection high-water marks).
-constexpr size_t kKeepBufferBytes = 64 * 1024;
+// What a kept-alive connection keeps between requests, at most 16 KiB: the
+// read buffer (kFirstRead) and the body string up to kKeepBodyBytes, both
+// reused by the next request (no allocation per request in steady state);
+// larger ones are released after the request (no per-connection high-water
+// marks). The response lives in per-thread scratch (ThreadScratch).
+constexpr size_t kKeepBodyBytes = 8 * 1024;
 // The first read of a request takes up to this much, so that a typical
-// /v1/match (header and ~6 KB body) arrives in one read.
-constexpr size_t kFirstRead = 16 * 1024;
+// /v1/match (header and ~6.3 KB body) arrives in one read.
+constexpr size_t kFirstRead = 8 * 1024;
+// Per-thread response scratch larger than this is released after use.
+constexpr size_t kKeepScratchBytes = 64 * 1024;
 // A failed accept (EMFILE, ENFILE) is retried after this.
 constexpr auto kAcceptRetry = std::chrono::milliseconds(50);
 
@@ -75,6 +80,33 @@ constexpr std::string_view kCannedShed =
     "{\"error\": \"too many connections, retry later\"}\n";
 
 std::string_view View(beast::string_view text) { return {text.data(), text.size()}; }
+
+// The response being written, per I/O thread: a response is built and sent
+// without the thread switching to another connection (the handler runs,
+// then one non-blocking send), so one Response and one header string per
+// thread serve every connection. Only what the socket did not take at once
+// is copied into the connection (Session::pending_).
+struct ThreadScratch {
+  Response response;
+  std::string head;
+
+  Response& Fresh() {
+    response.status = 200;
+    response.content_type = "application/json";
+    response.body.clear();
+    response.headers.clear();
+    return response;
+  }
+  void Trim() {
+    if (response.body.capacity() > kKeepScratchBytes) std::string().swap(response.body);
+    if (head.capacity() > kKeepScratchBytes) std::string().swap(head);
+  }
+};
+
+ThreadScratch& Scratch() {
+  thread_local ThreadScratch scratch;
+  return scratch;
+}
 
 std::string_view LookupHeader(const void* headers, std::string_view name) {
   const auto& message = *static_cast<const Message*>(headers);
@@ -103,11 +135,15 @@ class Session : public std::enable_shared_from_this<Session> {
   void ReadBody();
   void OnBody(beast::error_code ec);
   void Dispatch();
-  // Sends `response_`; `close` ends the connection after it (lingering when
-  // the client may still be sending).
+  // Sends the thread's scratch response (Scratch().response); `close` ends
+  // the connection after it (lingering when the client may still be
+  // sending). The header and body go out in one non-blocking gather write;
+  // only a remainder the socket did not take is copied and written
+  // asynchronously.
   void Send(bool close, bool head_only, bool linger);
+  void AfterSend(bool close, bool linger);
   void Fail(int status, std::string_view message) {
-    SetError(response_, status, message);
+    SetError(Scratch().Fresh(), status, message);
     Send(true, false, true);
   }
   // Sets the deadline of what the Session waits for next. Cheap: a time
@@ -139,8 +175,13 @@ class Session : public std::enable_shared_from_this<Session> {
   Target target_;
   const Route* route_ = nullptr;
   bool head_only_ = false;
-  Response response_;
-  std::string out_;
+  // The request body's storage, moved into each request's parser and back,
+  // so its capacity (up to kKeepBodyBytes) is reused.
+  std::string body_;
+  // "100 Continue", or what the socket did not take of a response's header
+  // and body (empty unless a write is waiting for the socket).
+  std::string pending_;
+  std::string pending_body_;
   size_t lingered_ = 0;
   std::array<char, 4096> discard_;
 };
@@ -209,7 +250,10 @@ void Session::WaitTick() {
 }
 
 void Session::ReadIdle() {
-  parser_.emplace();
+  // The kept body storage goes into the new request (Beast's string_body
+  // appends to it).
+  body_.clear();
+  parser_.emplace(std::piecewise_construct, std::make_tuple(std::move(body_)));
   parser_->header_limit(kMaxHeaderBytes);
   // The body limit is set once the header passed auth and routing (Beast
   // would fail the header read on a large Content-Length first).
@@ -270,22 +314,19 @@ void Session::OnHeader(beast::error_code ec) {
   }
 
   const std::string_view method = View(message.method_string());
-  response_.status = 200;
-  response_.content_type = "application/json";
-  response_.body.clear();
-  response_.headers.clear();
+  Response& response = Scratch().Fresh();
   if (shed_) {
     // Over the connection limit: only the open probes are served.
     const PathRoutes* path = server_->routes.Find(target_.path);
     if (path == nullptr || !path->open || (method != "GET" && method != "HEAD")) {
-      SetError(response_, 503, "too many connections, retry later");
-      response_.headers.emplace_back("Retry-After", "1");
+      SetError(response, 503, "too many connections, retry later");
+      response.headers.emplace_back("Retry-After", "1");
       return Send(true, false, true);
     }
   }
   const RouteDecision decision =
       Decide(server_->routes, options_.bearer_token, method, target_.path,
-             LookupHeader(&message, "Authorization"), response_);
+             LookupHeader(&message, "Authorization"), response);
   const auto length = parser_->content_length();  // boost::optional
   const bool has_body = (length.has_value() && *length > 0) || parser_->chunked();
   if (decision.route == nullptr) {
@@ -305,9 +346,9 @@ void Session::OnHeader(beast::error_code ec) {
     }
     if (has_body) {
       // The limits passed: ask for the body.
-      out_ = "HTTP/1.1 100 Continue\r\n\r\n";
+      pending_ = "HTTP/1.1 100 Continue\r\n\r\n";
       Arm(std::chrono::milliseconds(options_.body_timeout_ms));
-      asio::async_write(socket_, asio::buffer(out_),
+      asio::async_write(socket_, asio::buffer(pending_),
                         [self = shared_from_this()](beast::error_code ec, size_t) {
                           if (!ec) self->ReadBody();
                         });
@@ -367,29 +408,72 @@ void Session::Dispatch() {
   request.body = std::string_view(body.data(), size);
   request.internal_headers = &message;
   request.internal_lookup = &LookupHeader;
+  Response& response = Scratch().Fresh();
   try {
-    route_->handler(request, response_);
+    route_->handler(request, response);
   } catch (const std::exception& e) {
-    SetError(response_, 500, Cat("handler failed: ", e.what()));
+    SetError(response, 500, Cat("handler failed: ", e.what()));
   }
   Send(!message.keep_alive() || shed_, head_only_, false);
 }
 
 void Session::Send(bool close, bool head_only, bool linger) {
-  out_.clear();
-  AppendResponse(response_, close, head_only, &out_);
+  ThreadScratch& scratch = Scratch();
+  scratch.head.clear();
+  AppendResponseHead(scratch.response, close, &scratch.head);
+  const std::string_view body = head_only ? std::string_view() : scratch.response.body;
+  std::array<asio::const_buffer, 2> buffers{asio::buffer(scratch.head),
+                                            asio::buffer(body.data(), body.size())};
+  // One non-blocking sendmsg; a kept-alive client has read the previous
+  // response, so the socket's send buffer nearly always takes it whole.
+  beast::error_code ec;
+  size_t sent = socket_.write_some(buffers, ec);
+  if (ec == asio::error::would_block || ec == asio::error::try_again) {
+    ec = {};
+    sent = 0;
+  }
+  if (ec) {
+    scratch.Trim();
+    return;  // the client went away
+  }
+  const size_t total = scratch.head.size() + body.size();
+  if (sent == total) {
+    scratch.Trim();
+    return AfterSend(close, linger);
+  }
+  // The rest waits for the socket in the connection's own buffers: the
+  // header's remainder copied, the body moved (a large answer, such as a
+  // checkpoint export, is not copied).
+  const size_t head_sent = std::min(sent, scratch.head.size());
+  pending_.assign(scratch.head, head_sent, std::string::npos);
+  const size_t body_sent = sent - head_sent;
+  if (head_only) {
+    pending_body_.clear();
+  } else {
+    pending_body_ = std::move(scratch.response.body);
+  }
+  scratch.Trim();
+  std::array<asio::const_buffer, 2> rest{
+      asio::buffer(pending_),
+      asio::buffer(pending_body_.data() + body_sent, pending_body_.size() - body_sent)};
   Arm(std::chrono::milliseconds(options_.body_timeout_ms));
-  asio::async_write(socket_, asio::buffer(out_),
+  asio::async_write(socket_, rest,
                     [self = shared_from_this(), close, linger](beast::error_code ec, size_t) {
                       if (ec) return;
-                      if (!close) {
-                        self->ReleaseRequest();
-                        return self->ReadIdle();
-                      }
-                      if (linger) return self->Linger();
-                      beast::error_code ignored;
-                      self->socket_.shutdown(tcp::socket::shutdown_send, ignored);
+                      std::string().swap(self->pending_);
+                      std::string().swap(self->pending_body_);
+                      self->AfterSend(close, linger);
                     });
+}
+
+void Session::AfterSend(bool close, bool linger) {
+  if (!close) {
+    ReleaseRequest();
+    return ReadIdle();
+  }
+  if (linger) return Linger();
+  beast::error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_send, ignored);
 }
 
 void Session::Linger() {
@@ -411,11 +495,17 @@ void Session::LingerRead() {
 }
 
 void Session::ReleaseRequest() {
-  parser_.reset();
+  if (parser_.has_value()) {
+    // The body's storage stays for the next request when it is small.
+    std::string& body = parser_->get().body();
+    if (body.capacity() <= kKeepBodyBytes) body_ = std::move(body);
+    parser_.reset();
+  }
   route_ = nullptr;
-  if (out_.capacity() > kKeepBufferBytes) std::string().swap(out_);
-  if (response_.body.capacity() > kKeepBufferBytes) std::string().swap(response_.body);
-  if (buffer_.size() == 0 && buffer_.capacity() > kKeepBufferBytes) buffer_.shrink_to_fit();
+  if (body_.capacity() > kKeepBodyBytes) std::string().swap(body_);
+  if (pending_.capacity() > 0) std::string().swap(pending_);
+  if (pending_body_.capacity() > 0) std::string().swap(pending_body_);
+  if (buffer_.size() == 0 && buffer_.capacity() > kFirstRead) buffer_.shrink_to_fit();
 }
 
 Status EventLoopBackend::Start() {
@@ -483,6 +573,8 @@ void EventLoopBackend::OnAccept(beast::error_code ec, tcp::socket socket) {
   }
   beast::error_code ignored;
   socket.set_option(tcp::no_delay(true), ignored);
+  // Session::Send writes at once and must not block the thread.
+  socket.non_blocking(true, ignored);
   if (connections.fetch_add(1) < options.max_connections) {
     std::make_shared<Session>(this, std::move(socket), false)->Run();
   } else {

@@ -211,6 +211,69 @@ TEST(ServerTest, HeadWhereGetExistsAndAuthBeforeRouting) {
   EXPECT_EQ(wrong.Header("allow"), "GET, HEAD");
 }
 
+// A response larger than the socket takes at once: the event loop writes
+// what it can, keeps the rest (the body moved, not copied) and finishes it
+// asynchronously; the kept-alive connection then serves the next request,
+// and HEAD of the same route sends the header alone.
+TEST(ServerTest, LargeResponsesOnAKeptAliveConnection) {
+  Server server(TestOptions());
+  const std::string large(16 << 20, 'L');
+  server.Handle("GET", "/large", [&](const Request&, Response& response) {
+    response.content_type = "text/plain";
+    response.body = large;
+  });
+  ASSERT_TRUE(server.Start().ok());
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(server.port());
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  // Reads one response (header and Content-Length bytes of body).
+  auto read_response = [&](std::string* head, std::string* body, bool head_only) {
+    std::string in;
+    char buffer[65536];
+    size_t need = std::string::npos;
+    pollfd p{fd, POLLIN, 0};
+    while (in.size() < need && ::poll(&p, 1, 5000) == 1) {
+      const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      in.append(buffer, static_cast<size_t>(n));
+      const size_t end = in.find("\r\n\r\n");
+      if (need == std::string::npos && end != std::string::npos) {
+        const size_t at = in.find("Content-Length: ");
+        need = end + 4 + (head_only ? 0 : std::stoul(in.substr(at + 16)));
+      }
+    }
+    const size_t end = in.find("\r\n\r\n");
+    if (end == std::string::npos) return;
+    *head = in.substr(0, end + 4);
+    *body = in.substr(end + 4);
+  };
+  for (int round = 0; round < 2; ++round) {
+    const std::string request = "GET /large HTTP/1.1\r\nHost: x\r\n\r\n";
+    ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(request.size()));
+    // Let the server fill the socket before anything is read.
+    ::usleep(100 * 1000);
+    std::string head, body;
+    read_response(&head, &body, false);
+    EXPECT_NE(head.find("HTTP/1.1 200"), std::string::npos) << head;
+    EXPECT_EQ(body.size(), large.size()) << "round " << round;
+    EXPECT_TRUE(body == large) << "round " << round;
+  }
+  const std::string request = "HEAD /large HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_EQ(::send(fd, request.data(), request.size(), MSG_NOSIGNAL),
+            static_cast<ssize_t>(request.size()));
+  std::string head, body;
+  read_response(&head, &body, true);
+  EXPECT_NE(head.find("Content-Length: " + std::to_string(large.size())), std::string::npos)
+      << head;
+  EXPECT_TRUE(body.empty()) << body.size();
+  ::close(fd);
+  server.Stop();
+}
+
 // The former server stays buildable and serving for the benchmark comparison.
 TEST(ServerTest, ThreadPerConnectionBackendServes) {
   ServerOptions options = TestOptions();

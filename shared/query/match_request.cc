@@ -6,11 +6,13 @@
 
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cstring>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
 #include <string>
+#include <vector>
 
 namespace kvindex::query {
 namespace {
@@ -64,41 +66,114 @@ const char* FastString(const char* p, const char* end, std::string_view* out) {
 
 inline bool IsWs(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
 
+// The value of `len` (1..8) bytes at `a` known to be ASCII digits (8 bytes
+// readable): digits to the top bytes (zeros below), then pairwise combine.
+inline uint32_t DigitsValue8(const char* a, size_t len) {
+  uint64_t chunk;
+  std::memcpy(&chunk, a, 8);
+  uint64_t t = (chunk ^ 0x3030303030303030ull) << (8 * (8 - len));
+  t = (t * 10 + (t >> 8)) & 0x00FF00FF00FF00FFull;
+  t = (t * 100 + (t >> 16)) & 0x0000FFFF0000FFFFull;
+  return static_cast<uint32_t>((t * 10000 + (t >> 32)) & 0xFFFFFFFFull);
+}
+
+// The value of 1..8 ASCII digits at `a` (`len` of them; 8 bytes readable),
+// or false when one of them is not a digit or there is a leading zero. SWAR:
+// one 8-byte load, the digit check and three multiply steps.
+inline bool Digits8(const char* a, size_t len, uint32_t* value) {
+  uint64_t chunk;
+  std::memcpy(&chunk, a, 8);
+  const uint64_t x = chunk ^ 0x3030303030303030ull;  // a digit -> 0..9
+  // High bit of a byte set unless it is 0..9 (no carries between bytes).
+  const uint64_t nondigit =
+      (((x & 0x7F7F7F7F7F7F7F7Full) + 0x7676767676767676ull) | x) & 0x8080808080808080ull;
+  if ((nondigit & (~uint64_t{0} >> (64 - 8 * len))) != 0) return false;
+  if ((x & 0xFF) == 0 && len > 1) return false;  // leading zero: not JSON
+  *value = DigitsValue8(a, len);
+  return true;
+}
+
 // Parses the digits of one array element in [a, b) (surrounding whitespace
-// allowed) and appends it. 1..8 digits: one 8-byte load and SWAR arithmetic.
-inline bool FastU32Element(const char* a, const char* b, size_t max_count,
-                           std::vector<uint32_t>* out) {
+// allowed): the general case behind ArrayWriter::Element.
+inline bool SlowU32Element(const char* a, const char* b, uint32_t* out) {
   while (a < b && IsWs(*a)) ++a;
   while (b > a && IsWs(b[-1])) --b;
   const size_t len = static_cast<size_t>(b - a);
   if (len == 0 || len > 10) return false;
-  if (*a == '0' && len > 1) return false;  // leading zero: not JSON
-  uint64_t value;
-  if (len <= 8) {
-    uint64_t chunk;
-    std::memcpy(&chunk, a, 8);
-    const uint64_t nondigit =
-        ((chunk & 0xF0F0F0F0F0F0F0F0ull) ^ 0x3030303030303030ull) |
-        (((chunk + 0x0606060606060606ull) & 0xF0F0F0F0F0F0F0F0ull) ^ 0x3030303030303030ull);
-    const uint64_t in_number = len == 8 ? ~uint64_t{0} : (uint64_t{1} << (8 * len)) - 1;
-    if ((nondigit & in_number) != 0) return false;
-    // Digits to the top bytes (leading zeros below), then pairwise combine.
-    uint64_t t = (chunk - 0x3030303030303030ull) << (8 * (8 - len));
-    t = (t * 10 + (t >> 8)) & 0x00FF00FF00FF00FFull;
-    t = (t * 100 + (t >> 16)) & 0x0000FFFF0000FFFFull;
-    value = (t * 10000 + (t >> 32)) & 0xFFFFFFFFull;
-  } else {
-    value = 0;
-    for (size_t i = 0; i < len; ++i) {
-      if (a[i] < '0' || a[i] > '9') return false;
-      value = value * 10 + static_cast<uint64_t>(a[i] - '0');
-    }
-    if (value > UINT32_MAX) return false;
+  if (len <= 8) return Digits8(a, len, out);
+  if (*a == '0') return false;
+  uint64_t value = 0;
+  for (size_t i = 0; i < len; ++i) {
+    if (a[i] < '0' || a[i] > '9') return false;
+    value = value * 10 + static_cast<uint64_t>(a[i] - '0');
   }
-  if (out->size() >= max_count) return false;
-  out->push_back(static_cast<uint32_t>(value));
+  if (value > UINT32_MAX) return false;
+  *out = static_cast<uint32_t>(value);
   return true;
 }
+
+// Appends parsed elements to a vector sized in advance for all of them, so
+// the hot loop stores through a pointer held in a register (push_back
+// reloads and stores the vector's end on every element).
+class ArrayWriter {
+ public:
+  ArrayWriter(std::vector<uint32_t>* out, size_t capacity) : out_(out) {
+    out_->resize(capacity);
+    data_ = out_->data();
+    capacity_ = capacity;
+  }
+  // The element in [a, b); `digits` says that every byte in it is a digit
+  // (found 64 bytes at a time). 1..8 digits is the fast case.
+  bool Element(const char* a, const char* b, bool digits) {
+    if (count_ == capacity_) return false;
+    const auto len = static_cast<size_t>(b - a);
+    if (digits && len - 1 < 8 && (*a != '0' || len == 1)) {
+      data_[count_++] = DigitsValue8(a, len);
+      return true;
+    }
+    if (len - 1 < 8) {
+      if (Digits8(a, len, &data_[count_])) {
+        ++count_;
+        return true;
+      }
+    }
+    if (!SlowU32Element(a, b, &data_[count_])) return false;
+    ++count_;
+    return true;
+  }
+  // Room for `n` more elements.
+  bool Room(size_t n) const { return capacity_ - count_ >= n; }
+  // An element of `len` bytes known to be digits, with Room() checked.
+  bool DigitsElement(const char* a, size_t len) {
+    if (len - 1 < 8 && (*a != '0' || len == 1)) {
+      data_[count_++] = DigitsValue8(a, len);
+      return true;
+    }
+    return Element(a, a + len, true);
+  }
+  void Finish() { out_->resize(count_); }
+
+ private:
+  std::vector<uint32_t>* out_;
+  uint32_t* data_;
+  size_t count_ = 0;
+  size_t capacity_ = 0;
+};
+
+// Arrays up to this many bytes size the token vector for their largest
+// possible element count (one digit and a comma each) in one go; for a
+// larger body (up to the 8 MiB body limit) that would leave a thread's
+// vector at twice its tokens' size, so the commas are counted first.
+
+// Set bits of a 64-bit mask (the x86-64 baseline has no popcnt
+// instruction; __builtin_popcountll would be a libgcc call).
+inline size_t CountBits(uint64_t x) {
+  x = x - ((x >> 1) & 0x5555555555555555ull);
+  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
+  x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
+  return static_cast<size_t>((x * 0x0101010101010101ull) >> 56);
+}
+constexpr size_t kPresizeArrayBytes = 256 * 1024;
 
 // `p` at '['; returns the position after ']'. Commas are located 64 bytes at
 // a time (SSE2, part of the x86-64 baseline), so elements parse without a
@@ -113,33 +188,81 @@ const char* FastU32Array(const char* p, const char* end, size_t max_count,
   out->clear();
   if (SkipWs(base, close) == close) return close + 1;  // []
   const size_t n = static_cast<size_t>(close - base);
+  // Elements are at most (n + 1) / 2; past max_count the request is refused
+  // (simdjson words the error).
+  size_t capacity = std::min((n + 1) / 2, max_count);
+  if (n > kPresizeArrayBytes) {
+    // Count the commas first (a big body is rare; the vector holds exactly
+    // what it needs).
+    size_t commas = 0;
+    for (const char* c = base;
+         (c = static_cast<const char*>(std::memchr(c, ',', static_cast<size_t>(close - c)))) !=
+         nullptr;
+         ++c) {
+      ++commas;
+    }
+    capacity = std::min(commas + 1, max_count);
+  }
+  ArrayWriter writer(out, capacity);
   size_t element_start = 0;
 #if defined(__SSE2__)
   const __m128i comma = _mm_set1_epi8(',');
-  for (size_t block = 0; block < n; block += 64) {
+  // x + (128 - '0') as a signed byte is below -118 exactly for '0'..'9'.
+  const __m128i shift = _mm_set1_epi8(static_cast<char>(128 - '0'));
+  const __m128i below = _mm_set1_epi8(static_cast<char>(-118));
+  // Whether every byte of the previous block was a digit or a comma (an
+  // element of up to 8 bytes spans at most two blocks).
+  bool previous_clean = true;
+  bool clean = true;
+  size_t block = 0;
+  for (; block < n; block += 64) {
     uint64_t mask = 0;
+    uint64_t digit = 0;
     for (int k = 0; k < 4; ++k) {
       const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + block + 16 * k));
       mask |=
           static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(x, comma))))
           << (16 * k);
+      digit |= static_cast<uint64_t>(static_cast<uint32_t>(
+                   _mm_movemask_epi8(_mm_cmplt_epi8(_mm_add_epi8(x, shift), below))))
+               << (16 * k);
     }
-    if (n - block < 64) mask &= (uint64_t{1} << (n - block)) - 1;
+    const uint64_t in_array = n - block < 64 ? (uint64_t{1} << (n - block)) - 1 : ~uint64_t{0};
+    mask &= in_array;
+    previous_clean = clean;
+    clean = ((mask | digit) & in_array) == in_array;
+    if (clean && previous_clean && writer.Room(CountBits(mask))) {
+      // The usual block: nothing but digits and commas around it, room for
+      // all its elements; only lengths and leading zeros are left to check.
+      while (mask != 0) {
+        const size_t at = block + static_cast<size_t>(__builtin_ctzll(mask));
+        mask &= mask - 1;
+        if (!writer.DigitsElement(base + element_start, at - element_start)) return nullptr;
+        element_start = at + 1;
+      }
+      continue;
+    }
     while (mask != 0) {
       const size_t at = block + static_cast<size_t>(__builtin_ctzll(mask));
       mask &= mask - 1;
-      if (!FastU32Element(base + element_start, base + at, max_count, out)) return nullptr;
+      if (!writer.Element(base + element_start, base + at,
+                          clean && (element_start >= block || previous_clean))) {
+        return nullptr;
+      }
       element_start = at + 1;
     }
   }
+  const bool last_clean = clean && (element_start >= block - 64 || previous_clean);
 #else
   for (size_t at = 0; at < n; ++at) {
     if (base[at] != ',') continue;
-    if (!FastU32Element(base + element_start, base + at, max_count, out)) return nullptr;
+    if (!writer.Element(base + element_start, base + at, false)) return nullptr;
     element_start = at + 1;
   }
+  const bool last_clean = false;
 #endif
-  if (!FastU32Element(base + element_start, close, max_count, out)) return nullptr;
+  if (!writer.Element(base + element_start, close, last_clean)) return nullptr;
+  writer.Finish();
   return close + 1;
 }
 

@@ -10,6 +10,7 @@
 #include "shared/hashing/canonical_hash.h"
 #include "shared/http/client.h"
 #include "shared/index/kv_index.h"
+#include "shared/query/json_writer.h"
 
 namespace kvindex::query {
 namespace {
@@ -97,6 +98,50 @@ class RouterApiTest : public ::testing::Test {
   std::unique_ptr<http::Server> server_;
   std::vector<uint64_t> seq_;
 };
+
+// WriteMatchResponse writes through a pointer into a string sized for the
+// longest answer: the same bytes as JsonWriter, appended after what the
+// string held, for names that need escaping and for the largest numbers.
+TEST(WriteMatchResponseTest, SameBytesAsJsonWriter) {
+  index::MatchResult result;
+  result.blocks = UINT32_MAX;
+  result.applied_seq = UINT64_MAX;
+  for (const std::string name : {"w0", "", "quote\"back\\slash\n\x01tab\t", "\xc3\xa9t\xc3\xa9"}) {
+    index::WorkerMatch m;
+    m.source = {name, UINT32_MAX};
+    m.longest = m.device = m.host = m.disk = m.external = m.device_prefix = UINT32_MAX;
+    result.workers.push_back(m);
+  }
+  for (size_t workers : {size_t{0}, size_t{1}, result.workers.size()}) {
+    index::MatchResult r = result;
+    r.workers.resize(workers);
+    std::string expected = "prefix";
+    JsonWriter w(&expected);
+    w.BeginObject();
+    w.Field("model", std::string_view("m\"\\"));
+    w.Field("blocks", r.blocks);
+    w.Field("applied_seq", r.applied_seq);
+    w.Key("workers");
+    w.BeginArray();
+    for (const index::WorkerMatch& m : r.workers) {
+      w.BeginObject();
+      w.Field("worker", m.source.worker);
+      w.Field("dp_rank", m.source.dp_rank);
+      w.Field("longest", m.longest);
+      w.Field("device", m.device);
+      w.Field("host", m.host);
+      w.Field("disk", m.disk);
+      w.Field("external", m.external);
+      w.Field("device_prefix", m.device_prefix);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+    std::string got = "prefix";
+    WriteMatchResponse("m\"\\", r, &got);
+    EXPECT_EQ(got, expected) << workers << " workers";
+  }
+}
 
 TEST_F(RouterApiTest, MatchTokens) {
   auto r = Call("POST", "/v1/match", R"({"model":"m","tokens":[1,2,3,4,5,6,7,8,9,10,11,12,13]})");

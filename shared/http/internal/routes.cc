@@ -153,7 +153,7 @@ std::string_view StatusText(int status) {
   }
 }
 
-void AppendResponse(const Response& response, bool close, bool head_only, std::string* out) {
+void AppendResponseHead(const Response& response, bool close, std::string* out) {
   strings::Append(out, "HTTP/1.1 ", response.status, " ", StatusText(response.status),
                   "\r\nContent-Type: ", response.content_type,
                   "\r\nContent-Length: ", response.body.size(), "\r\n");
@@ -161,6 +161,10 @@ void AppendResponse(const Response& response, bool close, bool head_only, std::s
     strings::Append(out, name, ": ", value, "\r\n");
   if (close) out->append("Connection: close\r\n");
   out->append("\r\n");
+}
+
+void AppendResponse(const Response& response, bool close, bool head_only, std::string* out) {
+  AppendResponseHead(response, close, out);
   if (!head_only) out->append(response.body);
 }
 

@@ -56,5 +56,8 @@ std::string_view StatusText(int status);
 // Appends the status line, headers and (unless head_only) body of `response`.
 // `close` adds "Connection: close".
 void AppendResponse(const Response& response, bool close, bool head_only, std::string* out);
+// The same without the body (the event loop sends the body from where the
+// handler wrote it).
+void AppendResponseHead(const Response& response, bool close, std::string* out);
 
 }  // namespace kvindex::http::internal
