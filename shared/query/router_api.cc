@@ -76,10 +76,6 @@ StatusOr<index::MatchResult> Lookup(const ApiContext& context, const MatchReques
   return result;
 }
 
-}  // namespace
-
-namespace {
-
 // Writes `text` JSON-escaped at `p` (at most 6 bytes per input byte);
 // returns the end. The same bytes as AppendJsonEscaped.
 char* WriteEscaped(std::string_view text, char* p) {

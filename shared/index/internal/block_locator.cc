@@ -42,7 +42,7 @@ bool BlockLocator::Insert(uint64_t hash, uint32_t node_ref, uint32_t offset) {
     const uint32_t free_slots = FreeSlots(b);
     if (free_slots != 0) {
       StoreSlot(b, static_cast<uint32_t>(__builtin_ctz(free_slots)), Tag(hash), d,
-                uint64_t{node_ref} << 12 | offset);
+                PackEntry(node_ref, offset));
       ++used_;
       return true;
     }

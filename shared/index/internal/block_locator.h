@@ -168,6 +168,10 @@ class BlockLocator {
     const uint64_t hi = line[next].load(std::memory_order_relaxed);
     return ((lo >> shift) | ((hi << 1) << (63 - shift))) & ((uint64_t{1} << bits) - 1);
   }
+  // An entry: node reference (28 bits) | offset (12).
+  static uint64_t PackEntry(uint32_t node_ref, uint32_t offset) {
+    return uint64_t{node_ref} << 12 | offset;
+  }
   static uint64_t EntryOf(const std::atomic<uint64_t>* line, uint32_t k) {
     return Field(line, kFirstEntryBit + k * kEntryBits, kEntryBits);
   }
@@ -290,7 +294,7 @@ inline void BlockLocator::Fill(size_t i, uint64_t hash, uint32_t node_ref, uint3
   const uint32_t displacement = static_cast<uint32_t>(Distance(HomeBucket(hash), b));
   BeginWrite(b);
   StoreSlot(b, static_cast<uint32_t>(i % kBucketSlots), Tag(hash), displacement,
-            uint64_t{node_ref} << 12 | offset);
+            PackEntry(node_ref, offset));
   EndWrite(b);
   ++used_;
 }
@@ -299,7 +303,7 @@ inline void BlockLocator::Relabel(size_t i, uint32_t node_ref, uint32_t offset) 
   const size_t b = i / kBucketSlots;
   const uint32_t k = static_cast<uint32_t>(i % kBucketSlots);
   BeginWrite(b);
-  StoreField(b, kFirstEntryBit + k * kEntryBits, kEntryBits, uint64_t{node_ref} << 12 | offset);
+  StoreField(b, kFirstEntryBit + k * kEntryBits, kEntryBits, PackEntry(node_ref, offset));
   EndWrite(b);
 }
 
