@@ -179,8 +179,8 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
         if (refusal_warnings_.Allow(&suppressed)) {
           log::Get("consume")->warn(
               "log position {} on '{}' (header agent '{}') refused: {} ({} suppressed)",
-              message.position, message.subject, message.header.agent, LogRefusalLabel(refusal),
-              suppressed);
+              message.position, message.subject, message.header.agent.substr(0, 64),
+              LogRefusalLabel(refusal), suppressed);
         }
       }
       index_->ApplyMessage({}, message.position);  // the position still moves
