@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <tuple>
 
+#include "absl/container/flat_hash_set.h"
+
 namespace kvindex::consume {
 
 void AgentTable::AppendClear(const SourceKey& source, const std::string& name,
@@ -18,11 +20,6 @@ void AgentTable::FailClosed(AgentState& agent, const std::string& name, uint64_t
   agent.gaps += 1;
   for (const SourceKey& source : agent.sources) AppendClear(source, name, clears);
   resync_.push_back({name, position});
-}
-
-bool AgentTable::MayClaim(const SourceKey& source, const std::string& node) const {
-  auto it = owners_.find(source);
-  return it == owners_.end() || it->second == node;
 }
 
 void AgentTable::Claim(AgentState& agent, const std::string& name, const SourceKey& source) {
@@ -58,18 +55,30 @@ std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message
   if (header.agent != node) return LogRefusal::kSubjectMismatch;
   if (message.invalid) return std::nullopt;  // no events; the node's own subject
   if (!header.sequenced()) return LogRefusal::kSubjectMismatch;  // agents number every message
+  // Sources nobody owns yet that the message would claim (rare: first
+  // announcements only).
+  absl::flat_hash_set<SourceKey> claims;
+  auto check = [&](const SourceKey& source) -> std::optional<LogRefusal> {
+    auto owner = owners_.find(source);
+    if (owner == owners_.end()) {
+      claims.insert(source);
+    } else if (owner->second != node) {
+      return LogRefusal::kForeignSource;
+    }
+    return std::nullopt;
+  };
   for (const PlacementEvent& event : events) {
     if (event.agent != node) return LogRefusal::kForeignEvent;
     switch (event.kind) {
       case PlacementKind::kHeartbeat:
         for (const SourceKey& source : event.sources) {
-          if (!MayClaim(source, node)) return LogRefusal::kForeignSource;
+          if (auto why = check(source)) return why;
         }
         break;
       case PlacementKind::kStored:
       case PlacementKind::kRemoved:
       case PlacementKind::kCleared:
-        if (!MayClaim(event.source, node)) return LogRefusal::kForeignSource;
+        if (auto why = check(event.source)) return why;
         break;
       case PlacementKind::kWorkerExpired:
       case PlacementKind::kAgentExpired:
@@ -77,6 +86,8 @@ std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message
     }
   }
   auto it = agents_.find(node);
+  const size_t owned = it == agents_.end() ? 0 : it->second.sources.size();
+  if (owned + claims.size() > options_.max_sources_per_node) return LogRefusal::kTooManySources;
   const uint64_t current = it == agents_.end() ? 0 : it->second.incarnation;
   if (header.incarnation > current && message.stored_ns != 0) {
     const auto ahead = static_cast<uint64_t>(options_.max_incarnation_ahead.count());

@@ -68,6 +68,10 @@ struct AgentTableOptions {
   // (incarnation_ahead). Covers clock skew between agents and the NATS
   // servers. Default: 10 min.
   std::chrono::nanoseconds max_incarnation_ahead = std::chrono::minutes(10);
+  // Most sources one node may own: a message that would make it own more is
+  // refused (too_many_sources), so one node cannot fill a model's source
+  // ids (4,096) with made-up workers. Default: 256.
+  size_t max_sources_per_node = 256;
   // Expired agents kept as tombstones (a late message of theirs stays
   // stale). Default: 4096.
   size_t max_tombstones = 4096;
@@ -155,8 +159,6 @@ class AgentTable {
   std::optional<LogRefusal> Authorize(const LogBatch::Message& message,
                                       std::span<const PlacementEvent> events,
                                       const LogSubject& origin) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool MayClaim(const SourceKey& source, const std::string& node) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Claim(AgentState& agent, const std::string& name, const SourceKey& source)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -32,18 +32,6 @@ codec::MessageHeader Header(const std::string& node, uint64_t msg_seq,
   return {.agent = node, .incarnation = incarnation, .msg_seq = msg_seq};
 }
 
-PlacementEvent Stored(const std::string& node, SourceKey source, std::vector<uint64_t> hashes) {
-  PlacementEvent e;
-  e.kind = PlacementKind::kStored;
-  e.model = "m";
-  e.source = std::move(source);
-  e.agent = node;
-  e.timestamp_ns = kNow;
-  e.block_size = 4;
-  e.block_hashes = std::move(hashes);
-  return e;
-}
-
 PlacementEvent Cleared(const std::string& node, SourceKey source) {
   PlacementEvent e;
   e.kind = PlacementKind::kCleared;
@@ -51,6 +39,14 @@ PlacementEvent Cleared(const std::string& node, SourceKey source) {
   e.source = std::move(source);
   e.agent = node;
   e.timestamp_ns = kNow;
+  return e;
+}
+
+PlacementEvent Stored(const std::string& node, SourceKey source, std::vector<uint64_t> hashes) {
+  PlacementEvent e = Cleared(node, std::move(source));
+  e.kind = PlacementKind::kStored;
+  e.block_size = 4;
+  e.block_hashes = std::move(hashes);
   return e;
 }
 
@@ -218,6 +214,28 @@ TEST(LogAuthorityTest, OwnershipEndsWithExpiryAndSurvivesARestore) {
     take.position = 5;
     EXPECT_EQ(table->Admit(take, claim, &clears, &why), AgentTable::Verdict::kApply);
   }
+}
+
+// #21: enough made-up sources filled a model's source ids. A node owns at
+// most max_sources_per_node.
+TEST(LogAuthorityTest, ANodeOwnsABoundedNumberOfSources) {
+  Replica r;
+  r.reader.Add(1, Header("node-a", 1), {Heartbeat("node-a", {{"w0", 0}, {"w1", 0}, {"w2", 0}})},
+               false, AgentSubject("node-a"), kNow);
+  r.reader.Add(2, Header("node-a", 2), {Heartbeat("node-a", {{"w0", 0}, {"w1", 0}})}, false,
+               AgentSubject("node-a"), kNow);
+  r.reader.Add(3, Header("node-a", 3),
+               {Stored("node-a", {"w1", 0}, {1}), Stored("node-a", {"w1", 0}, {2})}, false,
+               EventsSubject("node-a"), kNow);
+  r.reader.Add(4, Header("node-a", 4), {Stored("node-a", {"w2", 0}, {3})}, false,
+               EventsSubject("node-a"), kNow);
+  ApplyOptions options;
+  options.agents.max_sources_per_node = 2;
+  r.Run(options);
+  EXPECT_EQ(r.Refused("too_many_sources"), 2);
+  EXPECT_EQ(r.Agent("node-a").sources.size(), 2u);
+  EXPECT_EQ(r.Holders(1), std::vector<std::string>{"w1"});
+  EXPECT_TRUE(r.Holders(3).empty());
 }
 
 // #21: an incarnation far ahead of the log's own clock would number the

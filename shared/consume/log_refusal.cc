@@ -16,6 +16,8 @@ std::string_view LogRefusalLabel(LogRefusal refusal) {
       return "kind_not_allowed";
     case LogRefusal::kIncarnationAhead:
       return "incarnation_ahead";
+    case LogRefusal::kTooManySources:
+      return "too_many_sources";
   }
   return "unknown";
 }

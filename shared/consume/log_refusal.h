@@ -15,11 +15,12 @@ enum class LogRefusal : uint8_t {
   kForeignSource = 3,     // an event concerns a source another node owns
   kKindNotAllowed = 4,    // an event kind the subject may not carry
   kIncarnationAhead = 5,  // a new incarnation too far ahead of the log's clock
+  kTooManySources = 6,    // the node would own more than max_sources_per_node
 };
-inline constexpr int kNumLogRefusals = 6;
+inline constexpr int kNumLogRefusals = 7;
 
 // "bad_subject", "subject_mismatch", "foreign_event", "foreign_source",
-// "kind_not_allowed", "incarnation_ahead".
+// "kind_not_allowed", "incarnation_ahead", "too_many_sources".
 std::string_view LogRefusalLabel(LogRefusal refusal);
 
 }  // namespace kvindex::consume
