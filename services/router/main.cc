@@ -55,6 +55,11 @@ int main(int argc, char** argv) {
   app.add_option("--liveness-interval", liveness_interval,
                  "JetStream mode: how often agents' heartbeat leases are checked")
       ->capture_default_str();
+  std::string max_lease = "5m";
+  app.add_option("--max-lease", max_lease,
+                 "JetStream mode: longest agent lease honoured, whatever a heartbeat announces "
+                 "(a dead agent's sources expire at most this long after its last heartbeat)")
+      ->capture_default_str();
   app.add_flag("--embedded", options.embedded,
                "Run the agent pipeline in-process (single node, no NATS)");
   app.add_option("--source", sources,
@@ -150,6 +155,11 @@ int main(int argc, char** argv) {
       return Fail("--liveness-interval: must be a positive duration", 2);
     }
     options.liveness_interval = *interval;
+    auto lease = config::ParseDuration(max_lease);
+    if (!lease.ok() || lease->count() <= 0) {
+      return Fail("--max-lease: must be a positive duration", 2);
+    }
+    options.max_lease = *lease;
   } else if (sources.empty()) {
     return Fail("--embedded needs at least one --source", 2);
   }

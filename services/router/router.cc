@@ -154,7 +154,8 @@ Status Router::Start() {
     };
     liveness_ = std::make_unique<consume::LivenessMonitor>(
         apply_.get(), probe_.get(), std::move(append),
-        consume::LivenessOptions{.interval = options_.liveness_interval});
+        consume::LivenessOptions{.interval = options_.liveness_interval,
+                                 .max_lease = options_.max_lease});
     liveness_->Start();
   }
 

@@ -99,6 +99,9 @@ struct RouterOptions {
   std::function<void()> on_nats_closed;
   // How often agents' leases are checked (JetStream mode). Default: 250 ms.
   std::chrono::milliseconds liveness_interval{250};
+  // Longest agent lease honoured, whatever a heartbeat announces (JetStream
+  // mode; docs/security.md). Default: 5 min.
+  std::chrono::milliseconds max_lease{std::chrono::minutes(5)};
   // Agent pipeline options (node, sources, replay timeouts) for embedded mode.
   ingest::AgentOptions agent;
   // Bytes of index (node arena + block locator) per model; past it new

@@ -1,31 +1,114 @@
 #include "shared/consume/agent_table.h"
 
 #include <algorithm>
+#include <tuple>
+
+#include "absl/container/flat_hash_set.h"
 
 namespace kvindex::consume {
 
-void AgentTable::AppendClears(const AgentState& agent, const std::string& name,
-                              std::vector<PlacementEvent>* clears) {
-  for (const SourceKey& source : agent.sources) {
-    PlacementEvent& clear = clears->emplace_back();
-    clear.kind = PlacementKind::kCleared;  // empty model: every model
-    clear.source = source;
-    clear.agent = name;
-  }
+void AgentTable::AppendClear(const SourceKey& source, const std::string& name,
+                             std::vector<PlacementEvent>* clears) {
+  PlacementEvent& clear = clears->emplace_back();
+  clear.kind = PlacementKind::kCleared;  // empty model: every model
+  clear.source = source;
+  clear.agent = name;
 }
 
 void AgentTable::FailClosed(AgentState& agent, const std::string& name, uint64_t position,
                             std::vector<PlacementEvent>* clears) {
   agent.gaps += 1;
-  AppendClears(agent, name, clears);
+  for (const SourceKey& source : agent.sources) AppendClear(source, name, clears);
   resync_.push_back({name, position});
 }
 
-AgentTable::Verdict AgentTable::Admit(const LogBatch::Message& message,
-                                      std::vector<PlacementEvent>* clears) {
+void AgentTable::Claim(AgentState& agent, const std::string& name, const SourceKey& source) {
+  auto [it, inserted] = owners_.try_emplace(source, name);
+  // Another node's source reaches here only from the trusted in-process log:
+  // the set of each agent stays its owned sources.
+  if (inserted || it->second == name) agent.sources.insert(source);
+}
+
+std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message,
+                                                std::span<const PlacementEvent> events,
+                                                const LogSubject& origin) const {
   const codec::MessageHeader& header = message.header;
-  if (header.agent.empty()) return Verdict::kApply;
+  const std::string& node = origin.node;
+  switch (origin.kind) {
+    case LogSubject::kTrusted:
+      return std::nullopt;
+    case LogSubject::kMalformed:
+      return LogRefusal::kBadSubject;
+    case LogSubject::kExpire:
+      // Routers' decisions about `node`: unsequenced, agent_expired only.
+      if (message.invalid) return std::nullopt;  // nothing to apply, nobody to clear
+      if (header.sequenced() || !header.agent.empty()) return LogRefusal::kSubjectMismatch;
+      for (const PlacementEvent& event : events) {
+        if (event.kind != PlacementKind::kAgentExpired) return LogRefusal::kKindNotAllowed;
+        if (event.agent != node) return LogRefusal::kForeignEvent;
+      }
+      return std::nullopt;
+    case LogSubject::kEvents:
+    case LogSubject::kAgent:
+      break;
+  }
+  if (header.agent != node) return LogRefusal::kSubjectMismatch;
+  if (message.invalid) return std::nullopt;  // no events; the node's own subject
+  if (!header.sequenced()) return LogRefusal::kSubjectMismatch;  // agents number every message
+  // Sources nobody owns yet that the message would claim (rare: first
+  // announcements only).
+  absl::flat_hash_set<SourceKey> claims;
+  auto check = [&](const SourceKey& source) -> std::optional<LogRefusal> {
+    auto owner = owners_.find(source);
+    if (owner == owners_.end()) {
+      claims.insert(source);
+    } else if (owner->second != node) {
+      return LogRefusal::kForeignSource;
+    }
+    return std::nullopt;
+  };
+  for (const PlacementEvent& event : events) {
+    if (event.agent != node) return LogRefusal::kForeignEvent;
+    switch (event.kind) {
+      case PlacementKind::kHeartbeat:
+        for (const SourceKey& source : event.sources) {
+          if (auto why = check(source)) return why;
+        }
+        break;
+      case PlacementKind::kStored:
+      case PlacementKind::kRemoved:
+      case PlacementKind::kCleared:
+        if (auto why = check(event.source)) return why;
+        break;
+      case PlacementKind::kWorkerExpired:
+      case PlacementKind::kAgentExpired:
+        return LogRefusal::kKindNotAllowed;
+    }
+  }
+  auto it = agents_.find(node);
+  const size_t owned = it == agents_.end() ? 0 : it->second.sources.size();
+  if (owned + claims.size() > options_.max_sources_per_node) return LogRefusal::kTooManySources;
+  const uint64_t current = it == agents_.end() ? 0 : it->second.incarnation;
+  if (header.incarnation > current && message.stored_ns != 0) {
+    const auto ahead = static_cast<uint64_t>(options_.max_incarnation_ahead.count());
+    if (header.incarnation > message.stored_ns && header.incarnation - message.stored_ns > ahead) {
+      return LogRefusal::kIncarnationAhead;
+    }
+  }
+  return std::nullopt;
+}
+
+AgentTable::Verdict AgentTable::Admit(const LogBatch::Message& message,
+                                      std::span<const PlacementEvent> events,
+                                      std::vector<PlacementEvent>* clears, LogRefusal* refusal) {
+  const LogSubject origin = ParseLogSubject(message.subject);
+  const codec::MessageHeader& header = message.header;
   MutexLock lock(&mu_);
+  if (std::optional<LogRefusal> why = Authorize(message, events, origin)) {
+    *refusal = *why;
+    return Verdict::kRefused;
+  }
+  if (header.agent.empty() || origin.kind == LogSubject::kExpire) return Verdict::kApply;
   if (message.invalid) {
     auto it = agents_.find(header.agent);
     if (it != agents_.end()) FailClosed(it->second, header.agent, message.position, clears);
@@ -40,9 +123,11 @@ AgentTable::Verdict AgentTable::Admit(const LogBatch::Message& message,
   }
   if (header.incarnation > agent.incarnation) {
     // A new process: its first message clears its sources itself (start-up
-    // clear), so only a gap inside its own numbering is a loss.
+    // clear), so only a gap inside its own numbering is a loss. Its first
+    // heartbeat decides what the previous incarnation's sources become.
     const bool first_seen = agent.incarnation == 0;
     agent.incarnation = header.incarnation;
+    agent.last_heartbeat_position = 0;
     if (header.msg_seq != 1) {
       if (first_seen) {
         // The log no longer holds the agent's start (retention): what was
@@ -68,11 +153,24 @@ bool AgentTable::Observe(const PlacementEvent& event, uint64_t position,
       if (event.agent.empty()) return true;
       MutexLock lock(&mu_);
       AgentState& agent = agents_[event.agent];
+      for (const SourceKey& source : event.sources) Claim(agent, event.agent, source);
+      if (agent.last_heartbeat_position == 0) {
+        // The incarnation's first heartbeat: what it does not list is
+        // nothing this process follows (any more).
+        for (auto it = agent.sources.begin(); it != agent.sources.end();) {
+          if (std::find(event.sources.begin(), event.sources.end(), *it) != event.sources.end()) {
+            ++it;
+            continue;
+          }
+          AppendClear(*it, event.agent, clears);
+          owners_.erase(*it);
+          it = agent.sources.erase(it);
+        }
+      }
       agent.last_heartbeat_position = position;
       agent.lease_ms = event.lease_ms;
       agent.expired = false;
       agent.heartbeat_seen = now;
-      for (const SourceKey& source : event.sources) agent.sources.insert(source);
       return true;
     }
     case PlacementKind::kAgentExpired: {
@@ -80,11 +178,18 @@ bool AgentTable::Observe(const PlacementEvent& event, uint64_t position,
       auto it = agents_.find(event.agent);
       if (it == agents_.end()) return false;
       AgentState& agent = it->second;
-      // A heartbeat applied after the one the deciding router saw: alive.
-      if (agent.expired || agent.last_heartbeat_position > event.heartbeat_seq) return false;
+      // Already expired and nothing claimed since; or a heartbeat applied
+      // after the one the deciding router saw: alive.
+      if (agent.expired && agent.sources.empty()) return false;
+      if (agent.last_heartbeat_position > event.heartbeat_seq) return false;
       agent.expired = true;
       agent.expiries += 1;
-      AppendClears(agent, event.agent, clears);
+      for (const SourceKey& source : agent.sources) {
+        AppendClear(source, event.agent, clears);
+        owners_.erase(source);
+      }
+      agent.sources.clear();
+      EvictTombstones();
       return false;
     }
     case PlacementKind::kStored:
@@ -92,13 +197,33 @@ bool AgentTable::Observe(const PlacementEvent& event, uint64_t position,
     case PlacementKind::kCleared: {
       if (event.agent.empty()) return true;
       MutexLock lock(&mu_);
-      agents_[event.agent].sources.insert(event.source);
+      Claim(agents_[event.agent], event.agent, event.source);
       return true;
     }
     case PlacementKind::kWorkerExpired:
       return true;
   }
   return true;
+}
+
+void AgentTable::EvictTombstones() {
+  size_t tombstones = 0;
+  for (const auto& [name, agent] : agents_) tombstones += agent.expired ? 1 : 0;
+  while (tombstones > options_.max_tombstones) {
+    // The same choice on every replica: the oldest heartbeat, then the name.
+    auto oldest = agents_.end();
+    for (auto it = agents_.begin(); it != agents_.end(); ++it) {
+      if (!it->second.expired || !it->second.sources.empty()) continue;
+      if (oldest == agents_.end() ||
+          std::tie(it->second.last_heartbeat_position, it->first) <
+              std::tie(oldest->second.last_heartbeat_position, oldest->first)) {
+        oldest = it;
+      }
+    }
+    if (oldest == agents_.end()) return;
+    agents_.erase(oldest);
+    --tombstones;
+  }
 }
 
 std::vector<AgentTable::AgentView> AgentTable::Agents() const {
@@ -117,15 +242,37 @@ std::vector<AgentTable::AgentView> AgentTable::Agents() const {
   return out;
 }
 
+std::vector<AgentTable::Lease> AgentTable::Leases() const {
+  std::vector<Lease> out;
+  MutexLock lock(&mu_);
+  for (const auto& [name, agent] : agents_) {
+    if (agent.lease_ms == 0 || (agent.expired && agent.sources.empty())) continue;
+    out.push_back({name, agent.last_heartbeat_position, agent.lease_ms, agent.heartbeat_seen});
+  }
+  return out;
+}
+
+std::optional<std::string> AgentTable::Owner(const SourceKey& source) const {
+  MutexLock lock(&mu_);
+  auto it = owners_.find(source);
+  if (it == owners_.end()) return std::nullopt;
+  return it->second;
+}
+
 void AgentTable::Restore(const std::vector<AgentView>& agents,
                          std::chrono::steady_clock::time_point now) {
   MutexLock lock(&mu_);
   agents_.clear();
+  owners_.clear();
   resync_.clear();
+  // `agents` is sorted by name: should two claim one source (a checkpoint
+  // from before ownership), the first keeps it, on every replica.
   for (const AgentView& view : agents) {
     AgentState& agent = agents_[view.agent];
     agent = static_cast<const AgentState&>(view);
     agent.heartbeat_seen = now;
+    agent.sources.clear();
+    for (const SourceKey& source : view.sources) Claim(agent, view.agent, source);
   }
 }
 

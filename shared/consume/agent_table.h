@@ -2,32 +2,52 @@
 // from the ordered log only, so every replica at the same log position holds
 // the same table and takes the same decisions (semantics.md sections 6-7).
 //
-// Two decisions are made here:
+// Four decisions are made here:
+//   - Authority (docs/security.md, "The log"): a message read from NATS
+//     speaks only for the node its subject names (LogSubject). Its header
+//     must name that node, every event must be the node's own, of a kind
+//     the subject may carry, and about sources the node owns: a source is
+//     owned by the node that first announced it (heartbeat or event) until
+//     that node expires. Anything else is refused whole (LogRefusal), before
+//     the table or the index changes. A new incarnation more than
+//     max_incarnation_ahead past the time the log stored its message is
+//     refused too: one forged message cannot number a node into silence.
+//     The in-process log (no subject) is the router's own embedded agent's
+//     and is trusted.
 //   - Sequencing (docs/events.md, "Message"): an agent numbers its messages
 //     1, 2, 3, ... per incarnation. A message whose msg_seq is at or below
 //     the last applied one of that incarnation (a late retry, a duplicate
 //     outside JetStream's window), or of an older incarnation, is stale and
 //     skipped. A message after a gap (a lost message may have removed
 //     blocks) or an undecodable one first clears every source the agent
-//     announced: fail closed, the agent republishes snapshots.
-//   - Liveness: an agent_expired(agent, heartbeat_seq) event clears every
-//     source of the agent unless a heartbeat of the agent applied at a
-//     position above heartbeat_seq precedes it in the log.
+//     owns: fail closed, the agent republishes snapshots.
+//   - Incarnations: the first heartbeat of a new incarnation decides what
+//     the previous incarnation's sources become: those it does not list are
+//     cleared and released (a source the restarted agent no longer follows,
+//     or a rank learned from envelopes, never stays in the index).
+//   - Liveness: an agent_expired(agent, heartbeat_seq) event clears and
+//     releases every source of the agent unless a heartbeat of the agent
+//     applied at a position above heartbeat_seq precedes it in the log. The
+//     expired agent stays as a tombstone (its numbering, no sources), at most
+//     max_tombstones of them: past it the one with the oldest heartbeat goes.
 // The table also records, per agent, the router-local time its last
-// heartbeat was applied; only the LivenessMonitor reads that (to decide when
-// to append an agent_expired), never a replica's state.
+// heartbeat was applied; only the LivenessMonitor reads that (Leases(), to
+// decide when to append an agent_expired), never a replica's state.
 //
 //   AgentTable agents;
 //   std::vector<PlacementEvent> clears;
-//   if (agents.Admit(message, &clears) == AgentTable::Verdict::kStale) skip;
+//   LogRefusal why;
+//   if (agents.Admit(message, events, &clears, &why) != AgentTable::Verdict::kApply) skip;
 //   for (event : message events) agents.Observe(event, position, now, &clears);
 //
-// Thread safety: Admit/Observe from the apply thread; Agents() and
-// TakeResyncRequests() from any thread.
+// Thread safety: Admit/Observe/Restore from the apply thread; Agents(),
+// Leases(), Owner() and TakeResyncRequests() from any thread.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -35,22 +55,42 @@
 #include "absl/container/flat_hash_map.h"
 #include "shared/base/mutex.h"
 #include "shared/consume/log_reader.h"
+#include "shared/consume/log_refusal.h"
+#include "shared/consume/log_subject.h"
 #include "shared/model/placement_event.h"
 #include "shared/model/source_key.h"
 
 namespace kvindex::consume {
 
+struct AgentTableOptions {
+  // How far a new incarnation (its process start, ns since the epoch) may be
+  // ahead of the time JetStream stored its message; further is refused
+  // (incarnation_ahead). Covers clock skew between agents and the NATS
+  // servers. Default: 10 min.
+  std::chrono::nanoseconds max_incarnation_ahead = std::chrono::minutes(10);
+  // Most sources one node may own: a message that would make it own more is
+  // refused (too_many_sources), so one node cannot fill a model's source
+  // ids (4,096) with made-up workers. Default: 256.
+  size_t max_sources_per_node = 256;
+  // Expired agents kept as tombstones (a late message of theirs stays
+  // stale). Default: 4096.
+  size_t max_tombstones = 4096;
+};
+
 class AgentTable {
  public:
-  enum class Verdict { kApply, kStale };
+  enum class Verdict { kApply, kStale, kRefused };
 
   struct AgentState {
     uint64_t incarnation = 0;
     uint64_t last_msg_seq = 0;
-    uint64_t last_heartbeat_position = 0;  // 0: no heartbeat applied yet
-    uint32_t lease_ms = 0;
+    // 0: no heartbeat of the current incarnation applied yet (its first
+    // heartbeat decides what the previous incarnation's sources become).
+    uint64_t last_heartbeat_position = 0;
+    uint32_t lease_ms = 0;  // as announced; the monitor bounds it (--max-lease)
     bool expired = false;
-    // Ordered, so clears go out in one order on every replica.
+    // The sources the agent owns, ordered, so clears go out in one order on
+    // every replica. Empty once expired.
     absl::btree_set<SourceKey> sources;
     uint64_t gaps = 0;      // messages after a gap, and undecodable ones
     uint64_t stale = 0;     // messages skipped as stale
@@ -62,25 +102,49 @@ class AgentTable {
     std::string agent;
   };
 
-  // Checks a message's sender sequence before its events are applied. On a
-  // gap (or an undecodable message from a known node) appends one kCleared
-  // (every model) per known source of the agent to *clears, which must be
-  // applied before the message's events, and queues a resync request.
-  Verdict Admit(const LogBatch::Message& message, std::vector<PlacementEvent>* clears);
+  explicit AgentTable(AgentTableOptions options = {}) : options_(options) {}
+
+  // Checks a message before its events are applied: kRefused (with *refusal
+  // set) when it may not speak for what it says (see the file comment),
+  // kStale when its sender sequence is old. On a gap (or an undecodable
+  // message from a known node) appends one kCleared (every model) per source
+  // of the agent to *clears, which must be applied before the message's
+  // events, and queues a resync request.
+  Verdict Admit(const LogBatch::Message& message, std::span<const PlacementEvent> events,
+                std::vector<PlacementEvent>* clears, LogRefusal* refusal);
+  // The same for a message without events (its header alone).
+  Verdict Admit(const LogBatch::Message& message, std::vector<PlacementEvent>* clears) {
+    LogRefusal unused;
+    return Admit(message, {}, clears, &unused);
+  }
 
   // Bookkeeping per event of an admitted message, in order. Heartbeats renew
-  // the agent; stored/removed/cleared record their source as the agent's;
-  // agent_expired is decided here: when it expires the agent, one kCleared
-  // per source is appended to *clears (to be applied in the event's place).
-  // Returns true when the event itself should reach the index.
+  // the agent (the first of an incarnation clears the previous one's
+  // sources it does not list); heartbeats and stored/removed/cleared claim
+  // their sources for the agent; agent_expired is decided here. Clears are
+  // appended to *clears (to be applied after the event). Returns true when
+  // the event itself should reach the index.
   bool Observe(const PlacementEvent& event, uint64_t position,
                std::chrono::steady_clock::time_point now, std::vector<PlacementEvent>* clears);
 
   std::vector<AgentView> Agents() const;  // sorted by agent
 
+  // What the LivenessMonitor needs of each live agent with a lease.
+  struct Lease {
+    std::string agent;
+    uint64_t heartbeat_position = 0;  // 0: none of the current incarnation yet
+    uint32_t lease_ms = 0;
+    std::chrono::steady_clock::time_point heartbeat_seen{};
+  };
+  std::vector<Lease> Leases() const;
+
+  // The node owning `source`, if any.
+  std::optional<std::string> Owner(const SourceKey& source) const;
+
   // Replaces the table with a checkpoint's (apply thread, before the first
-  // message). The router-local heartbeat time restarts at `now`: a restarted
-  // router grants every agent a full lease before proposing its expiry.
+  // message). Ownership is rebuilt from the agents' source sets. The
+  // router-local heartbeat time restarts at `now`: a restarted router grants
+  // every agent a full lease before proposing its expiry.
   void Restore(const std::vector<AgentView>& agents, std::chrono::steady_clock::time_point now);
 
   // Agents whose sources were cleared for a gap since the last call, with
@@ -92,13 +156,23 @@ class AgentTable {
   std::vector<ResyncRequest> TakeResyncRequests();
 
  private:
-  static void AppendClears(const AgentState& agent, const std::string& name,
-                           std::vector<PlacementEvent>* clears);
+  std::optional<LogRefusal> Authorize(const LogBatch::Message& message,
+                                      std::span<const PlacementEvent> events,
+                                      const LogSubject& origin) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Claim(AgentState& agent, const std::string& name, const SourceKey& source)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void AppendClear(const SourceKey& source, const std::string& name,
+                          std::vector<PlacementEvent>* clears);
   void FailClosed(AgentState& agent, const std::string& name, uint64_t position,
                   std::vector<PlacementEvent>* clears) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EvictTombstones() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  const AgentTableOptions options_;
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, AgentState> agents_ ABSL_GUARDED_BY(mu_);
+  // source -> owning node; exactly the union of the live agents' sources.
+  absl::flat_hash_map<SourceKey, std::string> owners_ ABSL_GUARDED_BY(mu_);
   std::vector<ResyncRequest> resync_ ABSL_GUARDED_BY(mu_);
 };
 

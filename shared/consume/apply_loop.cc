@@ -19,7 +19,11 @@ constexpr std::chrono::milliseconds kMaxOpenRetry{5000};
 
 ApplyLoop::ApplyLoop(LogReader* reader, index::IndexInterface* index, RouterProbe* probe,
                      ApplyOptions options)
-    : reader_(reader), index_(index), probe_(probe), options_(std::move(options)) {}
+    : reader_(reader),
+      index_(index),
+      probe_(probe),
+      options_(std::move(options)),
+      agents_(options_.agents) {}
 
 ApplyLoop::~ApplyLoop() { Stop(); }
 
@@ -141,10 +145,7 @@ void ApplyLoop::Run() {
       SleepUnlessStopping(std::chrono::milliseconds(100));
       continue;
     }
-    if (!batch.messages.empty()) {
-      ApplyBatch(batch);
-      RecordActivity(batch);
-    }
+    if (!batch.messages.empty()) ApplyBatch(batch);
     RunWriterTasks();
   }
 }
@@ -153,6 +154,7 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
   RouterProbe::ApplyTally tally;
   const auto now = std::chrono::steady_clock::now();
   uint64_t stale = 0, invalid = 0, expired = 0, exhausted = 0;
+  uint64_t refused[kNumLogRefusals] = {};
   for (size_t m = 0; m < batch.messages.size(); ++m) {
     const LogBatch::Message& message = batch.messages[m];
     const std::span<const PlacementEvent> events = batch.Events(m);
@@ -166,8 +168,21 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
       if (probe_ != nullptr) probe_->RecordLog(LogOutcome::kPositionGap, 1);
     }
     clears_.clear();
-    if (agents_.Admit(message, &clears_) == AgentTable::Verdict::kStale) {
-      ++stale;
+    LogRefusal refusal = LogRefusal::kBadSubject;
+    const AgentTable::Verdict verdict = agents_.Admit(message, events, &clears_, &refusal);
+    if (verdict != AgentTable::Verdict::kApply) {
+      if (verdict == AgentTable::Verdict::kStale) {
+        ++stale;
+      } else {
+        ++refused[static_cast<int>(refusal)];
+        uint64_t suppressed = 0;
+        if (refusal_warnings_.Allow(&suppressed)) {
+          log::Get("consume")->warn(
+              "log position {} on '{}' (header agent '{}') refused: {} ({} suppressed)",
+              message.position, message.subject, message.header.agent.substr(0, 64),
+              LogRefusalLabel(refusal), suppressed);
+        }
+      }
       index_->ApplyMessage({}, message.position);  // the position still moves
       for (const PlacementEvent& event : events) tally.Add(event, false);
       position_.store(message.position, std::memory_order_release);
@@ -178,12 +193,16 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
     // filtered out.
     bool rewrite = !clears_.empty();
     rewritten_.clear();
+    expired_sources_.clear();
     if (rewrite) rewritten_.swap(clears_);
     for (size_t i = 0; i < events.size(); ++i) {
       const PlacementEvent& event = events[i];
       expansion_.clear();
       const bool pass = agents_.Observe(event, message.position, now, &expansion_);
-      if (event.kind == PlacementKind::kAgentExpired && !expansion_.empty()) ++expired;
+      if (event.kind == PlacementKind::kAgentExpired && !expansion_.empty()) {
+        ++expired;
+        for (const PlacementEvent& clear : expansion_) expired_sources_.push_back(clear.source);
+      }
       const bool wanted = options_.models.empty() || event.model.empty() ||
                           std::find(options_.models.begin(), options_.models.end(), event.model) !=
                               options_.models.end();
@@ -197,17 +216,22 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
       }
       tally.Add(event, pass && wanted);
     }
-    const index::ApplyResult applied = index_->ApplyMessage(
-        rewrite ? std::span<const PlacementEvent>(rewritten_) : events, message.position);
-    if (!applied.status.ok()) {
+    const std::span<const PlacementEvent> applied =
+        rewrite ? std::span<const PlacementEvent>(rewritten_) : events;
+    const index::ApplyResult result = index_->ApplyMessage(applied, message.position);
+    if (!result.status.ok()) {
       // Applied as far as memory allowed (the position still moves): what
       // is left out is never matched, so routing degrades, never lies.
       ++exhausted;
       uint64_t suppressed = 0;
       if (exhausted_warnings_.Allow(&suppressed)) {
         log::Get("consume")->warn("log position {}: {} ({} suppressed)", message.position,
-                                  applied.status.ToString(), suppressed);
+                                  result.status.ToString(), suppressed);
       }
+    }
+    {
+      MutexLock lock(&mu_);
+      RecordActivity(applied, expired_sources_);
     }
     position_.store(message.position, std::memory_order_release);
   }
@@ -216,6 +240,9 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
     if (invalid != 0) probe_->RecordLog(LogOutcome::kInvalid, invalid);
     if (expired != 0) probe_->RecordLog(LogOutcome::kAgentExpired, expired);
     if (exhausted != 0) probe_->RecordLog(LogOutcome::kIndexExhausted, exhausted);
+    for (int r = 0; r < kNumLogRefusals; ++r) {
+      if (refused[r] != 0) probe_->RecordRefusal(static_cast<LogRefusal>(r), refused[r]);
+    }
     uint64_t last_ts = 0;
     for (const PlacementEvent& event : batch.events)
       last_ts = std::max(last_ts, event.timestamp_ns);
@@ -226,10 +253,10 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
   }
 }
 
-void ApplyLoop::RecordActivity(const LogBatch& batch) {
-  MutexLock lock(&mu_);
+void ApplyLoop::RecordActivity(std::span<const PlacementEvent> applied,
+                               std::span<const SourceKey> expired) {
   SourceActivity* last = nullptr;  // stable: no insertion until it is reset
-  for (const PlacementEvent& event : batch.events) {
+  for (const PlacementEvent& event : applied) {
     if (event.kind == PlacementKind::kHeartbeat) {
       last = nullptr;
       for (const SourceKey& source : event.sources) {
@@ -240,21 +267,17 @@ void ApplyLoop::RecordActivity(const LogBatch& batch) {
       }
       continue;
     }
-    if (event.kind == PlacementKind::kAgentExpired) {
+    if (event.kind == PlacementKind::kWorkerExpired) {
       last = nullptr;
       for (auto& [key, entry] : activity_) {
-        if (entry.agent != event.agent) continue;
+        if (key.worker != event.source.worker) continue;
         entry.live = false;
         entry.cleared = true;
       }
       continue;
     }
-    if (event.kind == PlacementKind::kWorkerExpired) {
-      last = nullptr;
-      if (auto it = activity_.find(event.source); it != activity_.end()) {
-        it->second.live = false;
-        it->second.cleared = true;
-      }
+    if (event.kind != PlacementKind::kStored && event.kind != PlacementKind::kRemoved &&
+        event.kind != PlacementKind::kCleared) {
       continue;
     }
     // Consecutive events usually come from the same source (one engine
@@ -266,8 +289,9 @@ void ApplyLoop::RecordActivity(const LogBatch& batch) {
     SourceActivity& entry = *last;
     if (!event.model.empty()) entry.model = event.model;
     if (!event.agent.empty()) entry.agent = event.agent;
-    // A clear before anything else is the agent's start-up clear, not an
-    // engine event: the source has no last event until its engine speaks.
+    // A clear before anything else is the agent's start-up clear (or one the
+    // router added), not an engine event: the source has no last event
+    // until its engine speaks.
     if (event.kind != PlacementKind::kCleared || entry.last_event_ns != 0) {
       entry.last_event_ns = std::max(entry.last_event_ns, event.timestamp_ns);
     }
@@ -275,6 +299,10 @@ void ApplyLoop::RecordActivity(const LogBatch& batch) {
     if (event.kind == PlacementKind::kCleared) entry.cleared = true;
     if (event.kind == PlacementKind::kStored) entry.cleared = false;
   }
+  // An expired agent's sources hold nothing and belong to nobody: no row
+  // (GET /v1/workers lists no cleared source without a live agent anyway),
+  // so the table holds what is live or indexed, not every source ever seen.
+  for (const SourceKey& source : expired) activity_.erase(source);
 }
 
 }  // namespace kvindex::consume

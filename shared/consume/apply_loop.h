@@ -11,14 +11,16 @@
 //   ... loop.CaughtUp() ...
 //   loop.Stop();
 //
-// Per message, in log order: the AgentTable admits it (stale messages are
-// skipped; after a sender gap the agent's sources are cleared first, fail
-// closed), agent_expired events are decided into clears, events of models
-// outside ApplyOptions::models (when set) are left out, and the rest is
-// applied at the message's position, which always advances applied_seq.
-// Besides applying, it remembers per source the agent that announced it and
-// the time of its last event (GET /v1/workers), and reports per-batch counts
-// and lag to the RouterProbe.
+// Per message, in log order: the AgentTable admits it (a message that may
+// not speak for what it says is refused whole and counted by reason, stale
+// messages are skipped; after a sender gap the agent's sources are cleared
+// first, fail closed), agent_expired events are decided into clears, events
+// of models outside ApplyOptions::models (when set) are left out, and the
+// rest is applied at the message's position, which always advances
+// applied_seq. Besides applying, it remembers per source the agent that
+// announced it and the time of its last event (GET /v1/workers), from what
+// reached the index only, and reports per-batch counts and lag to the
+// RouterProbe.
 //
 // Threading: Start opens the reader from the apply thread (retrying with
 // backoff while the log is unreachable), so a router starts before its log
@@ -36,6 +38,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -60,6 +63,8 @@ struct ApplyOptions {
   // Wait between attempts to open an unreachable log (doubles up to 5 s).
   // Default: 100 ms.
   std::chrono::milliseconds open_retry{100};
+  // Authority, incarnation and tombstone bounds of the agent table.
+  AgentTableOptions agents;
 };
 
 class ApplyLoop {
@@ -110,7 +115,10 @@ class ApplyLoop {
   bool OpenReader();  // false when stopping
   void SleepUnlessStopping(std::chrono::milliseconds duration);
   void ApplyBatch(const LogBatch& batch);
-  void RecordActivity(const LogBatch& batch);
+  // Per source, from the events that reached the index (`applied`) and the
+  // sources an expiry took away (`expired`), under mu_.
+  void RecordActivity(std::span<const PlacementEvent> applied, std::span<const SourceKey> expired)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RunWriterTasks();
 
   LogReader* const reader_;
@@ -136,6 +144,8 @@ class ApplyLoop {
   std::vector<PlacementEvent> clears_;
   std::vector<PlacementEvent> expansion_;
   std::vector<PlacementEvent> rewritten_;
+  std::vector<SourceKey> expired_sources_;
+  log::RateLimiter refusal_warnings_{std::chrono::seconds(10)};
   log::RateLimiter exhausted_warnings_{std::chrono::seconds(10)};
 
   mutable Mutex mu_;

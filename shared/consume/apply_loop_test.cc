@@ -7,10 +7,13 @@
 #include <thread>
 
 #include "shared/consume/in_process_log_reader.h"
+#include "shared/consume/testing/scripted_reader.h"
 #include "shared/index/kv_index.h"
 
 namespace kvindex::consume {
 namespace {
+
+using testing::ScriptedReader;
 
 PlacementEvent Stored(std::string worker, std::vector<uint64_t> hashes, Tier tier = Tier::kDevice) {
   PlacementEvent e;
@@ -135,54 +138,6 @@ TEST(ApplyLoopTest, ModelFilterKeepsPositionsMoving) {
   EXPECT_EQ(index.Stats().applied_seq, 1u);
   EXPECT_EQ(index.Stats().entries[0], 0u);
 }
-
-// A LogReader over a fixed list of messages, as JetStream would deliver
-// them: several events per message, positions with holes.
-class ScriptedReader final : public LogReader {
- public:
-  void Add(uint64_t position, codec::MessageHeader header, std::vector<PlacementEvent> events,
-           bool invalid = false) {
-    LogBatch::Message m;
-    m.position = position;
-    m.header = std::move(header);
-    m.invalid = invalid;
-    MutexLock lock(&mu_);
-    for (auto& e : events) log_.events.push_back(std::move(e));
-    m.end = log_.events.size();
-    log_.messages.push_back(m);
-  }
-  Status Open(uint64_t first) override {
-    MutexLock lock(&mu_);
-    next_ = 0;
-    while (next_ < log_.messages.size() && log_.messages[next_].position < first) ++next_;
-    target_ = log_.messages.empty() ? 0 : log_.messages.back().position;
-    return absl::OkStatus();
-  }
-  Status Read(LogBatch* batch, size_t, std::chrono::milliseconds) override {
-    MutexLock lock(&mu_);
-    for (; next_ < log_.messages.size(); ++next_) {
-      for (const PlacementEvent& e : log_.Events(next_)) batch->events.push_back(e);
-      LogBatch::Message m = log_.messages[next_];
-      m.end = batch->events.size();
-      batch->messages.push_back(m);
-    }
-    return absl::OkStatus();
-  }
-  uint64_t LastKnownPosition() const override {
-    MutexLock lock(&mu_);
-    return log_.messages.empty() ? 0 : log_.messages.back().position;
-  }
-  uint64_t OpenTarget() const override {
-    MutexLock lock(&mu_);
-    return target_;
-  }
-
- private:
-  mutable Mutex mu_;
-  LogBatch log_ ABSL_GUARDED_BY(mu_);
-  size_t next_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t target_ ABSL_GUARDED_BY(mu_) = 0;
-};
 
 codec::MessageHeader Seq(uint64_t msg_seq, uint64_t incarnation = 7) {
   return {.agent = "node-a", .incarnation = incarnation, .msg_seq = msg_seq};

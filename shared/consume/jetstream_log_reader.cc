@@ -91,6 +91,7 @@ bool JetStreamLogReader::Append(natsMsg* msg, LogBatch* batch) {
   if (natsMsg_GetMetaData(&meta, msg) != NATS_OK) return false;  // not a stream message
   const uint64_t position = meta->Sequence.Stream;
   const uint64_t pending = meta->NumPending;
+  const int64_t stored_ns = meta->Timestamp;
   jsMsgMetaData_Destroy(meta);
   // A restarted consumer may deliver again what was already handed out.
   if (position <= last_returned_) return false;
@@ -104,6 +105,8 @@ bool JetStreamLogReader::Append(natsMsg* msg, LogBatch* batch) {
   StatusOr<codec::DecodedPlacementBatch> decoded = codec::DecodePlacementBatch(bytes);
   LogBatch::Message& message = batch->messages.emplace_back();
   message.position = position;
+  if (const char* subject = natsMsg_GetSubject(msg)) message.subject = subject;
+  message.stored_ns = stored_ns > 0 ? static_cast<uint64_t>(stored_ns) : 0;
   if (decoded.ok()) {
     message.header = std::move(decoded->header);
     for (PlacementEvent& event : decoded->events) batch->events.push_back(std::move(event));

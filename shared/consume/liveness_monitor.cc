@@ -1,12 +1,19 @@
 #include "shared/consume/liveness_monitor.h"
 
+#include <algorithm>
+#include <random>
+
+#include "shared/base/strings.h"
 #include "shared/log/log.h"
 
 namespace kvindex::consume {
 
 LivenessMonitor::LivenessMonitor(ApplyLoop* loop, RouterProbe* probe, Append append,
                                  LivenessOptions options)
-    : loop_(loop), probe_(probe), append_(std::move(append)), options_(options) {}
+    : loop_(loop), probe_(probe), append_(std::move(append)), options_(options), nonce_([] {
+        std::random_device random;
+        return strings::Cat((uint64_t{random()} << 32) | uint64_t{random()});
+      }()) {}
 
 LivenessMonitor::~LivenessMonitor() { Stop(); }
 
@@ -47,17 +54,31 @@ void LivenessMonitor::CheckOnce(std::chrono::steady_clock::time_point now) {
                  r.position);
   }
   resync_.clear();
-  for (const AgentTable::AgentView& agent : loop_->agents().Agents()) {
-    if (agent.expired || agent.last_heartbeat_position == 0 || agent.lease_ms == 0) continue;
-    if (now - agent.heartbeat_seen < std::chrono::milliseconds(agent.lease_ms)) continue;
-    auto [it, inserted] = proposed_.try_emplace(agent.agent, 0);
-    if (!inserted && it->second == agent.last_heartbeat_position) continue;
+  absl::flat_hash_map<std::string, Proposal> proposed;
+  for (const AgentTable::Lease& agent : loop_->agents().Leases()) {
+    const auto lease = std::min<std::chrono::milliseconds>(
+        std::chrono::milliseconds(agent.lease_ms), options_.max_lease);
+    if (now - agent.heartbeat_seen < lease) continue;
+    Proposal proposal{.heartbeat_position = agent.heartbeat_position, .at = now};
+    std::string id =
+        "kvindex-expire:" + agent.agent + ":" + std::to_string(agent.heartbeat_position);
+    if (auto it = proposed_.find(agent.agent);
+        it != proposed_.end() && it->second.heartbeat_position == agent.heartbeat_position) {
+      proposal = it->second;
+      if (now - proposal.at < lease) {
+        proposed.emplace(agent.agent, proposal);
+        continue;  // give it a lease to take effect
+      }
+      // Still not expired a lease later: the id was taken (or the message
+      // lost). Every replica may re-propose; the table applies one.
+      proposal.attempts += 1;
+      proposal.at = now;
+      id += strings::Cat(":", nonce_, ":", proposal.attempts);
+    }
     PlacementEvent expire;
     expire.kind = PlacementKind::kAgentExpired;
     expire.agent = agent.agent;
-    expire.heartbeat_seq = agent.last_heartbeat_position;
-    const std::string id =
-        "kvindex-expire:" + agent.agent + ":" + std::to_string(agent.last_heartbeat_position);
+    expire.heartbeat_seq = agent.heartbeat_position;
     const Status status = append_(agent.agent, id, {expire});
     if (!status.ok()) {
       static log::RateLimiter warnings{std::chrono::seconds(10)};
@@ -66,13 +87,21 @@ void LivenessMonitor::CheckOnce(std::chrono::steady_clock::time_point now) {
         logger->warn("cannot append the expiry of agent {}: {} ({} suppressed)", agent.agent,
                      status.ToString(), suppressed);
       }
+      if (auto it = proposed_.find(agent.agent); it != proposed_.end()) {
+        proposed.emplace(agent.agent, it->second);  // as it was: retried next check
+      }
       continue;
     }
-    it->second = agent.last_heartbeat_position;
-    if (probe_ != nullptr) probe_->RecordLog(LogOutcome::kExpiryAppended, 1);
-    logger->warn("agent {} silent for longer than its lease ({} ms): expiry appended", agent.agent,
-                 agent.lease_ms);
+    proposed.emplace(agent.agent, proposal);
+    if (probe_ != nullptr) {
+      probe_->RecordLog(
+          proposal.attempts == 0 ? LogOutcome::kExpiryAppended : LogOutcome::kExpiryReproposed, 1);
+    }
+    logger->warn(
+        "agent {} silent for longer than its lease ({} ms, at most {} ms): expiry {} appended",
+        agent.agent, agent.lease_ms, options_.max_lease.count(), id);
   }
+  proposed_.swap(proposed);
 }
 
 }  // namespace kvindex::consume

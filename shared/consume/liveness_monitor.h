@@ -4,9 +4,15 @@
 // than its lease by this router's clock, it appends agent_expired(agent,
 // heartbeat position) to the log. Every replica proposes the same message id
 // for the same heartbeat, so JetStream keeps one; each replica then applies
-// it at the same position. It also appends the AgentTable's resync requests
-// (an agent whose messages were lost), so the agent republishes snapshots.
-// Nothing is proposed while the router is still catching up with the log.
+// it at the same position. The lease is the agent's, bounded by
+// LivenessOptions::max_lease (router configuration, not the sender's). An
+// expiry that did not take effect within a lease of being proposed (its id
+// taken in advance by another message, or lost) is proposed again under a
+// fresh, unpredictable id (docs/security.md). It also appends the
+// AgentTable's resync requests (an agent whose messages were lost), so the
+// agent republishes snapshots. Nothing is proposed while the router is
+// still catching up with the log. It reads only the table's leases
+// (AgentTable::Leases), never the agents' source sets.
 //
 //   LivenessMonitor monitor(&loop, append, {});
 //   monitor.Start(); ... monitor.Stop();
@@ -31,6 +37,9 @@ namespace kvindex::consume {
 struct LivenessOptions {
   // How often agents are checked. Default: 250 ms.
   std::chrono::milliseconds interval{250};
+  // Longest lease honoured, whatever an agent announces (kvindex-router
+  // --max-lease). Default: 5 min.
+  std::chrono::milliseconds max_lease{std::chrono::minutes(5)};
 };
 
 class LivenessMonitor {
@@ -56,8 +65,15 @@ class LivenessMonitor {
   RouterProbe* const probe_;
   const Append append_;
   const LivenessOptions options_;
-  // Heartbeat position each agent was last proposed expired at (this thread).
-  absl::flat_hash_map<std::string, uint64_t> proposed_;
+  // Expiries proposed for agents still past their lease (this thread).
+  struct Proposal {
+    uint64_t heartbeat_position = 0;
+    std::chrono::steady_clock::time_point at{};
+    uint32_t attempts = 0;
+  };
+  absl::flat_hash_map<std::string, Proposal> proposed_;
+  // Makes this router's re-proposal ids unpredictable to other clients.
+  const std::string nonce_;
   std::vector<AgentTable::ResyncRequest> resync_;  // not appended yet (this thread)
   std::thread thread_;
   StopSignal stop_;

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "shared/base/status.h"
@@ -35,6 +36,15 @@ struct LogBatch {
     // The payload did not decode: no events. header.agent is the sending
     // node when the subject names it (the apply loop fails closed for it).
     bool invalid = false;
+    // The NATS subject the message was published on: the node it names is
+    // the only node the message may speak for (consume/log_subject.h,
+    // docs/security.md). Empty for the in-process log, whose only writer is
+    // the router's own embedded agent: trusted, no subject check.
+    std::string subject;
+    // When the log stored the message (JetStream's timestamp), ns since the
+    // epoch; the same on every replica, unlike a replica's clock. 0: unknown
+    // (in-process log).
+    uint64_t stored_ns = 0;
   };
   std::vector<PlacementEvent> events;
   std::vector<Message> messages;

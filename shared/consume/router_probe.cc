@@ -32,6 +32,8 @@ std::string_view LogOutcomeLabel(LogOutcome outcome) {
       return "position_gap";
     case LogOutcome::kIndexExhausted:
       return "index_exhausted";
+    case LogOutcome::kExpiryReproposed:
+      return "expiry_reproposed";
   }
   return "unknown";
 }
@@ -132,13 +134,23 @@ std::vector<prometheus::MetricFamily> RouterProbe::Collect() const {
   auto log_outcomes = metrics::CounterFamily(
       "kvindex_router_log_messages_total",
       "Log messages by outcome other than applied: stale (skipped), invalid (undecodable), "
-      "agent_expired (an agent's sources cleared by liveness), read_error, expiry_appended and "
-      "resync_requested (messages this router appended)");
+      "agent_expired (an agent's sources cleared by liveness), read_error, expiry_appended, "
+      "expiry_reproposed and resync_requested (messages this router appended)");
   for (int o = 0; o < kNumLogOutcomes; ++o) {
     metrics::AddSample(log_outcomes, static_cast<double>(log_[o].load()),
                        {{"outcome", std::string(LogOutcomeLabel(static_cast<LogOutcome>(o)))}});
   }
   out.push_back(std::move(log_outcomes));
+
+  auto refused = metrics::CounterFamily(
+      "kvindex_router_log_messages_refused_total",
+      "Log messages dropped whole, before any event was applied, because they may not speak "
+      "for what they say (docs/security.md), by reason");
+  for (int r = 0; r < kNumLogRefusals; ++r) {
+    metrics::AddSample(refused, static_cast<double>(refused_[r].load()),
+                       {{"reason", std::string(LogRefusalLabel(static_cast<LogRefusal>(r)))}});
+  }
+  out.push_back(std::move(refused));
 
   auto lag_messages = metrics::GaugeFamily(
       "kvindex_router_apply_lag_messages",

@@ -12,7 +12,7 @@
 // before serving.
 //
 // Invariants: label values come from closed sets (PlacementKindName,
-// TierName, "applied"/"ignored", the endpoint enum below).
+// TierName, "applied"/"ignored", the endpoint enum below, LogRefusalLabel).
 #pragma once
 
 #include <prometheus/registry.h>
@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "shared/consume/log_refusal.h"
 #include "shared/index/index_interface.h"
 #include "shared/metrics/metrics.h"
 #include "shared/model/placement_event.h"
@@ -61,8 +62,11 @@ enum class LogOutcome : uint8_t {
   kResyncRequested = 5,  // resync requests this router appended
   kPositionGap = 6,      // log positions missing before a message (retention)
   kIndexExhausted = 7,   // applied only in part: a model's index memory ran out
+  // An expiry this router appended again under a fresh id: the first did
+  // not take effect within a lease (pre-empted, or lost).
+  kExpiryReproposed = 8,
 };
-inline constexpr int kNumLogOutcomes = 8;
+inline constexpr int kNumLogOutcomes = 9;
 std::string_view LogOutcomeLabel(LogOutcome outcome);
 
 enum class Endpoint : uint8_t { kMatch = 0, kQuery = 1, kState = 2, kWorkers = 3 };
@@ -93,6 +97,10 @@ class RouterProbe {
   void RecordLog(LogOutcome outcome, uint64_t n) {
     log_[static_cast<int>(outcome)].fetch_add(n, std::memory_order_relaxed);
   }
+  // Messages dropped whole before any event was applied (AgentTable::Admit).
+  void RecordRefusal(LogRefusal refusal, uint64_t n) {
+    refused_[static_cast<int>(refusal)].fetch_add(n, std::memory_order_relaxed);
+  }
   // status class: 2 = 2xx, 4 = 4xx, 5 = 5xx.
   void RecordRequest(Endpoint endpoint, int status);
 
@@ -112,6 +120,7 @@ class RouterProbe {
   std::array<LatencyHistogram, kNumEndpoints> lookup_;
   std::atomic<uint64_t> requests_[kNumEndpoints][3] = {};  // 2xx, 4xx, 5xx
   std::atomic<uint64_t> log_[kNumLogOutcomes] = {};
+  std::atomic<uint64_t> refused_[kNumLogRefusals] = {};
 };
 
 }  // namespace kvindex::consume

@@ -134,6 +134,8 @@ StatusOr<RouterFigures> RunRouters(const PeerStream& stream, const std::string& 
       events.clear();
       if (!request.removed.block_hashes.empty()) events.push_back(request.removed);
       if (!request.stored.block_hashes.empty()) events.push_back(request.stored);
+      // As an agent stamps them: routers apply a node's events only.
+      for (PlacementEvent& event : events) event.agent = po.node;
       if (!events.empty()) KVINDEX_RETURN_IF_ERROR(publisher.Publish(events));
     }
     KVINDEX_RETURN_IF_ERROR(publisher.Flush());

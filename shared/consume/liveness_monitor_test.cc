@@ -1,0 +1,160 @@
+// LivenessMonitor: leases bounded by router configuration, expiries that a
+// message published in advance under their id cannot pre-empt (issue #21
+// section 1), proposed from the table's leases.
+#include "shared/consume/liveness_monitor.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <limits>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "shared/consume/testing/scripted_reader.h"
+#include "shared/index/kv_index.h"
+
+namespace kvindex::consume {
+namespace {
+
+using testing::ScriptedReader;
+
+constexpr uint64_t kNow = 1'700'000'000'000'000'000ull;
+
+PlacementEvent Heartbeat(uint32_t lease_ms) {
+  PlacementEvent e;
+  e.kind = PlacementKind::kHeartbeat;
+  e.agent = "node-a";
+  e.lease_ms = lease_ms;
+  e.sources = {{"w0", 0}};
+  return e;
+}
+
+PlacementEvent Stored() {
+  PlacementEvent e;
+  e.kind = PlacementKind::kStored;
+  e.model = "m";
+  e.source = {"w0", 0};
+  e.agent = "node-a";
+  e.block_size = 4;
+  e.block_hashes = {1, 2};
+  return e;
+}
+
+// JetStream as the monitor sees it: a message id already in the duplicate
+// window is dropped; any other append lands at the next position.
+struct Log {
+  ScriptedReader reader;
+  uint64_t next_position = 1;
+  std::set<std::string> ids;
+  std::vector<std::string> proposed;
+
+  LivenessMonitor::Append Appender() {
+    return [this](const std::string& agent, const std::string& id,
+                  const std::vector<PlacementEvent>& events) -> Status {
+      proposed.push_back(id);
+      if (!ids.insert(id).second) return absl::OkStatus();  // "duplicate": acknowledged, dropped
+      reader.Add(next_position++, {}, events, false, "kvindex.events._expire." + agent, kNow);
+      return absl::OkStatus();
+    };
+  }
+};
+
+bool WaitApplied(const ApplyLoop& loop, uint64_t position) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (loop.position() < position || !loop.CaughtUp()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// #21: a heartbeat with lease_ms = 2^32-1 kept a dead node alive for 49
+// days. The router's --max-lease bounds it.
+TEST(LivenessMonitorTest, TheRoutersMaxLeaseBoundsWhatAnAgentAnnounces) {
+  Log log;
+  log.reader.Add(log.next_position++, {.agent = "node-a", .incarnation = 5, .msg_seq = 1},
+                 {Heartbeat(std::numeric_limits<uint32_t>::max()), Stored()}, false,
+                 "kvindex.events._agent.node-a", kNow);
+  index::KvIndex index;
+  ApplyLoop loop(&log.reader, &index, nullptr, {});
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(WaitApplied(loop, 1));
+  LivenessMonitor monitor(
+      &loop, nullptr, log.Appender(),
+      {.interval = std::chrono::hours(1), .max_lease = std::chrono::seconds(2)});
+  const auto seen = loop.agents().Leases().at(0).heartbeat_seen;
+  monitor.CheckOnce(seen + std::chrono::seconds(1));
+  EXPECT_TRUE(log.proposed.empty());
+  monitor.CheckOnce(seen + std::chrono::seconds(3));
+  ASSERT_EQ(log.proposed.size(), 1u);
+  EXPECT_EQ(log.proposed[0], "kvindex-expire:node-a:1");
+  ASSERT_TRUE(WaitApplied(loop, 2));
+  EXPECT_EQ(index.Stats().entries[0], 0u);
+  EXPECT_TRUE(loop.agents().Agents().at(0).expired);
+  loop.Stop();
+}
+
+// #21: an empty message published in advance with the id
+// kvindex-expire:<node>:<last heartbeat position> made JetStream drop the
+// routers' real expiry: the dead node never expired. A lease later the
+// expiry is proposed again under a fresh id, and takes effect.
+TEST(LivenessMonitorTest, APreemptedExpiryIsProposedAgainUnderAFreshId) {
+  Log log;
+  log.reader.Add(log.next_position++, {.agent = "node-a", .incarnation = 5, .msg_seq = 1},
+                 {Heartbeat(1000), Stored()}, false, "kvindex.events._agent.node-a", kNow);
+  // The attacker's message, in the log before the expiry.
+  log.ids.insert("kvindex-expire:node-a:1");
+  log.reader.Add(log.next_position++, {}, {}, false, "kvindex.events._expire.node-a", kNow);
+  index::KvIndex index;
+  RouterProbe probe;
+  ApplyLoop loop(&log.reader, &index, &probe, {});
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(WaitApplied(loop, 2));
+  LivenessMonitor monitor(&loop, &probe, log.Appender(), {.interval = std::chrono::hours(1)});
+  const auto seen = loop.agents().Leases().at(0).heartbeat_seen;
+  monitor.CheckOnce(seen + std::chrono::milliseconds(1500));
+  ASSERT_EQ(log.proposed.size(), 1u);  // dropped as a duplicate
+  monitor.CheckOnce(seen + std::chrono::milliseconds(2000));
+  EXPECT_EQ(log.proposed.size(), 1u);  // within a lease of the proposal: waiting
+  EXPECT_FALSE(loop.agents().Agents().at(0).expired);
+  monitor.CheckOnce(seen + std::chrono::milliseconds(2600));
+  ASSERT_EQ(log.proposed.size(), 2u);
+  EXPECT_NE(log.proposed[1], log.proposed[0]);
+  EXPECT_EQ(log.proposed[1].rfind("kvindex-expire:node-a:1:", 0), 0u) << log.proposed[1];
+  ASSERT_TRUE(WaitApplied(loop, 3));
+  EXPECT_TRUE(loop.agents().Agents().at(0).expired);
+  EXPECT_EQ(index.Stats().entries[0], 0u);
+  // Expired: nothing more to propose.
+  monitor.CheckOnce(seen + std::chrono::seconds(10));
+  EXPECT_EQ(log.proposed.size(), 2u);
+  loop.Stop();
+}
+
+// Two routers re-propose under different ids: an id taken by another client
+// for one router's retry does not stop the other's.
+TEST(LivenessMonitorTest, ReproposalIdsDifferPerRouter) {
+  Log log;
+  log.reader.Add(log.next_position++, {.agent = "node-a", .incarnation = 5, .msg_seq = 1},
+                 {Heartbeat(1000)}, false, "kvindex.events._agent.node-a", kNow);
+  log.ids.insert("kvindex-expire:node-a:1");
+  index::KvIndex index;
+  ApplyLoop loop(&log.reader, &index, nullptr, {});
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(WaitApplied(loop, 1));
+  std::vector<std::string> ids;
+  for (int router = 0; router < 2; ++router) {
+    Log other;
+    LivenessMonitor monitor(&loop, nullptr, other.Appender(), {.interval = std::chrono::hours(1)});
+    const auto seen = loop.agents().Leases().at(0).heartbeat_seen;
+    monitor.CheckOnce(seen + std::chrono::milliseconds(1500));
+    monitor.CheckOnce(seen + std::chrono::milliseconds(2600));
+    ASSERT_EQ(other.proposed.size(), 2u);
+    ids.push_back(other.proposed[1]);
+  }
+  EXPECT_NE(ids[0], ids[1]);
+  loop.Stop();
+}
+
+}  // namespace
+}  // namespace kvindex::consume

@@ -1,0 +1,26 @@
+// LogRefusal: why a log message was dropped whole before any of its events
+// was applied (AgentTable::Admit; docs/security.md, "The log"). Counted in
+// kvindex_router_log_messages_refused_total{reason}.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+namespace kvindex::consume {
+
+enum class LogRefusal : uint8_t {
+  kBadSubject = 0,        // a subject no kvindex writer produces
+  kSubjectMismatch = 1,   // the header's node is not the subject's (or no header)
+  kForeignEvent = 2,      // an event names another node as its agent
+  kForeignSource = 3,     // an event concerns a source another node owns
+  kKindNotAllowed = 4,    // an event kind the subject may not carry
+  kIncarnationAhead = 5,  // a new incarnation too far ahead of the log's clock
+  kTooManySources = 6,    // the node would own more than max_sources_per_node
+};
+inline constexpr int kNumLogRefusals = 7;
+
+// "bad_subject", "subject_mismatch", "foreign_event", "foreign_source",
+// "kind_not_allowed", "incarnation_ahead", "too_many_sources".
+std::string_view LogRefusalLabel(LogRefusal refusal);
+
+}  // namespace kvindex::consume
