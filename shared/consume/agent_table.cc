@@ -111,7 +111,10 @@ AgentTable::Verdict AgentTable::Admit(const LogBatch::Message& message,
   if (header.agent.empty() || origin.kind == LogSubject::kExpire) return Verdict::kApply;
   if (message.invalid) {
     auto it = agents_.find(header.agent);
-    if (it != agents_.end()) FailClosed(it->second, header.agent, message.position, clears);
+    if (it != agents_.end()) {
+      FailClosed(it->second, header.agent, message.position, clears);
+      it->second.renumber = true;
+    }
     return Verdict::kApply;  // nothing to apply but its position
   }
   if (!header.sequenced()) return Verdict::kApply;
@@ -138,9 +141,11 @@ AgentTable::Verdict AgentTable::Admit(const LogBatch::Message& message,
         FailClosed(agent, header.agent, message.position, clears);
       }
     }
-  } else if (header.msg_seq != agent.last_msg_seq + 1) {
+  } else if (header.msg_seq != agent.last_msg_seq + 1 && !agent.renumber) {
     FailClosed(agent, header.agent, message.position, clears);
   }
+  // Whatever the undecodable message held preceded this one and was cleared.
+  agent.renumber = false;
   agent.last_msg_seq = header.msg_seq;
   return Verdict::kApply;
 }

@@ -95,6 +95,11 @@ class AgentTable {
     uint64_t gaps = 0;      // messages after a gap, and undecodable ones
     uint64_t stale = 0;     // messages skipped as stale
     uint64_t expiries = 0;  // agent_expired events that cleared it
+    // An undecodable message (no readable msg_seq) already failed closed:
+    // the next message of the incarnation takes up the numbering without a
+    // second clear. Not checkpointed: a replica restored in between clears
+    // again, which changes nothing (the node sent nothing since its clear).
+    bool renumber = false;
     // Router-local; not part of the replicated state.
     std::chrono::steady_clock::time_point heartbeat_seen{};
   };

@@ -245,6 +245,23 @@ TEST(ApplyLoopTest, UndecodableMessageOfAKnownAgentFailsClosed) {
   EXPECT_EQ(index.Stats().entries[0], 0u);
 }
 
+// The undecodable message was the node's msg 2: msg 3 is no second gap (one
+// clear, one resync), and a real gap after it still clears.
+TEST(ApplyLoopTest, UndecodableMessageTakesOneClearNotTwo) {
+  ScriptedReader reader;
+  reader.Add(1, Seq(1), {Heartbeat({{"w0", 0}}), Stored("w0", {1, 2})});
+  reader.Add(2, {.agent = "node-a"}, {}, /*invalid=*/true);
+  reader.Add(3, Seq(3), {Stored("w0", {3})});
+  reader.Add(4, Seq(4), {Stored("w0", {4})});
+  index::KvIndex index;
+  ApplyLoop loop(&reader, &index, nullptr, {});
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(WaitCaughtUp(loop));
+  EXPECT_EQ(index.Stats().entries[0], 2u);
+  EXPECT_EQ(loop.agents().Agents()[0].gaps, 1u);
+  EXPECT_EQ(loop.agents().TakeResyncRequests().size(), 1u);
+}
+
 TEST(ApplyLoopTest, NewIncarnationStartsItsOwnNumbering) {
   ScriptedReader reader;
   reader.Add(1, Seq(1, 7), {Heartbeat({{"w0", 0}}), Stored("w0", {1})});
