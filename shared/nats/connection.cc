@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_join.h"
 #include "shared/base/strings.h"
+#include "shared/config/cli.h"
 #include "shared/nats/internal/nkey.h"
 #include "shared/nats/stream.h"
 
@@ -22,17 +23,6 @@ bool Readable(const std::string& path) { return access(path.c_str(), R_OK) == 0;
 Status CheckReadable(const std::string& path, std::string_view flag) {
   if (path.empty() || Readable(path)) return absl::OkStatus();
   return absl::InvalidArgumentError(strings::Cat(flag, ": cannot read ", path));
-}
-
-// "nats://user:secret@host:4222" -> "nats://***@host:4222": URLs may carry
-// credentials and are logged.
-std::string RedactUrl(std::string_view url) {
-  url = strings::Trim(url);
-  const size_t scheme = url.find("://");
-  const size_t host_start = scheme == std::string_view::npos ? 0 : scheme + 3;
-  const size_t at = url.find('@', host_start);
-  if (at == std::string_view::npos) return std::string(url);
-  return strings::Cat(url.substr(0, host_start), "***", url.substr(at));
 }
 
 bool UrlHasCredentials(std::string_view url) {
@@ -110,9 +100,13 @@ Status NatsOptions::Validate() const {
   if (user.empty() && (!password.empty() || !password_file.empty())) {
     return absl::InvalidArgumentError("--nats-password-file: needs --nats-user");
   }
-  if (UrlHasCredentials(url) && kinds > 0) {
+  if (UrlHasCredentials(url)) {
+    // A URL shows in `ps`, in logs and in the server's connz: secrets come
+    // only from files or the environment (docs/operations.md, "Security").
     return absl::InvalidArgumentError(
-        "--nats: the URL carries credentials and another kind of authentication is set");
+        "--nats: credentials in the URL (user:password@ or token@) are refused; use --nats-user "
+        "with --nats-password-file or KVINDEX_NATS_PASSWORD, --nats-token-file or "
+        "KVINDEX_NATS_TOKEN, --nats-nkey-seed-file or --nats-creds-file");
   }
   KVINDEX_RETURN_IF_ERROR(CheckReadable(password_file, "--nats-password-file"));
   KVINDEX_RETURN_IF_ERROR(CheckReadable(token_file, "--nats-token-file"));
@@ -142,7 +136,7 @@ Status NatsOptions::Validate() const {
 std::string NatsOptions::Describe() const {
   std::vector<std::string> urls;
   for (std::string_view one : strings::SplitTrimmed(url, ',')) {
-    urls.push_back(RedactUrl(one));
+    urls.push_back(config::RedactUrlCredentials(one));
   }
   return strings::Cat("url=", absl::StrJoin(urls, ","), " name=", name.empty() ? "-" : name,
                       " user=", user.empty() ? "-" : user, " auth=", AuthKind(),
