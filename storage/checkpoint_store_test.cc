@@ -432,6 +432,33 @@ TEST(CheckpointStoreTest, UnopenableDatabaseIsMovedAside) {
   EXPECT_TRUE(moved);
 }
 
+// Reproduction (issue #21): a CURRENT file naming a MANIFEST that does not
+// exist made every open (so every checkpoint) fail forever; it is moved aside
+// as docs/operations.md says.
+TEST(CheckpointStoreTest, CurrentNamingAMissingManifestIsMovedAside) {
+  TempDir dir;
+  const std::string db = dir.path() + "/db";
+  {
+    auto store = CheckpointStore::Open(db);
+    ASSERT_TRUE(store.ok());
+    index::KvIndex source;
+    Fill(&source, 1, 100);
+    ASSERT_TRUE((*store)->Write(CaptureCheckpoint(source, nullptr)).ok());
+  }
+  std::ofstream(db + "/CURRENT", std::ios::trunc) << "MANIFEST-999999\n";
+  EXPECT_FALSE(CheckpointStore::Open(db, {.read_only = true}).ok());
+  auto store = CheckpointStore::Open(db, {.quarantine_damaged = true});
+  ASSERT_TRUE(store.ok()) << store.status();
+  index::KvIndex source;
+  Fill(&source, 2, 50);
+  EXPECT_TRUE((*store)->Write(CaptureCheckpoint(source, nullptr)).ok());
+  bool moved = false;
+  for (const auto& entry : fs::directory_iterator(dir.path())) {
+    moved |= entry.path().filename().string().rfind("db.damaged-", 0) == 0;
+  }
+  EXPECT_TRUE(moved);
+}
+
 TEST(CheckpointStoreTest, GarbledManifestAndChunksAreErrorsNotCrashes) {
   index::KvIndex source;
   Fill(&source, 5, 300);
