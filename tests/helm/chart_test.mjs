@@ -498,7 +498,8 @@ function prepareContainer(container, volumes, tmp, options = {}) {
       const ref = e.valueFrom.secretKeyRef;
       value = SECRET_VALUES[`${ref.name}/${ref.key}`];
       if (value === undefined) throw new Error(`${container.name}: no test value for Secret ${ref.name} key ${ref.key}`);
-      secrets.push(value.match(/:\/\/([^@]*)@/)?.[1] ?? value);
+      // A URL is no secret (it carries no credentials); other values are.
+      if (!/^(nats|tls):\/\//.test(value)) secrets.push(value);
     } else if (e.valueFrom?.fieldRef) {
       value = FIELDS[e.valueFrom.fieldRef.fieldPath];
       if (value === undefined) throw new Error(`unknown fieldRef ${e.valueFrom.fieldRef.fieldPath}`);
