@@ -220,7 +220,14 @@ StatusOr<std::unique_ptr<Connection>> Connection::Connect(const NatsOptions& opt
     KVINDEX_RETURN_IF_ERROR(Setter(
         natsOptions_SetUserInfo(o, options.user.c_str(), options.password.c_str()), "--nats-user"));
   }
-  if (!options.token.empty()) {
+  if (!options.token_file.empty()) {
+    // Re-read on every (re)connect: a token rotated in its file (a mounted
+    // Secret) is picked up without a restart.
+    connection->token_file_ = options.token_file;
+    connection->token_ = options.token;
+    KVINDEX_RETURN_IF_ERROR(Setter(natsOptions_SetTokenHandler(o, &Connection::TokenFromFile, self),
+                                   "--nats-token-file"));
+  } else if (!options.token.empty()) {
     KVINDEX_RETURN_IF_ERROR(
         Setter(natsOptions_SetToken(o, options.token.c_str()), "--nats-token-file"));
   }
@@ -412,6 +419,16 @@ void Connection::OnError(natsConnection* nc, natsSubscription*, natsStatus err, 
     self->logger_->warn("NATS asynchronous error: {} ({} more suppressed)", natsStatus_GetText(err),
                         suppressed);
   }
+}
+
+const char* Connection::TokenFromFile(void* closure) {
+  auto* self = static_cast<Connection*>(closure);
+  std::string fresh;
+  // An unreadable or empty file (mid-rotation) keeps the last good token.
+  if (ReadSecretFile(self->token_file_, "--nats-token-file", &fresh).ok()) {
+    self->token_ = std::move(fresh);
+  }
+  return self->token_.c_str();
 }
 
 int64_t Connection::ReconnectDelay(natsConnection*, int attempts, void* closure) {

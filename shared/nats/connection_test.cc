@@ -215,6 +215,38 @@ TEST(ConnectionTest, AuthFailureDuringReconnectIsCounted) {
             static_cast<double>((*connection)->auth_failures()));
 }
 
+// Reproduction (issue #21): a credential rotated in the wrong order (the
+// server first) closed every connection for good, and agents and routers
+// exited 1. A token file is read again at every reconnect: once the file
+// holds the new token the connection comes back by itself, never closed.
+TEST(ConnectionTest, TokenFileIsReadAgainOnReconnect) {
+  NatsServerOptions server_options;
+  server_options.config = R"(authorization { token: "tok-One-1" })";
+  auto server = NatsServerProcess::Start(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  prometheus::Registry registry;
+  NatsOptions options;
+  options.url = (*server)->url();
+  options.token_file = WriteFile((*server)->dir(), "token", "tok-One-1\n");
+  ASSERT_TRUE(LoadSecrets(&options).ok());
+  std::atomic<int> closed_hook{0};
+  Connection::Hooks hooks;
+  hooks.on_closed = [&] { closed_hook++; };
+  auto connection = Connection::Connect(options, &registry, "agent", hooks, false);
+  ASSERT_TRUE(connection.ok()) << connection.status();
+
+  // The Secret is updated (the file first), then the server: the reconnect
+  // reads the new token.
+  WriteFile((*server)->dir(), "token", "tok-Two-2\n");
+  (*server)->Kill();
+  std::ofstream((*server)->dir() + "/server.conf") << R"(authorization { token: "tok-Two-2" })";
+  ASSERT_TRUE((*server)->Restart().ok());
+  EXPECT_TRUE(WaitFor([&] { return (*connection)->connected(); }));
+  EXPECT_EQ(closed_hook.load(), 0);
+  EXPECT_FALSE((*connection)->closed());
+  EXPECT_EQ(MetricValue(registry, "kvindex_nats_reconnects_total", "agent"), 1);
+}
+
 TEST(ConnectionTest, TokenAuth) {
   NatsServerOptions server_options;
   server_options.config = R"(authorization { token: "tok-Secret-99" })";
