@@ -13,6 +13,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 #include <set>
 #include <system_error>
@@ -38,6 +39,17 @@ Status FromRocks(const rocksdb::Status& s, std::string_view what) {
   if (s.IsIOError()) return absl::UnavailableError(message);
   if (s.IsInvalidArgument() || s.IsNotSupported()) return absl::FailedPreconditionError(message);
   return absl::InternalError(message);
+}
+
+// CURRENT names a MANIFEST that is not there (RocksDB answers an IO error,
+// not a corruption, so without this the database never opens again).
+bool CurrentIsDangling(const std::string& dir) {
+  std::ifstream current(dir + "/CURRENT");
+  if (!current) return false;
+  std::string manifest;
+  std::getline(current, manifest);
+  return manifest.empty() || manifest.find('/') != std::string::npos ||
+         !fs::exists(fs::path(dir) / manifest);
 }
 
 // RocksDB's own diagnostics go to our log, not to a LOG file: Debian's
@@ -127,7 +139,8 @@ StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const std::stri
     std::error_code ec;
     fs::create_directories(dir, ec);
     s = rocksdb::DB::Open(db_options, dir, &raw);
-    if (!s.ok() && options.quarantine_damaged && (s.IsCorruption() || s.IsInvalidArgument())) {
+    if (!s.ok() && options.quarantine_damaged &&
+        (s.IsCorruption() || s.IsInvalidArgument() || CurrentIsDangling(dir))) {
       const std::string aside = absl::StrCat(dir, ".damaged-", NowUnixMs() / 1000);
       log::Get("storage")->error(
           "checkpoint database {} does not open ({}); moved to {}, starting without checkpoints",

@@ -402,16 +402,27 @@ TEST(CheckpointStoreTest, ExportImportBetweenReplicas) {
   ExpectSameAgents(restored_agents, agents);
 }
 
+// A database at `db` holding one checkpoint.
+void WriteOneCheckpoint(const std::string& db) {
+  auto store = CheckpointStore::Open(db);
+  ASSERT_TRUE(store.ok());
+  index::KvIndex source;
+  Fill(&source, 1, 100);
+  ASSERT_TRUE((*store)->Write(CaptureCheckpoint(source, nullptr)).ok());
+}
+
+// Whether `dir` holds a database moved aside (db.damaged-<time>).
+bool MovedAside(const std::string& dir) {
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().filename().string().rfind("db.damaged-", 0) == 0) return true;
+  }
+  return false;
+}
+
 TEST(CheckpointStoreTest, UnopenableDatabaseIsMovedAside) {
   TempDir dir;
   const std::string db = dir.path() + "/db";
-  {
-    auto store = CheckpointStore::Open(db);
-    ASSERT_TRUE(store.ok());
-    index::KvIndex source;
-    Fill(&source, 1, 100);
-    ASSERT_TRUE((*store)->Write(CaptureCheckpoint(source, nullptr)).ok());
-  }
+  WriteOneCheckpoint(db);
   for (const auto& entry : fs::directory_iterator(db)) {
     if (entry.path().filename().string().rfind("MANIFEST-", 0) == 0) {
       std::ofstream(entry.path(), std::ios::trunc) << "not a manifest";
@@ -425,11 +436,24 @@ TEST(CheckpointStoreTest, UnopenableDatabaseIsMovedAside) {
   ASSERT_TRUE(store.ok()) << store.status();
   index::KvIndex restored;
   EXPECT_EQ(RestoreNewestInto(**store, &restored), 0u);
-  bool moved = false;
-  for (const auto& entry : fs::directory_iterator(dir.path())) {
-    moved |= entry.path().filename().string().rfind("db.damaged-", 0) == 0;
-  }
-  EXPECT_TRUE(moved);
+  EXPECT_TRUE(MovedAside(dir.path()));
+}
+
+// Reproduction (issue #21): a CURRENT file naming a MANIFEST that does not
+// exist made every open (so every checkpoint) fail forever; it is moved aside
+// as docs/operations.md says.
+TEST(CheckpointStoreTest, CurrentNamingAMissingManifestIsMovedAside) {
+  TempDir dir;
+  const std::string db = dir.path() + "/db";
+  WriteOneCheckpoint(db);
+  std::ofstream(db + "/CURRENT", std::ios::trunc) << "MANIFEST-999999\n";
+  EXPECT_FALSE(CheckpointStore::Open(db, {.read_only = true}).ok());
+  auto store = CheckpointStore::Open(db, {.quarantine_damaged = true});
+  ASSERT_TRUE(store.ok()) << store.status();
+  index::KvIndex source;
+  Fill(&source, 2, 50);
+  EXPECT_TRUE((*store)->Write(CaptureCheckpoint(source, nullptr)).ok());
+  EXPECT_TRUE(MovedAside(dir.path()));
 }
 
 TEST(CheckpointStoreTest, GarbledManifestAndChunksAreErrorsNotCrashes) {

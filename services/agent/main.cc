@@ -10,6 +10,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 #include <CLI/CLI.hpp>
 #include <atomic>
@@ -27,6 +28,7 @@
 #include "shared/log/log.h"
 #include "shared/metrics/metrics.h"
 #include "shared/nats/flags.h"
+#include "shared/nats/subjects.h"
 #include "shared/publish/jetstream_publisher.h"
 #include "shared/publish/resync_listener.h"
 
@@ -199,6 +201,12 @@ int main(int argc, char** argv) {
     }
     publisher_options.node = options.node;
     publisher_options.subjects = stream_options.subjects;
+    // Subjects NATS would refuse (a control line past 4 KiB) stop the
+    // connection: refuse them here, where --check-config sees it too.
+    if (Status s = nats::ValidateSubjectNames(stream_options.subjects.prefix, options.node);
+        !s.ok()) {
+      return Fail(std::string(s.message()), 2);
+    }
     if (Status s = publisher_options.Validate(); !s.ok()) {
       return Fail(std::string(s.message()), 2);
     }
@@ -270,15 +278,29 @@ int main(int argc, char** argv) {
     listener = std::make_unique<ResyncListener>(
         connection->jetstream(), stream_options.name, stream_options.subjects.Expire(options.node),
         [&pipeline] { pipeline.RequestSnapshots(true, {}); });
+    // Agents create a missing stream but never change one: its settings
+    // belong to the routers (or kvindex-ctl stream apply). What differs is a
+    // WARN naming the fields and this gauge.
+    stream_options.owns_settings = false;
+    prometheus::Gauge* stream_mismatch =
+        &prometheus::BuildGauge()
+             .Name("kvindex_agent_stream_settings_mismatch")
+             .Help(
+                 "Stream settings in which the existing stream differs from this agent's "
+                 "--stream-* flags (left unchanged; routers own them)")
+             .Register(registry)
+             .Add({});
     // The stream and the listener need JetStream up; start order must not
     // matter, so they are retried in the background.
-    nats_setup = std::thread([&] {
+    nats_setup = std::thread([&, stream_mismatch] {
       auto backoff = std::chrono::milliseconds(100);
       bool stream_ready = false;
       while (!stopping.load()) {
         if (!stream_ready) {
-          Status s = nats::EnsureStream(connection->jetstream(), stream_options);
+          std::vector<std::string> mismatch;
+          Status s = nats::EnsureStream(connection->jetstream(), stream_options, &mismatch);
           stream_ready = s.ok();
+          stream_mismatch->Set(static_cast<double>(mismatch.size()));
           if (stream_ready) jetstream->SetStreamReady(true);
           if (!s.ok()) logger->warn("stream {}: {} (retrying)", stream_options.name, s.ToString());
         }

@@ -126,15 +126,20 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--auth-token-file", auth_token_file,
                  "File holding the bearer token required by the API");
-  app.add_option(
-      "--auth-token", auth_token,
-      "Bearer token required by the API (prefer KVINDEX_AUTH_TOKEN or --auth-token-file)");
+  app.add_option("--auth-token", auth_token,
+                 "Bearer token required by the API: set it as KVINDEX_AUTH_TOKEN or in --config "
+                 "(refused on the command line), or use --auth-token-file");
   app.add_flag("--metrics-auth", options.metrics_auth,
                "Require the bearer token on /metrics too (/healthz and /readyz stay open)");
   bool check_config = false;
   config::AddCheckConfigFlag(app, &check_config);
 
   if (auto exit_code = config::Parse(app, argc, argv)) return *exit_code;
+  if (Status secrets = config::RefuseSecretsOnCommandLine(
+          argc, argv, {{"--auth-token", "--auth-token-file FILE or KVINDEX_AUTH_TOKEN"}});
+      !secrets.ok()) {
+    return Fail(std::string(secrets.message()), 2);
+  }
 
   if (options.embedded && !options.nats.url.empty()) {
     return Fail("--embedded and --nats exclude each other (one log per router)", 2);

@@ -134,7 +134,9 @@ std::string RedactUrlCredentials(std::string_view text) {
     const size_t scheme = text.find("://", pos);
     if (scheme == std::string_view::npos) break;
     const size_t authority = scheme + 3;
-    size_t end = text.find_first_of("/,; ", authority);
+    // The userinfo ends at the last '@' of the URL: a password may hold '@'
+    // or '/' (unencoded), and everything before that '@' is secret.
+    size_t end = text.find_first_of(",; \t\n", authority);
     if (end == std::string_view::npos) end = text.size();
     const size_t at = text.substr(authority, end - authority).rfind('@');
     out.append(text.substr(pos, authority - pos));
@@ -148,6 +150,22 @@ std::string RedactUrlCredentials(std::string_view text) {
   }
   out.append(text.substr(std::min(pos, text.size())));
   return out;
+}
+
+Status RefuseSecretsOnCommandLine(int argc, char** argv, const std::vector<SecretFlag>& flags) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    for (const SecretFlag& secret : flags) {
+      if (arg == secret.flag || (arg.size() > secret.flag.size() && arg.starts_with(secret.flag) &&
+                                 arg[secret.flag.size()] == '=')) {
+        return absl::InvalidArgumentError(
+            secret.flag + ": a secret on the command line shows in ps and /proc; use " +
+            secret.alternative + " instead");
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 std::vector<std::string> UnknownEnvironment(const CLI::App& app,

@@ -86,6 +86,21 @@ int ReportCheckedConfig(const CLI::App& app, const CheckConfigOptions& options, 
                         char** environment = nullptr);
 
 // "nats://user:secret@host:4222,nats://h2:4222" -> "nats://***@host:4222,nats://h2:4222".
+// Everything before the last '@' of each URL is redacted (a password may hold
+// '@' or '/').
 std::string RedactUrlCredentials(std::string_view text);
+
+// A flag whose value is a secret, and where the secret should come from instead.
+struct SecretFlag {
+  std::string flag;         // "--auth-token"
+  std::string alternative;  // "--auth-token-file FILE or KVINDEX_AUTH_TOKEN"
+};
+
+// Secrets come only from files or the environment: a command line shows in
+// `ps` and /proc to every local user. InvalidArgument naming the flag and its
+// alternative when argv sets one of `flags` ("--auth-token X" or
+// "--auth-token=X"); the same option set through KVINDEX_* or --config is
+// fine. Call after Parse, before anything starts.
+Status RefuseSecretsOnCommandLine(int argc, char** argv, const std::vector<SecretFlag>& flags);
 
 }  // namespace kvindex::config

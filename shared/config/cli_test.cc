@@ -190,6 +190,24 @@ TEST(CliTest, RedactUrlCredentials) {
   EXPECT_EQ(RedactUrlCredentials("a,nats://tok@h"), "a,nats://***@h");
   EXPECT_EQ(RedactUrlCredentials("plain"), "plain");
   EXPECT_EQ(RedactUrlCredentials(""), "");
+  // A password holding '@' or '/' (unencoded): nothing of it is left.
+  EXPECT_EQ(RedactUrlCredentials("nats://agent:pa@ss-tail@h:4222"), "nats://***@h:4222");
+  EXPECT_EQ(RedactUrlCredentials("nats://agent:pa/ss@h:4222,nats://x:y@@z"),
+            "nats://***@h:4222,nats://***@z");
+}
+
+TEST(CliTest, SecretsOnTheCommandLineAreRefused) {
+  const std::vector<SecretFlag> secrets = {{"--auth-token", "--auth-token-file or KVINDEX_X"}};
+  Args spaced({"kvindex-test", "--data-dir", "d", "--auth-token", "s3cret"});
+  Status status = RefuseSecretsOnCommandLine(spaced.argc(), spaced.argv(), secrets);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("--auth-token-file or KVINDEX_X"), std::string::npos) << status;
+  EXPECT_EQ(status.message().find("s3cret"), std::string::npos) << status;
+  Args joined({"kvindex-test", "--auth-token=s3cret"});
+  EXPECT_FALSE(RefuseSecretsOnCommandLine(joined.argc(), joined.argv(), secrets).ok());
+  // The file flag, and values that merely contain the name, are fine.
+  Args file({"kvindex-test", "--auth-token-file", "/run/token", "--data-dir", "--auth-token"});
+  EXPECT_TRUE(RefuseSecretsOnCommandLine(3, file.argv(), secrets).ok());
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "shared/base/strings.h"
 #include "shared/ingest/agent_probe.h"
 #include "shared/ingest/internal/disconnect_monitor.h"
+#include "shared/ingest/internal/zmq_capacity.h"
 #include "shared/ingest/internal/zmq_util.h"
 #include "shared/ingest/replay_client.h"
 #include "shared/ingest/source_session.h"
@@ -165,6 +166,11 @@ struct AgentPipeline::Impl final : public BatchSink {
     stop.store(false);
     stop_signal.Reset();
     context = std::make_unique<zmq::context_t>(1);
+    // libzmq's default socket cap (1,023) holds about 340 sources.
+    if (Status status = internal::SizeZmqContext(*context, sources.size()); !status.ok()) {
+      context.reset();
+      return status;
+    }
     // Open every socket first, so a bad endpoint fails Start before anything
     // is published.
     for (auto& source : sources) {

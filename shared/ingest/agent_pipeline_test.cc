@@ -4,8 +4,13 @@
 #include "shared/ingest/agent_pipeline.h"
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
+#include <cstdio>
+#include <cstdlib>
 
 #include "shared/ingest/testing/zmq_test_util.h"
 #include "shared/publish/in_process_sink.h"
@@ -334,6 +339,50 @@ TEST_F(AgentPipelineTest, SameWorkerOnTwoEndpointsKeepsMetricSeriesApart) {
   EXPECT_NE(text.find("source=\"w0/0@" + a.endpoint() + "\""), std::string::npos) << text;
   EXPECT_NE(text.find("source=\"w0/0@" + b.endpoint() + "\""), std::string::npos);
   EXPECT_EQ(text.find("source=\"w0/0\""), std::string::npos);
+}
+
+// Reproduction (issue #21): about 340 --source entries per process was a
+// hidden limit (libzmq's 1,023 sockets per context) failing as "Too many open
+// files". 1,000 sources start; the socket cap is sized to fit.
+TEST_F(AgentPipelineTest, AThousandSourcesStart) {
+  for (int i = 0; i < 1000; ++i) {
+    // Abstract IPC names nobody binds: the connects are retried quietly.
+    SourceSpec spec =
+        Spec("ipc://@kvindex-test-" + std::to_string(getpid()) + "-" + std::to_string(i));
+    spec.worker = "w" + std::to_string(i);
+    options_.sources.push_back(spec);
+  }
+  AgentPipeline pipeline(options_, &sink_, nullptr);
+  const Status status = pipeline.Start();
+  EXPECT_TRUE(status.ok()) << status;
+  pipeline.Stop();
+}
+
+// Lowers the hard open-file limit to 512, starts `options` and exits 0 when
+// Start failed with FailedPrecondition (its message on stderr).
+[[noreturn]] void StartUnderLowFileLimit(const AgentOptions& options, PlacementPublisher* sink) {
+  rlimit low{};
+  low.rlim_cur = 512;
+  low.rlim_max = 512;
+  if (setrlimit(RLIMIT_NOFILE, &low) != 0) std::_Exit(3);
+  AgentPipeline pipeline(options, sink, nullptr);
+  const Status status = pipeline.Start();
+  std::fprintf(stderr, "%s\n", status.ToString().c_str());
+  std::_Exit(absl::IsFailedPrecondition(status) ? 0 : 1);
+}
+
+// When the process may not open enough files, Start says so and how to fix it
+// (in a child: a lowered hard limit cannot be raised again).
+TEST_F(AgentPipelineTest, TooLowFileLimitIsAClearError) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  for (int i = 0; i < 1000; ++i) {
+    SourceSpec spec =
+        Spec("ipc://@kvindex-test-" + std::to_string(getpid()) + "-" + std::to_string(i));
+    spec.worker = "w" + std::to_string(i);
+    options_.sources.push_back(spec);
+  }
+  EXPECT_EXIT(StartUnderLowFileLimit(options_, &sink_), ::testing::ExitedWithCode(0),
+              "1000 source\\(s\\) need about 6256 file descriptors.*ulimit -n");
 }
 
 TEST_F(AgentPipelineTest, StartFailsCleanlyOnBadEndpoints) {

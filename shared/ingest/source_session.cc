@@ -25,7 +25,11 @@ normalize::SourceOptions ProcessorOptions(const SourceSpec& spec) {
   options.block_size = spec.block_size;
   options.engine = spec.engine;
   options.dp_rank = spec.dp_rank;
-  options.dp_rank_limit = std::max(spec.dp_ranks, spec.dp_rank + 1);
+  // A socket without a declared rank serves the one rank its first envelope
+  // names (SourceSpec::rank_declared); a declared one its declared range.
+  options.dp_rank_limit =
+      spec.rank_declared ? std::max(spec.dp_ranks, spec.dp_rank + 1) : kMaxDpRanks;
+  options.pin_first_rank = !spec.rank_declared;
   options.max_blocks_per_tier = spec.max_blocks_per_tier;
   options.report_full = spec.report_full;
   return options;

@@ -111,6 +111,61 @@ TEST_F(SourceSessionTest, StartupPublishesClearThenReplaysFromZero) {
   EXPECT_EQ(Clears(ClearCause::kStartup), 1u);
 }
 
+// The documented DP-rank form (interfaces.md): several --source entries name
+// one worker, one per rank endpoint, none with dp_rank=; the rank comes from
+// the envelope. Each socket serves the one rank its first envelope names and
+// refuses others (counted), and its clears never name the other socket's rank.
+TEST_F(SourceSessionTest, UndeclaredSocketServesTheRankOfItsFirstEnvelope) {
+  StatusOr<std::vector<SourceSpec>> parsed =
+      ParseSourceSpec("worker=w0,engine=vllm,model=m,block_size=4,pub=tcp://127.0.0.1:5558");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  spec_ = parsed->at(0);
+  spec_.block_size = testing::kBlockSize;
+  Begin(/*with_replay=*/false);
+  LivePayload(0, StoredBatch(0, /*dp_rank=*/1));
+  LivePayload(1, StoredBatch(1, /*dp_rank=*/0));  // a second publisher on the socket
+  LivePayload(2, StoredBatch(2, /*dp_rank=*/1));
+  EXPECT_EQ(Render(), "C|C S0|S2");
+  std::vector<std::pair<int, uint32_t>> kinds;  // (kind, rank) after the start-up clear
+  for (size_t b = 1; b < sink_.batches.size(); ++b) {
+    for (const PlacementEvent& e : sink_.batches[b]) {
+      if (e.kind != PlacementKind::kHeartbeat) kinds.emplace_back(int(e.kind), e.source.dp_rank);
+    }
+  }
+  const std::vector<std::pair<int, uint32_t>> want = {{int(PlacementKind::kCleared), 1},
+                                                      {int(PlacementKind::kStored), 1},
+                                                      {int(PlacementKind::kStored), 1}};
+  EXPECT_EQ(kinds, want);
+  EXPECT_EQ(stats_.dropped[static_cast<int>(DropReason::kRankOutOfRange)].load(), 1u);
+  // A later clear (here a decode error) names rank 1 only, never w0/0.
+  sink_.batches.clear();
+  LivePayload(3, GarbagePayload());
+  ASSERT_EQ(sink_.batches.size(), 1u);
+  ASSERT_EQ(sink_.batches[0].size(), 1u);
+  EXPECT_EQ(sink_.batches[0][0].kind, PlacementKind::kCleared);
+  EXPECT_EQ(sink_.batches[0][0].source.dp_rank, 1u);
+}
+
+// The bound stays: an undeclared socket's first envelope may not name a rank
+// past kMaxDpRanks, and a declared rank keeps its declared range.
+TEST_F(SourceSessionTest, RankBoundsStay) {
+  Begin(/*with_replay=*/false);
+  LivePayload(0, StoredBatch(0, /*dp_rank=*/kMaxDpRanks));
+  LivePayload(1, StoredBatch(1, /*dp_rank=*/0));
+  EXPECT_EQ(Render(), "C|S1");
+  StatusOr<std::vector<SourceSpec>> declared = ParseSourceSpec(
+      "worker=w1,engine=vllm,model=m,block_size=4,pub=tcp://127.0.0.1:5558,dp_rank=0");
+  ASSERT_TRUE(declared.ok()) << declared.status();
+  EXPECT_TRUE(declared->at(0).rank_declared);
+  spec_ = declared->at(0);
+  spec_.block_size = testing::kBlockSize;
+  sink_.batches.clear();
+  Begin(/*with_replay=*/false);
+  LivePayload(0, StoredBatch(0, /*dp_rank=*/1));
+  EXPECT_EQ(Render(), "C");
+  EXPECT_EQ(stats_.dropped[static_cast<int>(DropReason::kRankOutOfRange)].load(), 2u);
+}
+
 TEST_F(SourceSessionTest, StartupReplayOverlapWithLiveIsNotARestart) {
   replay_.script = {{0, StoredBatch(0)}, {1, StoredBatch(1)}, {2, StoredBatch(2)}};
   Begin();

@@ -10,7 +10,6 @@ namespace kvindex::ingest {
 namespace {
 
 constexpr uint32_t kMaxBlockSize = 1u << 20;
-constexpr uint32_t kMaxDpRanks = 1024;
 constexpr std::string_view kBindPrefix = "bind:";
 
 std::optional<uint64_t> ParseUint(std::string_view text) {
@@ -74,6 +73,10 @@ StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
     } else if (key == "model") {
       if (!once(&have_model)) return error("repeated key 'model'");
       if (value.empty()) return error("empty model");
+      if (value.size() > kMaxModelBytes) {
+        return error(
+            strings::Cat("model name of ", value.size(), " bytes; at most ", kMaxModelBytes));
+      }
       spec.model = std::string(value);
     } else if (key == "block_size") {
       if (!once(&have_block_size)) return error("repeated key 'block_size'");
@@ -129,6 +132,7 @@ StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
     SourceSpec ranked = spec;
     if (have_dp_ranks) ranked.dp_rank = rank;
     ranked.dp_ranks = dp_ranks;
+    ranked.rank_declared = have_dp_rank || have_dp_ranks;
     StatusOr<std::string> pub = ShiftPort(spec.pub_endpoint, rank);
     if (!pub.ok()) return error(std::string(pub.status().message()));
     ranked.pub_endpoint = *std::move(pub);

@@ -16,6 +16,7 @@
 // Thread safety: plain values and a pure function.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -25,6 +26,14 @@
 #include "shared/wire/engine_kind.h"
 
 namespace kvindex::ingest {
+
+// Most ranks one worker may declare (dp_ranks=) or one undeclared socket may
+// name in its first envelope.
+inline constexpr uint32_t kMaxDpRanks = 1024;
+// Longest model name: it travels in every published message (NATS's default
+// max_payload is 1 MiB); on subjects a long name becomes a bounded hashed
+// token (nats::ModelToken).
+inline constexpr size_t kMaxModelBytes = 64 * 1024;
 
 struct SourceSpec {
   // Worker id from configuration (pod / endpoint name). Required.
@@ -46,6 +55,12 @@ struct SourceSpec {
   // envelopes may name ranks in [0, max(dp_ranks, dp_rank + 1)); others are
   // dropped (rank_out_of_range), so a bad envelope cannot create sources.
   uint32_t dp_ranks = 1;
+  // True when --source said dp_rank= or dp_ranks=. A socket without a
+  // declared rank (several --source entries naming one worker, one per
+  // DP-rank endpoint) serves the one rank its first envelope names, below
+  // kMaxDpRanks, and drops batches of any other rank (rank_out_of_range):
+  // one publisher, one rank.
+  bool rank_declared = false;
   // Blocks the source may hold per tier (AgentOptions::max_blocks_per_tier,
   // set by the pipeline, not by --source); 0 = no cap.
   uint64_t max_blocks_per_tier = 0;

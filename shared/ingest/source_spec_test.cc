@@ -104,6 +104,21 @@ TEST(SourceSpecTest, RejectsBadInput) {
   }
 }
 
+// Long model names work (their subject token is hashed, nats::ModelToken);
+// a name no message could carry is refused, so --check-config says so.
+TEST(SourceSpecTest, ModelNameLength) {
+  const std::string base = "worker=w0,engine=vllm,block_size=16,pub=tcp://h:1,model=";
+  auto long_name = ParseSourceSpec(base + std::string(5000, 'm'));
+  ASSERT_TRUE(long_name.ok()) << long_name.status();
+  EXPECT_EQ((*long_name)[0].model.size(), 5000u);
+  auto too_long = ParseSourceSpec(base + std::string(kMaxModelBytes + 1, 'm'));
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("model name of 65537 bytes"), std::string::npos);
+  // Rank declaration is recorded.
+  EXPECT_FALSE((*long_name)[0].rank_declared);
+  EXPECT_TRUE((*ParseSourceSpec(base + "m,dp_ranks=2"))[1].rank_declared);
+}
+
 TEST(AgentOptionsTest, Validate) {
   AgentOptions options;
   EXPECT_FALSE(options.Validate().ok());  // no node

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_join.h"
 #include "shared/base/strings.h"
+#include "shared/config/cli.h"
 #include "shared/nats/internal/nkey.h"
 #include "shared/nats/stream.h"
 
@@ -22,17 +23,6 @@ bool Readable(const std::string& path) { return access(path.c_str(), R_OK) == 0;
 Status CheckReadable(const std::string& path, std::string_view flag) {
   if (path.empty() || Readable(path)) return absl::OkStatus();
   return absl::InvalidArgumentError(strings::Cat(flag, ": cannot read ", path));
-}
-
-// "nats://user:secret@host:4222" -> "nats://***@host:4222": URLs may carry
-// credentials and are logged.
-std::string RedactUrl(std::string_view url) {
-  url = strings::Trim(url);
-  const size_t scheme = url.find("://");
-  const size_t host_start = scheme == std::string_view::npos ? 0 : scheme + 3;
-  const size_t at = url.find('@', host_start);
-  if (at == std::string_view::npos) return std::string(url);
-  return strings::Cat(url.substr(0, host_start), "***", url.substr(at));
 }
 
 bool UrlHasCredentials(std::string_view url) {
@@ -110,9 +100,13 @@ Status NatsOptions::Validate() const {
   if (user.empty() && (!password.empty() || !password_file.empty())) {
     return absl::InvalidArgumentError("--nats-password-file: needs --nats-user");
   }
-  if (UrlHasCredentials(url) && kinds > 0) {
+  if (UrlHasCredentials(url)) {
+    // A URL shows in `ps`, in logs and in the server's connz: secrets come
+    // only from files or the environment (docs/operations.md, "Security").
     return absl::InvalidArgumentError(
-        "--nats: the URL carries credentials and another kind of authentication is set");
+        "--nats: credentials in the URL (user:password@ or token@) are refused; use --nats-user "
+        "with --nats-password-file or KVINDEX_NATS_PASSWORD, --nats-token-file or "
+        "KVINDEX_NATS_TOKEN, --nats-nkey-seed-file or --nats-creds-file");
   }
   KVINDEX_RETURN_IF_ERROR(CheckReadable(password_file, "--nats-password-file"));
   KVINDEX_RETURN_IF_ERROR(CheckReadable(token_file, "--nats-token-file"));
@@ -142,7 +136,7 @@ Status NatsOptions::Validate() const {
 std::string NatsOptions::Describe() const {
   std::vector<std::string> urls;
   for (std::string_view one : strings::SplitTrimmed(url, ',')) {
-    urls.push_back(RedactUrl(one));
+    urls.push_back(config::RedactUrlCredentials(one));
   }
   return strings::Cat("url=", absl::StrJoin(urls, ","), " name=", name.empty() ? "-" : name,
                       " user=", user.empty() ? "-" : user, " auth=", AuthKind(),
@@ -226,7 +220,14 @@ StatusOr<std::unique_ptr<Connection>> Connection::Connect(const NatsOptions& opt
     KVINDEX_RETURN_IF_ERROR(Setter(
         natsOptions_SetUserInfo(o, options.user.c_str(), options.password.c_str()), "--nats-user"));
   }
-  if (!options.token.empty()) {
+  if (!options.token_file.empty()) {
+    // Re-read on every (re)connect: a token rotated in its file (a mounted
+    // Secret) is picked up without a restart.
+    connection->token_file_ = options.token_file;
+    connection->token_ = options.token;
+    KVINDEX_RETURN_IF_ERROR(Setter(natsOptions_SetTokenHandler(o, &Connection::TokenFromFile, self),
+                                   "--nats-token-file"));
+  } else if (!options.token.empty()) {
     KVINDEX_RETURN_IF_ERROR(
         Setter(natsOptions_SetToken(o, options.token.c_str()), "--nats-token-file"));
   }
@@ -418,6 +419,16 @@ void Connection::OnError(natsConnection* nc, natsSubscription*, natsStatus err, 
     self->logger_->warn("NATS asynchronous error: {} ({} more suppressed)", natsStatus_GetText(err),
                         suppressed);
   }
+}
+
+const char* Connection::TokenFromFile(void* closure) {
+  auto* self = static_cast<Connection*>(closure);
+  std::string fresh;
+  // An unreadable or empty file (mid-rotation) keeps the last good token.
+  if (ReadSecretFile(self->token_file_, "--nats-token-file", &fresh).ok()) {
+    self->token_ = std::move(fresh);
+  }
+  return self->token_.c_str();
 }
 
 int64_t Connection::ReconnectDelay(natsConnection*, int attempts, void* closure) {

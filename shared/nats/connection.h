@@ -51,7 +51,8 @@ struct NatsOptions {
   // Secret: never logged. Filled by LoadSecrets from token_file or
   // KVINDEX_NATS_TOKEN. Default: "".
   std::string token;
-  // File whose first line (trimmed) is the token. Default: "".
+  // File whose first line (trimmed) is the token; read again at every
+  // reconnect, so a rotated token is picked up. Default: "".
   std::string token_file;
   // File holding a user NKey seed ("SU..."); the public key is derived.
   // Default: "".
@@ -153,6 +154,8 @@ class Connection {
   static void OnClosed(natsConnection* nc, void* closure);
   static void OnError(natsConnection* nc, natsSubscription* sub, natsStatus err, void* closure);
   static int64_t ReconnectDelay(natsConnection* nc, int attempts, void* closure);
+  // --nats-token-file: read again at every connect and reconnect.
+  static const char* TokenFromFile(void* closure);
 
   // Counts and (rate limited) logs an auth failure when the connection's last
   // error is one. True when it was.
@@ -165,6 +168,11 @@ class Connection {
   std::chrono::milliseconds reconnect_wait_{100};
   std::chrono::milliseconds reconnect_wait_max_{2000};
   natsConnection* connection_ = nullptr;
+  // --nats-token-file and the token last read from it. Only TokenFromFile
+  // touches token_ after Connect, and cnats calls it from one connect attempt
+  // at a time.
+  std::string token_file_;
+  std::string token_;
   jsCtx* jetstream_ = nullptr;
   std::atomic<uint64_t> auth_failures_{0};
   // Set by the destructor before it closes the connection.

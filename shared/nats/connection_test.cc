@@ -186,10 +186,22 @@ TEST(ConnectionTest, UserPasswordAuth) {
   }
 }
 
-TEST(ConnectionTest, AuthFailureDuringReconnectIsCounted) {
+// A nats-server requiring `token`.
+StatusOr<std::unique_ptr<NatsServerProcess>> StartWithToken(const std::string& token) {
   NatsServerOptions server_options;
-  server_options.config = R"(authorization { token: "tok-One-1" })";
-  auto server = NatsServerProcess::Start(server_options);
+  server_options.config = "authorization { token: \"" + token + "\" }";
+  return NatsServerProcess::Start(server_options);
+}
+
+// Restarts `server` (same port) requiring `token` instead.
+Status RestartWithToken(NatsServerProcess& server, const std::string& token) {
+  server.Kill();
+  std::ofstream(server.dir() + "/server.conf") << "authorization { token: \"" << token << "\" }";
+  return server.Restart();
+}
+
+TEST(ConnectionTest, AuthFailureDuringReconnectIsCounted) {
+  auto server = StartWithToken("tok-One-1");
   ASSERT_TRUE(server.ok()) << server.status();
   prometheus::Registry registry;
   NatsOptions options;
@@ -203,9 +215,7 @@ TEST(ConnectionTest, AuthFailureDuringReconnectIsCounted) {
   EXPECT_EQ(MetricValue(registry, "kvindex_nats_auth_failures_total", "router"), 0);
 
   // The server comes back with another token: every reconnect attempt fails auth.
-  (*server)->Kill();
-  std::ofstream((*server)->dir() + "/server.conf") << R"(authorization { token: "tok-Two-2" })";
-  ASSERT_TRUE((*server)->Restart().ok());
+  ASSERT_TRUE(RestartWithToken(**server, "tok-Two-2").ok());
   EXPECT_TRUE(WaitFor([&] { return (*connection)->auth_failures() >= 1; }));
   EXPECT_GE(MetricValue(registry, "kvindex_nats_auth_failures_total", "router"), 1);
   EXPECT_FALSE((*connection)->connected());
@@ -213,6 +223,34 @@ TEST(ConnectionTest, AuthFailureDuringReconnectIsCounted) {
   EXPECT_TRUE(WaitFor([&] { return closed_hook.load() == 1 && (*connection)->closed(); }));
   EXPECT_EQ(MetricValue(registry, "kvindex_nats_auth_failures_total", "router"),
             static_cast<double>((*connection)->auth_failures()));
+}
+
+// Reproduction (issue #21): a credential rotated in the wrong order (the
+// server first) closed every connection for good, and agents and routers
+// exited 1. A token file is read again at every reconnect: once the file
+// holds the new token the connection comes back by itself, never closed.
+TEST(ConnectionTest, TokenFileIsReadAgainOnReconnect) {
+  auto server = StartWithToken("tok-One-1");
+  ASSERT_TRUE(server.ok()) << server.status();
+  prometheus::Registry registry;
+  NatsOptions options;
+  options.url = (*server)->url();
+  options.token_file = WriteFile((*server)->dir(), "token", "tok-One-1\n");
+  ASSERT_TRUE(LoadSecrets(&options).ok());
+  std::atomic<int> closed_hook{0};
+  Connection::Hooks hooks;
+  hooks.on_closed = [&] { closed_hook++; };
+  auto connection = Connection::Connect(options, &registry, "agent", hooks, false);
+  ASSERT_TRUE(connection.ok()) << connection.status();
+
+  // The Secret is updated (the file first), then the server: the reconnect
+  // reads the new token.
+  WriteFile((*server)->dir(), "token", "tok-Two-2\n");
+  ASSERT_TRUE(RestartWithToken(**server, "tok-Two-2").ok());
+  EXPECT_TRUE(WaitFor([&] { return (*connection)->connected(); }));
+  EXPECT_EQ(closed_hook.load(), 0);
+  EXPECT_FALSE((*connection)->closed());
+  EXPECT_EQ(MetricValue(registry, "kvindex_nats_reconnects_total", "agent"), 1);
 }
 
 TEST(ConnectionTest, TokenAuth) {

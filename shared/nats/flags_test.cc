@@ -83,6 +83,31 @@ TEST(FlagsTest, BadValuesNameTheFlag) {
   EXPECT_NE(status.message().find("--nats-tls-ca"), std::string::npos) << status;
 }
 
+TEST(FlagsTest, CredentialsInTheUrlAreRefused) {
+  StreamFlagText text;
+  StreamOptions stream;
+  for (const char* url :
+       {"nats://agent:hunter2@127.0.0.1:4222", "nats://s3cret-token@127.0.0.1:4222",
+        "nats://127.0.0.1:4222, nats://u:p@127.0.0.2:4222"}) {
+    NatsOptions options;
+    options.url = url;
+    const Status status = FinishNatsFlags(text, &options, &stream);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << url;
+    EXPECT_NE(status.message().find("--nats-password-file"), std::string::npos) << status;
+    EXPECT_NE(status.message().find("KVINDEX_NATS_TOKEN"), std::string::npos) << status;
+    EXPECT_EQ(status.message().find("hunter2"), std::string::npos) << status;
+  }
+}
+
+TEST(FlagsTest, DescribeRedactsAPasswordHoldingAt) {
+  NatsOptions options;
+  options.url = "nats://agent:hunter2@tail-of-secret@127.0.0.1:4222";
+  const std::string described = options.Describe();
+  EXPECT_EQ(described.find("tail-of-secret"), std::string::npos) << described;
+  EXPECT_EQ(described.find("hunter2"), std::string::npos) << described;
+  EXPECT_NE(described.find("***@127.0.0.1:4222"), std::string::npos) << described;
+}
+
 TEST(FlagsTest, SecretsFromEnvironmentAndRedactedUrls) {
   setenv("KVINDEX_NATS_TOKEN", "tok-env-123", 1);
   NatsOptions options;

@@ -1,6 +1,9 @@
 #include "shared/nats/stream.h"
 
 #include <memory>
+#include <vector>
+
+#include "absl/strings/str_join.h"
 
 #include "shared/base/strings.h"
 #include "shared/log/log.h"
@@ -93,7 +96,7 @@ void FillConfig(const StreamOptions& options, WantedConfig* wanted) {
   c.MaxMsgSize = options.max_msg_size;
 }
 
-// Which updatable field differs, or "" when the stream is as wanted.
+// The updatable fields that differ, "" when the stream is as wanted.
 std::string Difference(const jsStreamConfig& have, const jsStreamConfig& want) {
   if (have.SubjectsLen != 1 || have.Subjects == nullptr ||
       std::string_view(have.Subjects[0]) != want.Subjects[0]) {
@@ -105,6 +108,30 @@ std::string Difference(const jsStreamConfig& have, const jsStreamConfig& want) {
   if (have.MaxMsgSize != want.MaxMsgSize) return "max_msg_size";
   if (have.Replicas != want.Replicas) return "replicas";
   return "";
+}
+
+// Every field of `want` the existing stream does not have, with both values:
+// "max_bytes (stream 1048576, flags 20000)".
+std::vector<std::string> Differences(const jsStreamConfig& have, const jsStreamConfig& want) {
+  std::vector<std::string> out;
+  auto field = [&](std::string_view name, auto stream_value, auto wanted_value) {
+    if (stream_value != wanted_value) {
+      out.push_back(strings::Cat(name, " (stream ", stream_value, ", flags ", wanted_value, ")"));
+    }
+  };
+  const std::string_view have_subject =
+      have.SubjectsLen == 1 && have.Subjects != nullptr ? have.Subjects[0] : "";
+  field("subjects", have_subject, std::string_view(want.Subjects[0]));
+  auto storage = [](jsStorageType type) {
+    return std::string_view(type == js_MemoryStorage ? "memory" : "file");
+  };
+  field("storage", storage(have.Storage), storage(want.Storage));
+  field("max_age_ms", have.MaxAge / kNanosPerMilli, want.MaxAge / kNanosPerMilli);
+  field("max_bytes", have.MaxBytes, want.MaxBytes);
+  field("duplicate_window_ms", have.Duplicates / kNanosPerMilli, want.Duplicates / kNanosPerMilli);
+  field("max_msg_size", have.MaxMsgSize, want.MaxMsgSize);
+  field("replicas", have.Replicas, want.Replicas);
+  return out;
 }
 
 bool ValidStreamName(std::string_view name) {
@@ -158,7 +185,7 @@ Status StreamOptions::Validate() const {
   return absl::OkStatus();
 }
 
-Status EnsureStream(jsCtx* js, const StreamOptions& options) {
+Status EnsureStream(jsCtx* js, const StreamOptions& options, std::vector<std::string>* mismatch) {
   KVINDEX_RETURN_IF_ERROR(options.Validate());
   if (js == nullptr) return absl::FailedPreconditionError("EnsureStream: no JetStream context");
   WantedConfig wanted;
@@ -174,6 +201,21 @@ Status EnsureStream(jsCtx* js, const StreamOptions& options) {
     StreamInfoPtr info(raw_info);
     if (s == NATS_OK) {
       const jsStreamConfig& have = *info->Config;
+      if (!options.owns_settings) {
+        // Routers (or kvindex-ctl stream apply) own the settings: say what
+        // differs, change nothing.
+        std::vector<std::string> differences = Differences(have, wanted.config);
+        if (!differences.empty()) {
+          log::Get("nats")->warn(
+              "{} differs from this process's --stream-* flags in {}; left as it is (its "
+              "settings belong to the routers or kvindex-ctl stream apply)",
+              what, absl::StrJoin(differences, ", "));
+        }
+        if (mismatch != nullptr) {
+          mismatch->insert(mismatch->end(), differences.begin(), differences.end());
+        }
+        return absl::OkStatus();
+      }
       if (have.Storage != wanted.config.Storage) {
         return absl::FailedPreconditionError(
             strings::Cat(what, " uses ", have.Storage == js_MemoryStorage ? "memory" : "file",
@@ -181,7 +223,8 @@ Status EnsureStream(jsCtx* js, const StreamOptions& options) {
       }
       const std::string difference = Difference(have, wanted.config);
       if (difference.empty()) return absl::OkStatus();
-      log::Get("nats")->info("updating {}: {} differs", what, difference);
+      log::Get("nats")->warn("updating {} to this process's --stream-* flags: {}", what,
+                             absl::StrJoin(Differences(have, wanted.config), ", "));
       jsStreamInfo* updated = nullptr;
       code = static_cast<jsErrCode>(0);
       s = js_UpdateStream(&updated, js, &wanted.config, nullptr, &code);

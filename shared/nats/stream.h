@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "shared/base/status.h"
 #include "shared/nats/subjects.h"
@@ -49,19 +50,30 @@ struct StreamOptions {
   bool memory_storage = false;
   // Largest message the stream accepts, in bytes. Default: 8 MiB.
   int32_t max_msg_size = 8 << 20;
+  // Whether this process owns the stream's settings. The owner (routers,
+  // `kvindex-ctl stream apply`) creates the stream and changes one that
+  // differs; a non-owner (agents) creates a missing stream but never changes
+  // an existing one, so one agent's flags cannot cut or extend what every
+  // router reads. Default: true.
+  bool owns_settings = true;
 
   // InvalidArgument naming the flag (--stream, --stream-prefix, ...).
   Status Validate() const;
 };
 
-// Creates the stream, or updates it when its config differs in an updatable
-// field (subjects, max_age, max_bytes, duplicate_window, max_msg_size,
-// replicas). Idempotent, and safe when several processes call it at once.
-// Unavailable when NATS or JetStream cannot be reached (retry with backoff);
+// Creates the stream, or (options.owns_settings) updates it when its config
+// differs in an updatable field (subjects, max_age, max_bytes,
+// duplicate_window, max_msg_size, replicas), logging a WARN naming the fields.
+// Without owns_settings an existing stream is left as it is: each differing
+// field (storage included) is logged in one WARN and appended to *mismatch
+// (when given) as "max_bytes (stream 1048576, flags 20000)"; the call is OK.
+// Idempotent, and safe when several processes call it at once. Unavailable
+// when NATS or JetStream cannot be reached (retry with backoff);
 // FailedPrecondition when the server refuses a change (a replicas change
 // answered with any JetStream error, e.g. "no suitable peers"; a storage
 // change), with the server's text; InvalidArgument for bad options.
-Status EnsureStream(jsCtx* js, const StreamOptions& options);
+Status EnsureStream(jsCtx* js, const StreamOptions& options,
+                    std::vector<std::string>* mismatch = nullptr);
 
 struct StreamState {
   uint64_t first_seq = 0;

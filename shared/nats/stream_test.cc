@@ -110,6 +110,49 @@ TEST_F(StreamTest, StateCountsMessages) {
   EXPECT_GT(state->bytes, 0u);
 }
 
+// Reproduction (issue #21): one agent started with --stream-max-bytes 20000
+// cut the shared stream from 213 messages to 18. A process that does not own
+// the settings creates a missing stream but never changes an existing one; it
+// reports what differs.
+TEST_F(StreamTest, ANonOwnerNeverChangesTheStream) {
+  StreamOptions router;
+  router.max_age = std::chrono::hours(48);
+  ASSERT_TRUE(EnsureStream(js(), router).ok());
+  const std::string subject = router.subjects.Events("m", "node-1");
+  const std::string payload(200, 'x');
+  for (int i = 0; i < 213; ++i) {
+    jsPubAck* ack = nullptr;
+    ASSERT_EQ(
+        js_Publish(&ack, js(), subject.c_str(), payload.data(), payload.size(), nullptr, nullptr),
+        NATS_OK);
+    jsPubAck_Destroy(ack);
+  }
+  StreamOptions agent;  // defaults: 24h, unlimited bytes
+  agent.max_bytes = 20000;
+  agent.owns_settings = false;
+  std::vector<std::string> mismatch;
+  ASSERT_TRUE(EnsureStream(js(), agent, &mismatch).ok());
+  auto state = GetStreamState(js(), router.name);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_EQ(state->messages, 213u);
+  EXPECT_EQ(ConfiguredMaxAgeNanos(js(), router.name), int64_t{48} * 3600 * 1'000'000'000);
+  ASSERT_EQ(mismatch.size(), 2u);
+  EXPECT_EQ(mismatch[0], "max_age_ms (stream 172800000, flags 86400000)");
+  EXPECT_EQ(mismatch[1], "max_bytes (stream -1, flags 20000)");
+
+  // A missing stream is still created by a non-owner, with its flags.
+  StreamOptions other = agent;
+  other.name = "OTHER";
+  other.subjects.prefix = "other.events";
+  mismatch.clear();
+  ASSERT_TRUE(EnsureStream(js(), other, &mismatch).ok());
+  EXPECT_TRUE(mismatch.empty());
+  EXPECT_TRUE(GetStreamState(js(), "OTHER").ok());
+  // The owner still applies its settings.
+  ASSERT_TRUE(EnsureStream(js(), agent.owns_settings ? agent : StreamOptions{}).ok());
+  EXPECT_EQ(ConfiguredMaxAgeNanos(js(), router.name), int64_t{24} * 3600 * 1'000'000'000);
+}
+
 TEST_F(StreamTest, ReplicasOnStandaloneServerIsFailedPrecondition) {
   StreamOptions options;
   options.replicas = 3;

@@ -1,4 +1,7 @@
 #include "shared/nats/subjects.h"
+
+#include <openssl/sha.h>
+
 #include "shared/base/strings.h"
 
 namespace kvindex::nats {
@@ -70,6 +73,42 @@ StatusOr<std::string> DecodeToken(std::string_view token) {
   return out;
 }
 
+std::string ModelToken(std::string_view model) {
+  std::string token = EncodeToken(model);
+  if (token.size() <= kMaxModelTokenBytes) return token;
+  constexpr size_t kHead = 96;
+  size_t head = kHead;
+  // Never cut an escape: back up to before a '%' in the last two bytes.
+  for (size_t back = 1; back <= 2; ++back) {
+    if (token[kHead - back] == '%') head = kHead - back;
+  }
+  token.resize(head);
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(model.data()), model.size(), digest);
+  token.push_back('~');
+  for (int i = 0; i < 16; ++i) {
+    token.push_back(kHex[digest[i] >> 4]);
+    token.push_back(kHex[digest[i] & 0xF]);
+  }
+  return token;
+}
+
+Status ValidateSubjectNames(std::string_view prefix, std::string_view node) {
+  KVINDEX_RETURN_IF_ERROR(ValidatePrefix(prefix));
+  if (prefix.size() > kMaxPrefixBytes) {
+    return absl::InvalidArgumentError(
+        strings::Cat("--stream-prefix: ", prefix.size(), " bytes; at most ", kMaxPrefixBytes));
+  }
+  if (node.empty()) return absl::InvalidArgumentError("--node: empty node id");
+  const size_t token = EncodeToken(node).size();
+  if (token > kMaxNodeTokenBytes) {
+    return absl::InvalidArgumentError(
+        strings::Cat("--node: the node id encodes to a ", token, "-byte subject token; at most ",
+                     kMaxNodeTokenBytes, " (bytes outside [A-Za-z0-9-] take three)"));
+  }
+  return absl::OkStatus();
+}
+
 Status ValidatePrefix(std::string_view prefix) {
   if (prefix.empty()) return absl::InvalidArgumentError("--stream-prefix: empty subject prefix");
   bool token_empty = true;
@@ -95,7 +134,7 @@ Status ValidatePrefix(std::string_view prefix) {
 std::string SubjectScheme::StreamSubjects() const { return strings::Cat(prefix, ".>"); }
 
 std::string SubjectScheme::Events(std::string_view model, std::string_view node) const {
-  return strings::Cat(prefix, ".", EncodeToken(model), ".", EncodeToken(node));
+  return strings::Cat(prefix, ".", ModelToken(model), ".", EncodeToken(node));
 }
 
 std::string SubjectScheme::Agent(std::string_view node) const {

@@ -15,6 +15,7 @@
 // Thread safety: everything here is a pure function or a const method.
 #pragma once
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 
@@ -35,6 +36,29 @@ std::string EncodeToken(std::string_view text);
 // decodable token has exactly one spelling).
 StatusOr<std::string> DecodeToken(std::string_view token);
 
+// Longest model token on a subject (bytes). NATS refuses a control line past
+// 4 KiB (max_control_line), and a subject past it stops the publishing
+// connection, so every subject must stay far below.
+inline constexpr size_t kMaxModelTokenBytes = 192;
+// Longest node token and subject prefix: a longer --node or --stream-prefix
+// is refused (ValidateSubjectNames) rather than shortened, since routers read
+// the node back from the subject.
+inline constexpr size_t kMaxNodeTokenBytes = 256;
+inline constexpr size_t kMaxPrefixBytes = 256;
+
+// The subject token of a model: EncodeToken(model) when it is at most
+// kMaxModelTokenBytes, else a bounded token that names the model by a hash:
+// the encoding's first 96 bytes (never a cut escape), '~', then 32 hex digits
+// of SHA-256(model). '~' is never produced by EncodeToken, so the two forms
+// cannot collide; routers read the model from the message, never from this
+// token. Agents and routers both build subjects through SubjectScheme, so
+// they agree.
+std::string ModelToken(std::string_view model);
+
+// InvalidArgument naming the flag when the prefix or the node cannot make a
+// subject NATS accepts (see kMaxNodeTokenBytes, kMaxPrefixBytes, ValidatePrefix).
+Status ValidateSubjectNames(std::string_view prefix, std::string_view node);
+
 // OK when `prefix` is non-empty tokens of [A-Za-z0-9_-] separated by single
 // dots (no wildcards, no empty tokens); InvalidArgument naming it otherwise.
 Status ValidatePrefix(std::string_view prefix);
@@ -46,7 +70,7 @@ struct SubjectScheme {
 
   // The stream's subject filter: prefix + ".>".
   std::string StreamSubjects() const;
-  // Placement events of `model` on `node`: prefix.<EncodeToken(model)>.<EncodeToken(node)>.
+  // Placement events of `model` on `node`: prefix.<ModelToken(model)>.<EncodeToken(node)>.
   std::string Events(std::string_view model, std::string_view node) const;
   // Heartbeats and model-less events of the agent on `node`: prefix._agent.<node token>.
   std::string Agent(std::string_view node) const;

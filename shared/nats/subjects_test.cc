@@ -62,6 +62,41 @@ TEST(SubjectsTest, Scheme) {
   EXPECT_EQ(scheme.Events("m", "n"), "a.b.m.n");
 }
 
+// A model name of any length makes a subject NATS accepts (a 4 KiB name used
+// to exceed max_control_line and stop the agent's connection).
+TEST(SubjectsTest, ModelTokensAreBounded) {
+  EXPECT_EQ(ModelToken("meta-llama/Llama-3.1-8B"), "meta-llama%2FLlama-3%2E1-8B");
+  const std::string fits(kMaxModelTokenBytes, 'm');
+  EXPECT_EQ(ModelToken(fits), fits);
+  for (const std::string& model :
+       {std::string(5000, 'x'), std::string(kMaxModelTokenBytes + 1, 'm'), std::string(2000, '/'),
+        std::string(95, 'a') + std::string(300, '.'), std::string(1 << 20, 'q')}) {
+    const std::string token = ModelToken(model);
+    EXPECT_LE(token.size(), kMaxModelTokenBytes) << model.size();
+    EXPECT_NE(token.find('~'), std::string::npos);
+    EXPECT_NE(token[0], '_');
+    for (char c : token) EXPECT_TRUE(c != '.' && c != '*' && c != '>' && c != ' ') << token;
+    // The readable head never ends inside an escape.
+    const std::string head = token.substr(0, token.find('~'));
+    EXPECT_TRUE(DecodeToken(head).ok()) << head;
+    EXPECT_FALSE(DecodeToken(token).ok()) << "a hashed token must not decode as a name";
+    EXPECT_EQ(ModelToken(model), token) << "not deterministic";
+  }
+  // Names sharing the readable head still get different tokens.
+  EXPECT_NE(ModelToken(std::string(5000, 'x')), ModelToken(std::string(5001, 'x')));
+  SubjectScheme scheme;
+  EXPECT_LT(scheme.Events(std::string(100000, '%'), "node-1").size(), 512u);
+}
+
+TEST(SubjectsTest, ValidateSubjectNames) {
+  EXPECT_TRUE(ValidateSubjectNames("kvindex.events", "node-1").ok());
+  EXPECT_FALSE(ValidateSubjectNames("kvindex.events", "").ok());
+  const Status node = ValidateSubjectNames("kvindex.events", std::string(100, '/'));
+  EXPECT_NE(node.message().find("--node"), std::string::npos) << node;
+  const Status prefix = ValidateSubjectNames(std::string(300, 'p'), "n");
+  EXPECT_NE(prefix.message().find("--stream-prefix"), std::string::npos) << prefix;
+}
+
 TEST(SubjectsTest, ValidatePrefix) {
   for (const std::string good : {"kvindex.events", "a", "a_b-c.D9", "_x"}) {
     EXPECT_TRUE(ValidatePrefix(good).ok()) << good;

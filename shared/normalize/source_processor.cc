@@ -54,7 +54,7 @@ size_t SourceProcessor::tracked_blocks() const {
 }
 
 void SourceProcessor::ClearAll(std::vector<PlacementEvent>* out) {
-  Rank(options_.dp_rank);
+  Rank(HomeRank());
   for (const auto& rank : ranks_) Cleared(*rank, out);
 }
 
@@ -81,6 +81,10 @@ void SourceProcessor::ProcessDecoded(const wire::EngineBatch& batch,
   if (batch.unknown_keys > 0) Add(stats_->unknown_keys, batch.unknown_keys);
   const uint32_t dp_rank = batch.dp_rank.value_or(options_.dp_rank);
   if (options_.dp_rank_limit != 0 && dp_rank >= options_.dp_rank_limit) {
+    Drop(DropReason::kRankOutOfRange, std::max<uint64_t>(1, batch.events.size()));
+    return;
+  }
+  if (options_.pin_first_rank && !PinRank(dp_rank, out)) {
     Drop(DropReason::kRankOutOfRange, std::max<uint64_t>(1, batch.events.size()));
     return;
   }
@@ -115,6 +119,21 @@ void SourceProcessor::ProcessDecoded(const wire::EngineBatch& batch,
       observer_->OnEvent(event, outcome_);
     }
   }
+}
+
+bool SourceProcessor::PinRank(uint32_t dp_rank, std::vector<PlacementEvent>* out) {
+  if (pinned_rank_) return *pinned_rank_ == dp_rank;
+  pinned_rank_ = dp_rank;
+  if (dp_rank == options_.dp_rank) return true;
+  // The default rank is another socket's: drop its (empty) state so no clear
+  // of this socket names it, and clear the served rank once, as the start-up
+  // clear would have (a previous process may have left blocks under it).
+  auto it = std::find_if(ranks_.begin(), ranks_.end(), [&](const auto& state) {
+    return state->dp_rank == options_.dp_rank && state->engine.empty();
+  });
+  if (it != ranks_.end()) ranks_.erase(it);
+  Cleared(Rank(dp_rank), out);
+  return true;
 }
 
 void SourceProcessor::Drop(DropReason reason, uint64_t count) {

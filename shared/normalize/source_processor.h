@@ -38,6 +38,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -75,6 +76,12 @@ struct SourceOptions {
   // Envelope ranks accepted: [0, dp_rank_limit); a batch naming another is
   // dropped whole (rank_out_of_range). 0 = any. Default: 0.
   uint32_t dp_rank_limit = 0;
+  // One publisher, one rank: the first accepted batch fixes the rank this
+  // processor serves (its envelope's, else dp_rank); a later batch naming
+  // another is dropped whole (rank_out_of_range). Clears then name that
+  // rank only, never the default dp_rank another socket of the worker
+  // serves. Default: false (any rank in range).
+  bool pin_first_rank = false;
   // Blocks a rank may hold per tier; a stored event on a tier already at it
   // is dropped whole (block_cap), so memory stays bounded and the index
   // undercounts, never overcounts. Checked per event: one event may take a
@@ -157,6 +164,10 @@ class SourceProcessor {
 
  private:
   internal::RankState& Rank(uint32_t dp_rank);
+  // The rank ClearAll always names: the pinned rank, else options_.dp_rank.
+  uint32_t HomeRank() const { return pinned_rank_.value_or(options_.dp_rank); }
+  // pin_first_rank: the first batch fixes the rank. False: drop the batch.
+  bool PinRank(uint32_t dp_rank, std::vector<PlacementEvent>* out);
   void Stored(internal::RankState& rank, const wire::EngineEvent& event,
               std::vector<PlacementEvent>* out);
   void Removed(internal::RankState& rank, const wire::EngineEvent& event,
@@ -182,6 +193,8 @@ class SourceProcessor {
   wire::EngineBatch batch_;
   // Ranks seen, ascending by dp_rank (usually one).
   std::vector<std::unique_ptr<internal::RankState>> ranks_;
+  // pin_first_rank: the rank served, once the first batch named it.
+  std::optional<uint32_t> pinned_rank_;
 
   // Scratch, reused across events.
   std::vector<uint64_t> local_;

@@ -35,6 +35,7 @@ void SourceProcessor::SaveState(std::string* out) const {
 
 Status SourceProcessor::RestoreState(std::string_view state) {
   ranks_.clear();
+  pinned_rank_.reset();
   bytes::Reader in(state, "saved source state");
   auto fail = [&](Status status) {
     ranks_.clear();
@@ -84,6 +85,16 @@ Status SourceProcessor::RestoreState(std::string_view state) {
     ranks_.push_back(std::move(rank));
   }
   if (!in.done()) return fail(absl::DataLossError("saved source state: trailing bytes"));
+  if (options_.pin_first_rank) {
+    // The rank served before the restart: the one holding blocks, or the only
+    // one saved when it is not the default.
+    for (const auto& rank : ranks_) {
+      if (!rank->engine.empty()) pinned_rank_ = rank->dp_rank;
+    }
+    if (!pinned_rank_ && ranks_.size() == 1 && ranks_[0]->dp_rank != options_.dp_rank) {
+      pinned_rank_ = ranks_[0]->dp_rank;
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -70,10 +70,15 @@ def main():
     bin_dir = sys.argv[1]
     ctx = zmq.Context()
     engine = e2e.Engine(ctx)
-    # w1 is declared with the default single rank 0; its engine stamps 7,
-    # then 4294967295, into the envelope.
+    # w1 is declared as rank 0 (dp_rank=0); its engine stamps 7, then
+    # 4294967295, into the envelope.
     stray = e2e.Engine(ctx, dp_rank=7)
-    w1 = stray.source("w1", "m", 4).replace(",dp_rank=7", "")
+    w1 = stray.source("w1", "m", 4).replace(",dp_rank=7", ",dp_rank=0")
+    # The documented DP-rank form (issue #21): a second --source for w0 on its
+    # own port, no dp_rank=; its engine stamps rank 1, so the socket serves
+    # rank 1 (one publisher, one rank) and refuses any other rank.
+    rank1 = e2e.Engine(ctx, dp_rank=1)
+    w0_rank1 = rank1.source("w0", "m", 4).replace(",dp_rank=1", "")
     # w2 declares dp_ranks=2 (ports p and p+1); its engine on p stamps rank 1.
     ranked = e2e.Engine(ctx, dp_rank=1)
     w2 = ranked.source("w2", "m", 4).replace(",dp_rank=1", ",dp_ranks=2").replace(
@@ -83,7 +88,8 @@ def main():
     # rank 0 first: (w4, 0) is a source nobody configured or announces.
     odd = e2e.Engine(ctx, dp_rank=1)
     w4 = odd.source("w4", "m", 4)
-    router = e2e.Router(bin_dir, [engine.source("w0", "m", 4), w1, w2, full.source("w3", "m", 4), w4],
+    router = e2e.Router(bin_dir, [engine.source("w0", "m", 4), w1, w2, full.source("w3", "m", 4), w4,
+                                  w0_rank1],
                         extra_args=["--zmq-max-message-bytes", "1048576",
                                     "--max-blocks-per-tier", "4"])
     try:
@@ -138,6 +144,22 @@ def main():
         e2e.wait_for(lambda: engine.publish([engine.stored([1], [1, 2, 3, 4], 4)]) is not None
                      and matched(router, [1, 2, 3, 4]) == ["w0"], 15, "a small batch indexed",
                      retry_every=1)
+        # w0's second endpoint: rank 1 indexed beside rank 0, which keeps its
+        # blocks; a batch of rank 0 on that socket is refused and counted.
+        e2e.wait_for(lambda: rank1.publish([rank1.stored([2], [5, 5, 5, 5], 4)]) is not None
+                     and matched(router, [5, 5, 5, 5]) == ["w0"], 15, "w0 rank 1 indexed",
+                     retry_every=1)
+        ranks = sorted((r["worker"], r["dp_rank"])
+                       for r in router.json("GET", "/v1/workers")["workers"])
+        assert ("w0", 0) in ranks and ("w0", 1) in ranks, ranks
+        assert matched(router, [1, 2, 3, 4]) == ["w0"], "w0 rank 0 lost its blocks"
+        rank1.dp_rank = 0
+        before = rank_drops(router)
+        e2e.wait_for(lambda: rank1.publish([rank1.stored([3], [6, 6, 6, 6], 4)]) is not None
+                     and rank_drops(router) > before, 15, "a second rank on one socket dropped",
+                     retry_every=1)
+        assert matched(router, [6, 6, 6, 6]) == [], "a second rank on one socket was indexed"
+        print("ok: a second --source for w0 without dp_rank= serves rank 1; %s" % ranks)
         assert disconnects(router) == 0, disconnects(router)
         # Over it: a 2 MiB message (one stored event with 512 Ki tokens).
         tokens = list(range(1, (2 << 20) // 4 + 1))
@@ -162,6 +184,7 @@ def main():
     finally:
         router.cleanup()
         engine.close()
+        rank1.close()
         stray.close()
         ranked.close()
         full.close()

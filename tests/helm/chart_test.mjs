@@ -53,9 +53,13 @@ function run(command, args, options = {}) {
   return spawnSync(command, args, { encoding: "utf8", maxBuffer: 64 << 20, ...options });
 }
 
+// The defaults refuse to render without NATS credentials; the "default" set
+// is the defaults plus that one explicit opt-out.
+const DEFAULT_ARGS = ["--set", "security.allowInsecureNats=true"];
+
 // Value sets: the defaults plus every file in values/.
 function valueSets() {
-  const sets = [{ name: "default", args: [] }];
+  const sets = [{ name: "default", args: DEFAULT_ARGS }];
   for (const file of fs.readdirSync(valuesDir).sort()) {
     if (file.endsWith(".yaml")) {
       sets.push({ name: file.replace(/\.yaml$/, ""), args: ["-f", path.join(valuesDir, file)] });
@@ -277,13 +281,21 @@ const expectations = {
     const sts = find(objects, "StatefulSet")[0];
     check(sts?.spec.replicas === 2, "default: 2 router replicas");
     check(find(objects, "DaemonSet").length === 0, "default: no agent DaemonSet (agent.enabled=false)");
-    for (const kind of ["HorizontalPodAutoscaler", "ServiceMonitor", "NetworkPolicy"]) {
+    for (const kind of ["HorizontalPodAutoscaler", "ServiceMonitor"]) {
       check(find(objects, kind).length === 0, `default: no ${kind}`);
     }
     check(find(objects, "PodDisruptionBudget").length === 1, "default: a PodDisruptionBudget");
     const env = envOf(sts, "kvindex-router");
     check(env.KVINDEX_NATS === "nats://nats.nats.svc:4222", "default: external NATS URL");
-    check(!("KVINDEX_AUTH_TOKEN_FILE" in env), "default: no API token");
+    // Secure by default (issue #21 section 6): an API token from a generated
+    // Secret, and the routers' NetworkPolicy.
+    const secret = find(objects, "Secret", "-router-api-token")[0];
+    check(secret && Buffer.from(secret.data?.token || "", "base64").toString().length === 48, "default: a generated 48-character API token Secret");
+    check(env.KVINDEX_AUTH_TOKEN_FILE === "/etc/kvindex/auth/token", "default: the router reads the API token file");
+    const mounted = sts.spec.template.spec.volumes.find((v) => v.name === "kvindex-auth")?.secret?.secretName;
+    check(secret && mounted === secret.metadata.name, `default: the router mounts the generated Secret (${mounted})`);
+    const policies = find(objects, "NetworkPolicy");
+    check(policies.length === 1 && policies[0].metadata.name.endsWith("-router"), "default: the routers' NetworkPolicy");
   },
   "three-replicas"(objects) {
     const sts = find(objects, "StatefulSet")[0];
@@ -313,6 +325,7 @@ const expectations = {
     check(env.KVINDEX_NATS_USER === "kvindex" && env.KVINDEX_NATS_PASSWORD_FILE, "auth-token: NATS user and password file");
     const sm = find(objects, "ServiceMonitor", "-router")[0];
     check(sm?.spec.endpoints[0].authorization?.credentials?.name === "kvindex-api-token", "auth-token: ServiceMonitor scrapes with the token");
+    check(find(objects, "Secret").length === 0, "auth-token: no generated Secret beside the given one");
   },
   sidecar(objects) {
     check(find(objects, "DaemonSet").length === 0, "sidecar: no DaemonSet");
@@ -414,6 +427,12 @@ function renderTests() {
     for (const cm of find(objects, "ConfigMap", "-agent-sidecar")) {
       check(notes.includes(`configmap ${cm.metadata.name}`), `${where}: NOTES.txt names the sidecar ConfigMap`);
     }
+    // NOTES.txt says what is open.
+    const workload = [...find(objects, "StatefulSet"), ...find(objects, "DaemonSet")][0];
+    const natsOpen = workload && !Object.keys(envOf(workload, workload.spec.template.spec.containers[0].name)).some((k) => /^KVINDEX_NATS_(USER|TOKEN_FILE|NKEY_SEED_FILE|CREDS_FILE)$/.test(k));
+    check(notes.includes("What is open:"), `${where}: NOTES.txt has a 'What is open' section`);
+    check(!workload || notes.includes("NATS: OPEN") === natsOpen, `${where}: NOTES.txt says NATS is open exactly when it has no credentials\n${notes}`);
+    check(notes.includes("Network: OPEN") === (find(objects, "NetworkPolicy").length === 0), `${where}: NOTES.txt says the network is open exactly without a NetworkPolicy`);
     (expectations[set.name] || (() => check(false, `no expectations for value set ${set.name}`)))(objects);
     console.log(`render ${set.name}: ${objects.length} objects, ${failures === before ? "ok" : "FAILED"}`);
   }
@@ -443,10 +462,10 @@ function schemaTests() {
 // expanded), its Secret volumes written to a temporary folder (paths
 // rewritten), nothing else in the environment.
 const FIELDS = { "spec.nodeName": "node-1", "status.hostIP": "10.1.2.3", "metadata.name": "engine-0" };
-// Values of secretKeyRef variables (Secret/key): a URL with credentials,
-// which --check-config must redact.
+// Values of secretKeyRef variables (Secret/key). Credentials in a URL are
+// refused by the binaries (a negative case below).
 const SECRET_VALUES = {
-  "kvindex-nats-url/url": "nats://kvindex:hunter2-in-url@nats-0.nats:4222,nats://kvindex:hunter2-in-url@nats-1.nats:4222",
+  "kvindex-nats-url/url": "nats://nats-0.nats:4222,nats://nats-1.nats:4222",
 };
 const redactUrl = (text) => text.replace(/:\/\/[^/,;@ ]*@/g, "://***@");
 
@@ -479,7 +498,8 @@ function prepareContainer(container, volumes, tmp, options = {}) {
       const ref = e.valueFrom.secretKeyRef;
       value = SECRET_VALUES[`${ref.name}/${ref.key}`];
       if (value === undefined) throw new Error(`${container.name}: no test value for Secret ${ref.name} key ${ref.key}`);
-      secrets.push(value.match(/:\/\/([^@]*)@/)?.[1] ?? value);
+      // A URL is no secret (it carries no credentials); other values are.
+      if (!/^(nats|tls):\/\//.test(value)) secrets.push(value);
     } else if (e.valueFrom?.fieldRef) {
       value = FIELDS[e.valueFrom.fieldRef.fieldPath];
       if (value === undefined) throw new Error(`unknown fieldRef ${e.valueFrom.fieldRef.fieldPath}`);
@@ -579,11 +599,14 @@ function checkConfigTests(routerBinary, agentBinary) {
     // A value the schema allows but the binary refuses.
     negative("agent.config.lease=0", [...agentSet, "--set", "agent.config.lease=0s"], "kvindex-agent", {}, "--lease");
     // A variable the binary does not know (a renamed flag).
-    negative("renamed variable", [], "kvindex-router", { env: (e) => { e.KVINDEX_CHECKPOINT_INTERVALS = e.KVINDEX_CHECKPOINT_INTERVAL; delete e.KVINDEX_CHECKPOINT_INTERVAL; } }, "KVINDEX_CHECKPOINT_INTERVALS");
+    negative("renamed variable", DEFAULT_ARGS, "kvindex-router", { env: (e) => { e.KVINDEX_CHECKPOINT_INTERVALS = e.KVINDEX_CHECKPOINT_INTERVAL; delete e.KVINDEX_CHECKPOINT_INTERVAL; } }, "KVINDEX_CHECKPOINT_INTERVALS");
     // A Secret that is not mounted: the file is unreadable.
     negative("missing TLS CA", ["-f", path.join(valuesDir, "tls.yaml")], "kvindex-router", { prepare: { skipSecret: "kvindex-nats-tls" } }, "--nats-tls-ca");
     negative("missing API token", ["-f", path.join(valuesDir, "auth-token.yaml")], "kvindex-router", { prepare: { skipSecret: "kvindex-auth" } }, "--auth-token-file");
-    negative("bad stream storage", [], "kvindex-router", { env: (e) => { e.KVINDEX_STREAM_STORAGE = "disk"; } }, "--stream-storage");
+    negative("bad stream storage", DEFAULT_ARGS, "kvindex-router", { env: (e) => { e.KVINDEX_STREAM_STORAGE = "disk"; } }, "--stream-storage");
+    // Secrets only from files (issue #21): credentials in the NATS URL are refused.
+    negative("credentials in the NATS URL", DEFAULT_ARGS, "kvindex-router", { env: (e) => { e.KVINDEX_NATS = "nats://kvindex:hunter2@nats:4222"; } }, "--nats-password-file");
+    negative("credentials in the agent's NATS URL", agentSet, "kvindex-agent", { env: (e) => { e.KVINDEX_NATS = "nats://s3cret-token@nats:4222"; } }, "KVINDEX_NATS_TOKEN");
   } finally {
     fs.rmSync(tmpRoot, { recursive: true, force: true });
   }

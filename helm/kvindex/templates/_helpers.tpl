@@ -20,6 +20,12 @@
 {{- define "kvindex.router.fullname" -}}
 {{- printf "%s-router" (include "kvindex.fullname" . | trunc 50 | trimSuffix "-") -}}
 {{- end -}}
+{{/* The Secret holding the API token: the given one, else the generated one; "" when router.auth.enabled is false. */}}
+{{- define "kvindex.router.authSecret" -}}
+{{- if .Values.router.auth.enabled -}}
+{{- .Values.router.auth.existingSecret | default (printf "%s-api-token" (include "kvindex.router.fullname" .)) -}}
+{{- end -}}
+{{- end -}}
 {{- define "kvindex.agent.fullname" -}}
 {{- printf "%s-agent" (include "kvindex.fullname" . | trunc 50 | trimSuffix "-") -}}
 {{- end -}}
@@ -117,6 +123,9 @@ Null values and empty lists are left out (the binary's default applies).
 {{- end -}}
 {{- if and .Values.router.autoscaling.enabled (gt (int .Values.router.autoscaling.minReplicas) (int .Values.router.autoscaling.maxReplicas)) -}}
 {{- fail "router.autoscaling.minReplicas must not exceed maxReplicas" -}}
+{{- end -}}
+{{- if and (eq $auth.type "none") (not .Values.security.allowInsecureNats) -}}
+{{- fail "nats.auth.type=none: without NATS credentials anyone who reaches NATS may publish on the stream and fake, wipe or silence any node's data; set nats.auth (docs/deploy.md) or, knowingly, security.allowInsecureNats: true" -}}
 {{- end -}}
 {{- end -}}
 

@@ -158,7 +158,9 @@ int RunClientCommand(int argc, char** argv) {
   app.add_flag("--json", as_json, "Print the router's JSON answer instead of a table");
   app.add_option("--timeout", timeout_s, "Request timeout in seconds")->capture_default_str();
   app.add_option("--auth-token-file", token_file, "File holding the API bearer token");
-  app.add_option("--auth-token", token, "API bearer token (prefer KVINDEX_AUTH_TOKEN)");
+  app.add_option(
+      "--auth-token", token,
+      "API bearer token: KVINDEX_AUTH_TOKEN or --config only (refused on the command line)");
   if (command == "match") {
     app.add_option("--model", model, "Model name")->required();
     auto* t = app.add_option("--tokens", tokens, "Token ids, comma separated")->delimiter(',');
@@ -169,6 +171,13 @@ int RunClientCommand(int argc, char** argv) {
     app.add_option("--cache-salt", cache_salt, "Cache salt");
   }
   if (auto exit_code = config::Parse(app, argc, argv)) return *exit_code;
+  if (Status secrets = config::RefuseSecretsOnCommandLine(
+          argc, argv, {{"--auth-token", "--auth-token-file FILE or KVINDEX_AUTH_TOKEN"}});
+      !secrets.ok()) {
+    std::fprintf(stderr, "kvindex-ctl %s: %s\n", command.c_str(),
+                 std::string(secrets.message()).c_str());
+    return 2;
+  }
   if (command == "match" && tokens.empty() && local_hashes.empty()) {
     std::fprintf(stderr, "kvindex-ctl match: give --tokens or --local-hashes\n");
     return 2;
