@@ -94,6 +94,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-body-bytes", options.max_body_bytes, "Largest request body; larger -> 413")
       ->capture_default_str();
+  app.add_option("--http-max-body-total-bytes", options.http_max_body_total_bytes,
+                 "Request bodies held in memory at once, all connections together; past it "
+                 "503 + Retry-After (at least --max-body-bytes)")
+      ->capture_default_str();
+  app.add_option("--http-max-connections-per-client", options.http_max_connections_per_client,
+                 "Requests in progress at once from one client address (idle connections do "
+                 "not count); past it 503 (0 = half of --http-max-connections)")
+      ->capture_default_str();
   app.add_option("--checkpoint-interval", checkpoint_interval,
                  "Time between checkpoints (0 = only at shutdown); a restart resumes from the "
                  "newest")

@@ -39,6 +39,8 @@ http::ServerOptions RouterOptions::HttpOptions() const {
   server.threads = http_threads;
   server.max_body_bytes = max_body_bytes;
   server.max_connections = http_max_connections;
+  server.max_body_total_bytes = http_max_body_total_bytes;
+  server.max_connections_per_client = http_max_connections_per_client;
   auto ms = [](std::chrono::milliseconds d) {
     return static_cast<uint32_t>(std::clamp<int64_t>(d.count(), 0, UINT32_MAX));
   };

@@ -74,6 +74,13 @@ struct RouterOptions {
   std::chrono::milliseconds http_body_timeout{30000};
   // Largest request body in bytes; larger -> 413. Default: 8 MiB.
   size_t max_body_bytes = size_t{8} << 20;
+  // Request bodies in memory at once, all connections together; past it
+  // 503 + Retry-After. Default: 64 MiB.
+  size_t http_max_body_total_bytes = size_t{64} << 20;
+  // Requests in progress at once from one client address (idle kept-alive
+  // connections do not count); past it 503. 0 = half of
+  // http_max_connections. Default: 0.
+  uint32_t http_max_connections_per_client = 0;
   // Directory for checkpoints; created when missing. Required.
   std::string data_dir;
   // Time between checkpoints; 0 = only at shutdown. Default: 10 s.

@@ -173,8 +173,11 @@ void RouterApi::Register(http::Server& server) {
                 [this](const http::Request& rq, http::Response& rs) { Readyz(rq, rs); },
                 {.open = true});
   if (context_.checkpoint) {
+    // An export reads the whole checkpoint: off the I/O threads, one at a
+    // time, behind the token like every non-open route.
     server.Handle("GET", "/v1/checkpoint",
-                  [this](const http::Request& rq, http::Response& rs) { Checkpoint(rq, rs); });
+                  [this](const http::Request& rq, http::Response& rs) { Checkpoint(rq, rs); },
+                  {.offload = true});
   }
   server.Handle("GET", "/metrics",
                 [this](const http::Request& rq, http::Response& rs) { Metrics(rq, rs); },
