@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -67,6 +68,15 @@ int main(int argc, char** argv) {
   app.add_option("--bootstrap-from", options.bootstrap_from,
                  "A peer router's API URL: a new replica (no checkpoint in --data-dir yet) starts "
                  "from the peer's newest checkpoint instead of the whole log");
+  std::string bootstrap_timeout = "5m";
+  app.add_option("--bootstrap-timeout", bootstrap_timeout,
+                 "Whole --bootstrap-from transfer deadline; past it the router starts from the "
+                 "log")
+      ->capture_default_str();
+  app.add_option("--bootstrap-max-bytes", options.bootstrap_max_bytes,
+                 "Largest checkpoint accepted from --bootstrap-from (the peer must send a "
+                 "Content-Length no larger)")
+      ->capture_default_str();
   app.add_option("--http", options.http, "HTTP listen address host:port")->capture_default_str();
   app.add_option("--http-threads", options.http_threads,
                  "HTTP I/O threads (event loop; connections are not tied to threads)")
@@ -171,7 +181,8 @@ int main(int argc, char** argv) {
   for (auto [flag, text, out] :
        {std::tuple{"--http-idle-timeout", &http_idle_timeout, &options.http_idle_timeout},
         std::tuple{"--http-header-timeout", &http_header_timeout, &options.http_header_timeout},
-        std::tuple{"--http-body-timeout", &http_body_timeout, &options.http_body_timeout}}) {
+        std::tuple{"--http-body-timeout", &http_body_timeout, &options.http_body_timeout},
+        std::tuple{"--bootstrap-timeout", &bootstrap_timeout, &options.bootstrap_timeout}}) {
     auto d = config::ParseDuration(*text);
     if (!d.ok() || d->count() <= 0) {
       return Fail(std::string(flag) + ": must be a positive duration", 2);
@@ -252,11 +263,26 @@ int main(int argc, char** argv) {
     nats_closed.store(true);
     kill(getpid(), SIGTERM);
   };
+  // A signal during start (a long bootstrap) cancels it: a waiter thread
+  // takes the signal from the start on.
+  static std::atomic<bool> stop{false};
+  int received = 0;
+  std::thread waiter([&signals, &received] {
+    sigwait(&signals, &received);
+    stop.store(true);
+  });
+  options.cancel = &stop;
   const std::string listen = options.http;
   const bool options_embedded = options.embedded;
   const std::string nats_description = options.nats.Describe();
   router::Router router(std::move(options));
   if (Status status = router.Start(); !status.ok()) {
+    if (!stop.load()) kill(getpid(), SIGTERM);  // ends the waiter
+    waiter.join();
+    if (absl::IsCancelled(status)) {
+      logger->info("signal {} received during start, stopped", received);
+      return 0;
+    }
     logger->error("start failed: {}", status.ToString());
     return 1;
   }
@@ -269,8 +295,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "kvindex-router: listening on port %u\n", router.port());
 
-  int received = 0;
-  sigwait(&signals, &received);
+  waiter.join();
   logger->info("signal {} received, shutting down", received);
   router.Stop();
   if (nats_closed.load()) {

@@ -116,6 +116,9 @@ Status Router::Start() {
   checkpointer_ = std::make_unique<storage::Checkpointer>(checkpoint_options, apply_.get(),
                                                           index_.get(), registry_.get());
   if (!options_.bootstrap_from.empty() && !checkpointer_->HasCheckpoint()) Bootstrap();
+  if (options_.cancel != nullptr && options_.cancel->load()) {
+    return absl::CancelledError("start cancelled by a signal");
+  }
   KVINDEX_ASSIGN_OR_RETURN(restored_, checkpointer_->Restore(&apply_->agents()));
   if (options_.embedded) {
     ingest_ = std::make_unique<EmbeddedIngest>(options_.agent, sink_.get(), registry_.get());
@@ -205,9 +208,20 @@ void Router::Bootstrap() {
   http::ClientRequest request;
   request.url = *url;
   request.path = "/v1/checkpoint";
-  request.timeout = std::chrono::minutes(5);
+  request.timeout = options_.bootstrap_timeout;
+  // A peer that streams without Content-Length, or more than the bound, is
+  // refused before its checkpoint is buffered.
+  request.max_response_bytes = options_.bootstrap_max_bytes;
+  request.require_content_length = true;
+  request.cancel = options_.cancel;
   if (!options_.auth_token.empty()) {
-    request.headers.emplace_back("Authorization", "Bearer " + options_.auth_token);
+    // The token is never sent in clear text (the client speaks plain HTTP
+    // only): a peer that requires it answers 401 and this router starts
+    // from the log.
+    logger->error(
+        "--bootstrap-from {}: not sending the API token over plain HTTP; a peer that requires "
+        "it refuses the bootstrap (401) and this router starts from the log",
+        options_.bootstrap_from);
   }
   StatusOr<http::ClientResponse> reply = http::Fetch(request);
   Status status = reply.status();
@@ -216,6 +230,10 @@ void Router::Bootstrap() {
   }
   StatusOr<storage::CheckpointInfo> info =
       status.ok() ? checkpointer_->Import(reply->body) : StatusOr<storage::CheckpointInfo>(status);
+  if (absl::IsCancelled(info.status())) {
+    logger->warn("bootstrap from {} cancelled", options_.bootstrap_from);
+    return;
+  }
   if (!info.ok()) {
     // Not fatal: the log (or a resync) rebuilds the state, only slower.
     logger->error("no bootstrap from {}: {}; starting from the log", options_.bootstrap_from,

@@ -29,6 +29,7 @@
 
 #include <prometheus/registry.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -89,6 +90,14 @@ struct RouterOptions {
   // yet, start from the peer's newest checkpoint (GET /v1/checkpoint) and
   // read the log from its position on. Empty = no bootstrap. Default: "".
   std::string bootstrap_from;
+  // Bootstrap bounds: the checkpoint's size (the peer must send a
+  // Content-Length no larger; nothing past it is read) and the whole
+  // transfer's time. Defaults: 4 GiB, 5 min.
+  uint64_t bootstrap_max_bytes = uint64_t{4} << 30;
+  std::chrono::milliseconds bootstrap_timeout{300000};
+  // When set and it becomes true (SIGTERM during start), a bootstrap under
+  // way stops within ~100 ms and Start returns Cancelled. Default: none.
+  const std::atomic<bool>* cancel = nullptr;
   // Models to index; empty = all. Default: empty.
   std::vector<std::string> models;
   // Bearer token for the API; empty = no authentication. Default: "".

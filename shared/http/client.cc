@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -19,9 +20,27 @@ using strings::IStartsWith;
 using strings::Trim;
 using Clock = std::chrono::steady_clock;
 
+// Largest response header read.
+constexpr size_t kMaxResponseHeaderBytes = 64 * 1024;
+// A wait is cut into slices this long so that a cancel is seen.
+constexpr int kCancelCheckMs = 100;
+
 int RemainingMs(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   return left.count() > 0 ? static_cast<int>(left.count()) : 0;
+}
+
+// poll() on one descriptor until ready, the deadline or the cancel: 1
+// ready, 0 timed out, -2 cancelled, -1 error.
+int PollOne(int fd, short events, Clock::time_point deadline, const std::atomic<bool>* cancel) {
+  while (true) {
+    if (cancel != nullptr && cancel->load()) return -2;
+    const int left = RemainingMs(deadline);
+    if (left == 0) return 0;
+    pollfd p{fd, events, 0};
+    const int ready = ::poll(&p, 1, std::min(left, kCancelCheckMs));
+    if (ready != 0) return ready < 0 && errno == EINTR ? 0 : ready;
+  }
 }
 
 class Fd {
@@ -144,10 +163,9 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
       fd = -1;
       continue;
     }
-    pollfd p{fd, POLLOUT, 0};
     int err = 0;
     socklen_t len = sizeof(err);
-    if (::poll(&p, 1, RemainingMs(deadline)) != 1 ||
+    if (PollOne(fd, POLLOUT, deadline, request.cancel) != 1 ||
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
       last_error = err != 0 ? std::strerror(err) : "connect timed out";
       ::close(fd);
@@ -155,6 +173,10 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
     }
   }
   freeaddrinfo(found);
+  if (request.cancel != nullptr && request.cancel->load()) {
+    if (fd >= 0) ::close(fd);
+    return absl::CancelledError(Cat("http: request to ", where, " cancelled"));
+  }
   if (fd < 0)
     return absl::UnavailableError(Cat("http: cannot connect to ", where, ": ", last_error));
   Fd socket(fd);
@@ -173,10 +195,9 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
 
   size_t sent = 0;
   while (sent < out.size()) {
-    pollfd p{fd, POLLOUT, 0};
-    if (::poll(&p, 1, RemainingMs(deadline)) != 1) {
-      return absl::UnavailableError(Cat("http: timed out sending to ", where));
-    }
+    const int ready = PollOne(fd, POLLOUT, deadline, request.cancel);
+    if (ready == -2) return absl::CancelledError(Cat("http: request to ", where, " cancelled"));
+    if (ready != 1) return absl::UnavailableError(Cat("http: timed out sending to ", where));
     const ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
     if (n < 0) {
       if (errno == EAGAIN || errno == EINTR) continue;
@@ -195,8 +216,8 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
         in.size() >= header_end + 4 + content_length) {
       break;
     }
-    pollfd p{fd, POLLIN, 0};
-    const int ready = ::poll(&p, 1, RemainingMs(deadline));
+    const int ready = PollOne(fd, POLLIN, deadline, request.cancel);
+    if (ready == -2) return absl::CancelledError(Cat("http: request to ", where, " cancelled"));
     if (ready != 1) return absl::UnavailableError(Cat("http: timed out reading from ", where));
     const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
     if (n < 0) {
@@ -208,6 +229,11 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
     in.append(buffer, static_cast<size_t>(n));
     if (header_end == std::string::npos) {
       header_end = in.find("\r\n\r\n");
+      if (header_end == std::string::npos && in.size() > kMaxResponseHeaderBytes) {
+        return absl::ResourceExhaustedError(Cat("http: response header from ", where,
+                                                " larger than ", kMaxResponseHeaderBytes,
+                                                " bytes"));
+      }
       if (header_end != std::string::npos) {
         // Find Content-Length early so we do not wait for the close.
         std::string_view head(in.data(), header_end);
@@ -217,7 +243,22 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
             if (strings::ParseUnsigned(Trim(line.substr(15)), &v)) content_length = v;
           }
         });
+        if (content_length == UINT64_MAX && request.require_content_length) {
+          return absl::FailedPreconditionError(
+              Cat("http: response from ", where, " has no Content-Length"));
+        }
+        if (content_length != UINT64_MAX && content_length > request.max_response_bytes) {
+          return absl::ResourceExhaustedError(Cat("http: response from ", where, " of ",
+                                                  content_length, " bytes exceeds the limit of ",
+                                                  request.max_response_bytes, " bytes"));
+        }
       }
+    }
+    if (header_end != std::string::npos &&
+        in.size() - header_end - 4 > request.max_response_bytes) {
+      return absl::ResourceExhaustedError(Cat("http: response from ", where,
+                                              " exceeds the limit of ", request.max_response_bytes,
+                                              " bytes"));
     }
   }
   if (header_end == std::string::npos) {

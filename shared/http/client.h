@@ -10,6 +10,7 @@
 // Thread safety: stateless; call from any thread.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -39,6 +40,14 @@ struct ClientRequest {
   std::string content_type = "application/json";
   std::vector<std::pair<std::string, std::string>> headers;
   std::chrono::milliseconds timeout{10000};  // whole exchange
+  // Largest response body accepted; past it (or a Content-Length past it)
+  // ResourceExhausted, before more is read. Default: 256 MiB.
+  uint64_t max_response_bytes = uint64_t{256} << 20;
+  // Refuse a response without Content-Length (a peer that streams until it
+  // closes) instead of reading until the close. Default: false.
+  bool require_content_length = false;
+  // When set and it becomes true, Fetch returns Cancelled within ~100 ms.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct ClientResponse {
@@ -48,8 +57,10 @@ struct ClientResponse {
   std::string_view Header(std::string_view lower_name) const;
 };
 
-// Unavailable: connect/read failure or timeout (message names host:port).
-// A 4xx/5xx answer is a successful Fetch with that status.
+// Unavailable: connect/read failure or timeout (message names host:port);
+// ResourceExhausted: a header past 64 KiB or a body past max_response_bytes;
+// Cancelled: `cancel` became true. A 4xx/5xx answer is a successful Fetch
+// with that status.
 StatusOr<ClientResponse> Fetch(const ClientRequest& request);
 
 }  // namespace kvindex::http

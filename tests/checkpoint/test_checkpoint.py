@@ -8,7 +8,7 @@ the same engines as the reference truth. Every process is stopped by its pid,
 also when a check fails; every loop is bounded.
 
 Usage: test_checkpoint.py BIN_DIR SCENARIO
-Scenarios: restart, kill9, damaged, disk_full, retention
+Scenarios: restart, kill9, damaged, disk_full, retention, bootstrap, bootstrap_hostile
 """
 
 import glob
@@ -311,6 +311,138 @@ def scenario_bootstrap(bin_dir):
             m.group(1), digest, len(states)))
     finally:
         c.cleanup()
+
+
+class HostilePeer:
+    """A loopback "peer router" for --bootstrap-from that answers every
+    request with `head` and then `body_byte` forever (every `every` s),
+    recording the request headers it saw. Stopped by stop()."""
+
+    def __init__(self, head, body_byte=b"\0" * 65536, every=0.0):
+        import socket
+        self.head, self.body_byte, self.every = head, body_byte, every
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.requests = []
+        self.done = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.done:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            conn.settimeout(5)
+            try:
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                self.requests.append(data.decode(errors="replace"))
+                conn.sendall(self.head)
+                while not self.done:
+                    conn.sendall(self.body_byte)
+                    if self.every:
+                        time.sleep(self.every)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    def stop(self):
+        self.done = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+def rss_mb(pid):
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
+def scenario_bootstrap_hostile(bin_dir):
+    """Issue #21's reproductions: a --bootstrap-from peer streaming zeros
+    without Content-Length drove the router to 1.97 GB and blocked its start
+    for minutes, ignoring SIGTERM; the router sent its API token over plain
+    HTTP. Now: refused at once (no Content-Length, or one past
+    --bootstrap-max-bytes), started from the log, the token never sent, and
+    a slow bootstrap ends at SIGTERM."""
+    server = ne.NatsServer().start()
+    token_dir = tempfile.mkdtemp(prefix="kvindex-token-")
+    token_file = os.path.join(token_dir, "token")
+    with open(token_file, "w") as f:
+        f.write("bootstrap-secret\n")
+    peers, routers = [], []
+    try:
+        zeros = HostilePeer(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n")
+        peers.append(zeros)
+        r = ne.NatsRouter(bin_dir, server.url, FAST + [
+            "--auth-token-file", token_file,
+            "--bootstrap-from", "http://127.0.0.1:%d" % zeros.port])
+        routers.append(r)
+        start = time.monotonic()
+        r.start().wait_ready(20)
+        took = time.monotonic() - start
+        rss = rss_mb(r.proc.pid)
+        logs = r.logs()
+        assert "no Content-Length" in logs and "starting from the log" in logs, logs[-3000:]
+        assert "not sending the API token over plain HTTP" in logs, logs[-3000:]
+        assert zeros.requests and all("bootstrap-secret" not in q for q in zeros.requests), \
+            zeros.requests
+        assert rss < 300, "RSS %.0f MB after a peer streamed zeros" % rss
+        assert r.stop() == 0
+
+        huge = HostilePeer(b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n")
+        peers.append(huge)
+        r2 = ne.NatsRouter(bin_dir, server.url, FAST + [
+            "--bootstrap-max-bytes", "1000000",
+            "--bootstrap-from", "http://127.0.0.1:%d" % huge.port])
+        routers.append(r2)
+        r2.start().wait_ready(20)
+        assert "exceeds the limit of 1000000 bytes" in r2.logs(), r2.logs()[-3000:]
+        assert r2.stop() == 0
+
+        slow = HostilePeer(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n",
+                           body_byte=b"\0", every=0.05)
+        peers.append(slow)
+        r3 = ne.NatsRouter(bin_dir, server.url, FAST + [
+            "--bootstrap-from", "http://127.0.0.1:%d" % slow.port])
+        routers.append(r3)
+        r3.start()
+        e2e.wait_for(lambda: slow.requests, 10, "the bootstrap request")
+        time.sleep(0.5)
+        stop_start = time.monotonic()
+        code = r3.stop(timeout=10)
+        stopped_in = time.monotonic() - stop_start
+        assert code == 0, (code, r3.logs()[-3000:])
+        assert stopped_in < 3, "SIGTERM took %.1f s during a bootstrap" % stopped_in
+        print("bootstrap_hostile: ready in %.1f s at %.0f MB against a zero stream; a 1 GiB "
+              "Content-Length refused; SIGTERM during a slow bootstrap: stopped in %.2f s" % (
+                  took, rss, stopped_in))
+    finally:
+        for r in routers:
+            try:
+                r.stop()
+            except AssertionError:
+                pass
+            r.cleanup()
+        for p in peers:
+            p.stop()
+        server.stop()
+        server.cleanup()
+        os.unlink(token_file)
+        os.rmdir(token_dir)
 
 
 if __name__ == "__main__":
