@@ -51,6 +51,25 @@ http::ServerOptions RouterOptions::HttpOptions() const {
   return server;
 }
 
+namespace {
+
+StatusOr<storage::StreamIdentity> StreamIdentityOf(jsCtx* js, const std::string& name) {
+  jsStreamInfo* info = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  jsOptions options;
+  jsOptions_Init(&options);
+  options.Wait = 2000;
+  const natsStatus status = js_GetStreamInfo(&info, js, name.c_str(), &options, &code);
+  if (status != NATS_OK) {
+    return nats::FromNats(status, strings::Cat("stream info of '", name, "'"), code);
+  }
+  storage::StreamIdentity identity{name, info->Created, info->State.LastSeq};
+  jsStreamInfo_Destroy(info);
+  return identity;
+}
+
+}  // namespace
+
 Router::Router(RouterOptions options) : options_(std::move(options)) {}
 
 Router::~Router() { Stop(); }
@@ -113,6 +132,14 @@ Status Router::Start() {
   storage::CheckpointerOptions checkpoint_options;
   checkpoint_options.dir = (std::filesystem::path(options_.data_dir) / "checkpoints").string();
   checkpoint_options.interval = options_.checkpoint_interval;
+  if (!options_.embedded) {
+    // Checkpoints carry the stream's identity; one from another stream, or
+    // past its end, is not restored (storage/checkpointer.h).
+    jsCtx* js = connection_->jetstream();
+    checkpoint_options.stream_identity = [js, name = options_.stream.name] {
+      return StreamIdentityOf(js, name);
+    };
+  }
   checkpointer_ = std::make_unique<storage::Checkpointer>(checkpoint_options, apply_.get(),
                                                           index_.get(), registry_.get());
   if (!options_.bootstrap_from.empty() && !checkpointer_->HasCheckpoint()) Bootstrap();
@@ -180,6 +207,11 @@ Status Router::Start() {
     for (const auto& [model, unused] : context.configured_models) seen |= model == spec.model;
     if (!seen) context.configured_models.emplace_back(spec.model, spec.block_size);
   }
+  if (!options_.embedded) {
+    stream_state_.store(0);
+    stream_created_ns_.store(0);
+    context.log_ready = [this](std::string* reason) { return StreamReady(reason); };
+  }
   query::ApiOptions api_options;
   api_options.metrics_auth = options_.metrics_auth;
   api_ = std::make_unique<query::RouterApi>(api_options, std::move(context));
@@ -192,6 +224,10 @@ Status Router::Start() {
     checkpointer_->Stop();
     apply_->Stop();
     return status;
+  }
+  if (!options_.embedded) {
+    stream_stop_.Reset();
+    stream_watch_ = std::thread([this] { WatchStream(); });
   }
   running_ = true;
   return absl::OkStatus();
@@ -247,9 +283,49 @@ void Router::Bootstrap() {
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
+void Router::WatchStream() {
+  auto logger = log::Get("router");
+  jsCtx* js = connection_->jetstream();
+  do {
+    StatusOr<storage::StreamIdentity> identity = StreamIdentityOf(js, options_.stream.name);
+    if (absl::IsNotFound(identity.status())) {
+      if (stream_state_.exchange(1) != 1) {
+        logger->error("stream '{}' does not exist: not ready until it does", options_.stream.name);
+      }
+    } else if (identity.ok()) {
+      int64_t first = 0;
+      stream_created_ns_.compare_exchange_strong(first, identity->created_ns);
+      stream_seen_created_ns_.store(identity->created_ns);
+      const int state = identity->created_ns == stream_created_ns_.load() ? 0 : 2;
+      if (stream_state_.exchange(state) != state && state == 2) {
+        logger->error(
+            "stream '{}' was recreated (created at {} ns, this router applied the one created "
+            "at {} ns): not ready; restart it to rebuild from the new stream",
+            options_.stream.name, identity->created_ns, stream_created_ns_.load());
+      }
+    }
+  } while (!stream_stop_.WaitFor(std::chrono::seconds(1)));
+}
+
+bool Router::StreamReady(std::string* reason) const {
+  const int state = stream_state_.load();
+  if (state == 0) return true;
+  if (reason != nullptr) {
+    *reason = state == 1 ? strings::Cat("stream '", options_.stream.name, "' does not exist")
+                         : strings::Cat("stream '", options_.stream.name,
+                                        "' was recreated since this router started (created at ",
+                                        stream_seen_created_ns_.load(), " ns): restart it");
+  }
+  return false;
+}
+
 void Router::Stop() {
   if (!running_) return;
   server_->Stop();
+  if (stream_watch_.joinable()) {
+    stream_stop_.Raise();
+    stream_watch_.join();
+  }
   if (liveness_) liveness_->Stop();
   checkpointer_->Stop();
   if (ingest_) {

@@ -36,10 +36,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "services/router/embedded/embedded_ingest.h"
 #include "shared/base/status.h"
+#include "shared/base/stop_signal.h"
 #include "shared/consume/apply_loop.h"
 #include "shared/consume/in_process_log_reader.h"
 #include "shared/consume/liveness_monitor.h"
@@ -149,6 +151,10 @@ class Router {
  private:
   // --bootstrap-from: the peer's newest checkpoint into the empty data dir.
   void Bootstrap();
+  // JetStream mode: every second, whether the stream exists and is the one
+  // first seen (its creation time); /readyz fails otherwise.
+  void WatchStream();
+  bool StreamReady(std::string* reason) const;
   RouterOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<consume::RouterProbe> probe_;
@@ -166,6 +172,12 @@ class Router {
   std::unique_ptr<http::Server> server_;
   storage::RestoreResult restored_;
   bool running_ = false;
+  std::thread stream_watch_;
+  StopSignal stream_stop_;
+  // 0: fine (or unknown yet), 1: the stream does not exist, 2: recreated.
+  std::atomic<int> stream_state_{0};
+  std::atomic<int64_t> stream_created_ns_{0};
+  std::atomic<int64_t> stream_seen_created_ns_{0};
 };
 
 }  // namespace kvindex::router

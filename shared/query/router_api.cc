@@ -198,6 +198,7 @@ void RouterApi::Checkpoint(const http::Request&, http::Response& response) const
 }
 
 bool RouterApi::Ready(std::string* reason) const {
+  if (context_.log_ready && !context_.log_ready(reason)) return false;
   if (context_.ingest_ready && !context_.ingest_ready()) {
     if (reason != nullptr) *reason = "ingest pipeline not ready";
     return false;

@@ -8,13 +8,15 @@ the same engines as the reference truth. Every process is stopped by its pid,
 also when a check fails; every loop is bounded.
 
 Usage: test_checkpoint.py BIN_DIR SCENARIO
-Scenarios: restart, kill9, damaged, disk_full, retention, bootstrap, bootstrap_hostile
+Scenarios: restart, kill9, damaged, disk_full, retention, bootstrap, bootstrap_hostile,
+  stream_identity
 """
 
 import glob
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -443,6 +445,77 @@ def scenario_bootstrap_hostile(bin_dir):
         server.cleanup()
         os.unlink(token_file)
         os.rmdir(token_dir)
+
+
+def scenario_stream_identity(bin_dir):
+    """Issue #21's reproductions: a checkpoint from another cluster (position
+    2,421 on a stream ending at 50) was imported and reported ready; a router
+    restarted from its checkpoint on a wiped and recreated stream skipped the
+    new stream's first positions for good, and said ready while the stream
+    did not exist. Checkpoints now carry the stream's name and creation
+    time: one of another stream, or past its end, is refused (logged,
+    kvindex_checkpoint_refused_total) and the router rebuilds from the log;
+    /readyz fails while the stream is missing or was recreated under it."""
+    other = ne.NatsServer(name="other").start()
+    c = td.Cluster(bin_dir, [ne.NatsServer().start()], router_extra=FAST)
+    lone = None
+    try:
+        c.start()
+        c.drive(300)
+        c.settle()
+        peer = c.routers[0]
+        wait_written(peer, 1)
+        # Another cluster's router (an empty stream) bootstrapping from this
+        # one: the checkpoint is imported, then refused at restore.
+        lone = ne.NatsRouter(bin_dir, other.url, FAST + [
+            "--bootstrap-from", "http://127.0.0.1:%d" % peer.port])
+        lone.start().wait_ready(60)
+        logs = lone.logs()
+        assert "bootstrapped from" in logs, logs[-3000:]
+        assert "refused" in logs, logs[-3000:]
+        assert restored_positions(lone) == [], logs[-3000:]
+        assert lone.metric("kvindex_checkpoint_refused_total") >= 1
+        state = lone.state()
+        assert state["applied_seq"] == 0 and state["sources"] == 0, state
+        code = lone.stop()
+        assert code == 0, (code, lone.logs()[-3000:])
+
+        # The stream wiped and recreated under the cluster: the router that
+        # keeps running is no longer ready; one restarted from its
+        # checkpoint refuses it and reads the new stream from position 1.
+        victim = c.routers[1]
+        wait_written(victim, 1)
+        before = victim.state()["applied_seq"]  # its last checkpoint's position at the stop
+        assert before > 0
+        assert victim.stop() == 0
+        server = c.servers[0]
+        server.stop()
+        shutil.rmtree(os.path.join(server.dir, "js"), ignore_errors=True)
+        server.start()
+        e2e.wait_for(lambda: peer.request("GET", "/readyz")[0] == 503, 30,
+                     "the running router not ready on a recreated (or missing) stream")
+        reason = peer.request("GET", "/readyz")[2]
+        assert "stream" in str(reason), reason
+        c.drive(30)
+        victim.start().wait_ready(60)
+        vlogs = victim.logs()
+        assert "refused" in vlogs, vlogs[-3000:]
+        assert victim.metric("kvindex_checkpoint_refused_total") >= 1
+        assert len(restored_positions(victim)) == len(re.findall("restored checkpoint", vlogs))
+        # It reads the new stream from position 1 (the old code resumed at
+        # `before` + 1 and never applied the new stream's first positions).
+        state = victim.state()
+        assert 0 < state["applied_seq"] < before, (state, before)
+        print("stream_identity: another cluster's checkpoint refused; on a recreated stream the "
+              "running router went unready (%s) and the restarted one rebuilt from position 1 "
+              "(now at %d; its checkpoint was at %d)" % (
+                  reason.strip() if isinstance(reason, str) else reason, state["applied_seq"],
+                  before))
+    finally:
+        if lone is not None:
+            lone.cleanup()
+        c.cleanup()
+        other.cleanup()
 
 
 if __name__ == "__main__":
