@@ -326,8 +326,9 @@ StatusOr<RestoreResult> Checkpointer::Restore(consume::AgentTable* agents) {
     if (result.skipped == 0) {
       logger->info("no checkpoint in {}: starting from the log", options_.dir);
     } else {
-      logger->error("no checkpoint in {} verifies or belongs to this stream: starting from the log",
-                    options_.dir);
+      logger->error(
+          "no checkpoint in {} verifies: starting from the log ({} refused for their stream)",
+          options_.dir, refused_.load());
     }
     return result;
   }

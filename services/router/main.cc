@@ -73,6 +73,11 @@ int main(int argc, char** argv) {
                  "Whole --bootstrap-from transfer deadline; past it the router starts from the "
                  "log")
       ->capture_default_str();
+  app.add_option("--bootstrap-ca", options.bootstrap_ca,
+                 "PEM file of the CAs an https:// --bootstrap-from peer's certificate must chain "
+                 "to (default: the system's CAs); the API token is sent to the peer only over "
+                 "https")
+      ->check(CLI::ExistingFile);
   app.add_option("--bootstrap-max-bytes", options.bootstrap_max_bytes,
                  "Largest checkpoint accepted from --bootstrap-from (the peer must send a "
                  "Content-Length no larger)")

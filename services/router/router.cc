@@ -250,13 +250,16 @@ void Router::Bootstrap() {
   request.max_response_bytes = options_.bootstrap_max_bytes;
   request.require_content_length = true;
   request.cancel = options_.cancel;
-  if (!options_.auth_token.empty()) {
-    // The token is never sent in clear text (the client speaks plain HTTP
-    // only): a peer that requires it answers 401 and this router starts
-    // from the log.
+  request.ca_file = options_.bootstrap_ca;
+  if (!options_.auth_token.empty() && url->tls) {
+    request.headers.emplace_back("Authorization", "Bearer " + options_.auth_token);
+  } else if (!options_.auth_token.empty()) {
+    // The token is never sent in clear text: a peer that requires it
+    // answers 401 and this router starts from the log.
     logger->error(
-        "--bootstrap-from {}: not sending the API token over plain HTTP; a peer that requires "
-        "it refuses the bootstrap (401) and this router starts from the log",
+        "--bootstrap-from {}: not sending the API token over plain HTTP (use an https:// URL, "
+        "with --bootstrap-ca); a peer that requires it refuses the bootstrap (401) and this "
+        "router starts from the log",
         options_.bootstrap_from);
   }
   StatusOr<http::ClientResponse> reply = http::Fetch(request);

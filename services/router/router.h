@@ -100,6 +100,11 @@ struct RouterOptions {
   // When set and it becomes true (SIGTERM during start), a bootstrap under
   // way stops within ~100 ms and Start returns Cancelled. Default: none.
   const std::atomic<bool>* cancel = nullptr;
+  // https:// bootstrap: PEM file of the CAs the peer's certificate must
+  // chain to (its name or IP address must match the URL's host); empty =
+  // the system's CAs. The API token goes to the peer only over https.
+  // Default: "".
+  std::string bootstrap_ca;
   // Models to index; empty = all. Default: empty.
   std::vector<std::string> models;
   // Bearer token for the API; empty = no authentication. Default: "".

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "shared/base/strings.h"
+#include "shared/http/internal/tls_client.h"
 
 namespace kvindex::http {
 namespace {
@@ -99,9 +101,12 @@ StatusOr<Url> ParseUrl(std::string_view text) {
   Url url;
   std::string_view rest = Trim(text);
   if (IStartsWith(rest, "https://")) {
-    return absl::InvalidArgumentError(Cat("url '", text, "': https is not supported"));
+    rest.remove_prefix(8);
+    url.tls = true;
+    url.port = 443;
+  } else if (IStartsWith(rest, "http://")) {
+    rest.remove_prefix(7);
   }
-  if (IStartsWith(rest, "http://")) rest.remove_prefix(7);
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   if (slash != std::string_view::npos) {
@@ -180,6 +185,35 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
   if (fd < 0)
     return absl::UnavailableError(Cat("http: cannot connect to ", where, ": ", last_error));
   Fd socket(fd);
+  std::unique_ptr<internal::TlsClient> tls;
+  if (request.url.tls) {
+    KVINDEX_ASSIGN_OR_RETURN(
+        tls, internal::TlsClient::Connect(fd, request.url.host, request.ca_file, [&](bool write) {
+          return PollOne(fd, write ? POLLOUT : POLLIN, deadline, request.cancel);
+        }));
+  }
+  // One send or receive; -2: would block (*want_write: which way to wait).
+  std::string io_error;
+  auto send_some = [&](const char* data, size_t size, bool* want_write) -> ssize_t {
+    if (tls) return tls->Write(data, size, want_write, &io_error);
+    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      *want_write = true;
+      return -2;
+    }
+    if (n < 0) io_error = std::strerror(errno);
+    return n;
+  };
+  auto recv_some = [&](char* data, size_t size, bool* want_write) -> ssize_t {
+    if (tls) return tls->Read(data, size, want_write, &io_error);
+    const ssize_t n = ::recv(fd, data, size, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      *want_write = false;
+      return -2;
+    }
+    if (n < 0) io_error = std::strerror(errno);
+    return n;
+  };
 
   std::string out =
       Cat(request.method, " ", request.url.base_path, request.path.empty() ? "/" : request.path,
@@ -195,15 +229,16 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
 
   size_t sent = 0;
   while (sent < out.size()) {
-    const int ready = PollOne(fd, POLLOUT, deadline, request.cancel);
-    if (ready == -2) return absl::CancelledError(Cat("http: request to ", where, " cancelled"));
-    if (ready != 1) return absl::UnavailableError(Cat("http: timed out sending to ", where));
-    const ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      // The server may answer (413) and close before reading everything.
-      break;
+    bool want_write = true;
+    const ssize_t n = send_some(out.data() + sent, out.size() - sent, &want_write);
+    if (n == -2) {
+      const int ready = PollOne(fd, want_write ? POLLOUT : POLLIN, deadline, request.cancel);
+      if (ready == -2) return absl::CancelledError(Cat("http: request to ", where, " cancelled"));
+      if (ready != 1) return absl::UnavailableError(Cat("http: timed out sending to ", where));
+      continue;
     }
+    // The server may answer (413) and close before reading everything.
+    if (n <= 0) break;
     sent += static_cast<size_t>(n);
   }
 
@@ -216,14 +251,17 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
         in.size() >= header_end + 4 + content_length) {
       break;
     }
-    const int ready = PollOne(fd, POLLIN, deadline, request.cancel);
-    if (ready == -2) return absl::CancelledError(Cat("http: request to ", where, " cancelled"));
-    if (ready != 1) return absl::UnavailableError(Cat("http: timed out reading from ", where));
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    bool want_write = false;
+    const ssize_t n = recv_some(buffer, sizeof(buffer), &want_write);
+    if (n == -2) {
+      const int ready = PollOne(fd, want_write ? POLLOUT : POLLIN, deadline, request.cancel);
+      if (ready == -2) return absl::CancelledError(Cat("http: request to ", where, " cancelled"));
+      if (ready != 1) return absl::UnavailableError(Cat("http: timed out reading from ", where));
+      continue;
+    }
     if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
       if (header_end != std::string::npos) break;
-      return absl::UnavailableError(Cat("http: read from ", where, ": ", std::strerror(errno)));
+      return absl::UnavailableError(Cat("http: read from ", where, ": ", io_error));
     }
     if (n == 0) break;
     in.append(buffer, static_cast<size_t>(n));

@@ -1,6 +1,8 @@
-// A tiny blocking HTTP/1.1 client over plain sockets, for kvindex-ctl and
-// tests. One request per connection (Connection: close); no TLS, no
-// redirects, no chunked request bodies. For anything heavier use curl.
+// A tiny blocking HTTP/1.1 client over plain sockets (or TLS, for https://
+// URLs: OpenSSL, the peer's certificate verified), for kvindex-ctl, the
+// router's bootstrap and tests. One request per connection (Connection:
+// close); no redirects, no chunked request bodies. For anything heavier use
+// curl.
 //
 //   KVINDEX_ASSIGN_OR_RETURN(auto url, ParseUrl("http://127.0.0.1:8080"));
 //   KVINDEX_ASSIGN_OR_RETURN(auto reply,
@@ -25,11 +27,13 @@ namespace kvindex::http {
 struct Url {
   std::string host;  // name or IPv4/IPv6 literal (without brackets)
   uint16_t port = 80;
+  bool tls = false;       // https://
   std::string base_path;  // path prefix from the URL, without trailing '/'
 };
 
-// Accepts "http://host[:port][/prefix]", "host:port" and ":port".
-// InvalidArgument for anything else (https is not supported).
+// Accepts "http://host[:port][/prefix]", "https://host[:port][/prefix]"
+// (port 443 by default), "host:port" and ":port". InvalidArgument for
+// anything else.
 StatusOr<Url> ParseUrl(std::string_view text);
 
 struct ClientRequest {
@@ -48,6 +52,9 @@ struct ClientRequest {
   bool require_content_length = false;
   // When set and it becomes true, Fetch returns Cancelled within ~100 ms.
   const std::atomic<bool>* cancel = nullptr;
+  // https: PEM file of the CAs the peer's certificate must chain to; empty
+  // = the system's CAs. Default: "".
+  std::string ca_file;
 };
 
 struct ClientResponse {

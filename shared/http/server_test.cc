@@ -592,7 +592,12 @@ TEST(ClientTest, ParseUrl) {
   EXPECT_EQ(url->base_path, "/api");
   EXPECT_EQ(ParseUrl("127.0.0.1:9")->port, 9);
   EXPECT_EQ(ParseUrl("http://[::1]:81")->host, "::1");
-  EXPECT_FALSE(ParseUrl("https://x").ok());
+  auto https = ParseUrl("https://peer.example/api");
+  ASSERT_TRUE(https.ok());
+  EXPECT_TRUE(https->tls);
+  EXPECT_EQ(https->port, 443);
+  EXPECT_EQ(https->host, "peer.example");
+  EXPECT_FALSE(ParseUrl("http://x")->tls);
   EXPECT_FALSE(ParseUrl("http://x:0").ok());
   EXPECT_FALSE(ParseUrl("http://x:abc").ok());
 }

@@ -320,9 +320,11 @@ class HostilePeer:
     request with `head` and then `body_byte` forever (every `every` s),
     recording the request headers it saw. Stopped by stop()."""
 
-    def __init__(self, head, body_byte=b"\0" * 65536, every=0.0):
+    def __init__(self, head, body_byte=b"\0" * 65536, every=0.0, tls=None, once=False):
         import socket
         self.head, self.body_byte, self.every = head, body_byte, every
+        self.tls, self.once = tls, once
+        self.handshake_errors = []
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
@@ -342,6 +344,12 @@ class HostilePeer:
                 continue
             conn.settimeout(5)
             try:
+                if self.tls is not None:
+                    try:
+                        conn = self.tls.wrap_socket(conn, server_side=True)
+                    except OSError as error:
+                        self.handshake_errors.append(str(error))
+                        continue
                 data = b""
                 while b"\r\n\r\n" not in data:
                     chunk = conn.recv(4096)
@@ -350,7 +358,7 @@ class HostilePeer:
                     data += chunk
                 self.requests.append(data.decode(errors="replace"))
                 conn.sendall(self.head)
-                while not self.done:
+                while not self.done and not self.once:
                     conn.sendall(self.body_byte)
                     if self.every:
                         time.sleep(self.every)
@@ -363,6 +371,24 @@ class HostilePeer:
         self.done = True
         self.thread.join(10)
         self.sock.close()
+
+
+def make_ca_and_cert(workdir, name):
+    """A CA and a server certificate for 127.0.0.1 signed by it (openssl CLI)."""
+    def run(*args):
+        subprocess.run(["openssl"] + list(args), check=True, capture_output=True, timeout=30)
+    ca_key, ca = os.path.join(workdir, name + "-ca.key"), os.path.join(workdir, name + "-ca.pem")
+    key, csr = os.path.join(workdir, name + ".key"), os.path.join(workdir, name + ".csr")
+    cert, ext = os.path.join(workdir, name + ".pem"), os.path.join(workdir, name + ".ext")
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca,
+        "-days", "2", "-subj", "/CN=kvindex test CA " + name)
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj",
+        "/CN=127.0.0.1")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+        "-days", "2", "-extfile", ext)
+    return ca, cert, key
 
 
 def rss_mb(pid):
@@ -429,9 +455,37 @@ def scenario_bootstrap_hostile(bin_dir):
         stopped_in = time.monotonic() - stop_start
         assert code == 0, (code, r3.logs()[-3000:])
         assert stopped_in < 3, "SIGTERM took %.1f s during a bootstrap" % stopped_in
+        # https with --bootstrap-ca: the certificate is verified and only
+        # then does the token travel; a peer whose certificate another CA
+        # signed gets no request at all.
+        import ssl
+        ca, cert, key = make_ca_and_cert(token_dir, "peer")
+        other_ca, _, _ = make_ca_and_cert(token_dir, "other")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        tls = HostilePeer(b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nno",
+                          tls=context, once=True)
+        peers.append(tls)
+        for ca_file, trusted in ((ca, True), (other_ca, False)):
+            seen = len(tls.requests)
+            r4 = ne.NatsRouter(bin_dir, server.url, FAST + [
+                "--auth-token-file", token_file, "--bootstrap-ca", ca_file,
+                "--bootstrap-from", "https://127.0.0.1:%d" % tls.port])
+            routers.append(r4)
+            r4.start().wait_ready(20)
+            logs = r4.logs()
+            if trusted:
+                assert len(tls.requests) == seen + 1, (tls.requests, logs[-3000:])
+                assert "Bearer bootstrap-secret" in tls.requests[-1], tls.requests[-1]
+                assert "answered 404" in logs, logs[-3000:]
+            else:
+                assert len(tls.requests) == seen, tls.requests
+                assert "not accepted" in logs, logs[-3000:]
+            assert "not sending the API token" not in logs, logs[-3000:]
+            assert r4.stop() == 0
         print("bootstrap_hostile: ready in %.1f s at %.0f MB against a zero stream; a 1 GiB "
-              "Content-Length refused; SIGTERM during a slow bootstrap: stopped in %.2f s" % (
-                  took, rss, stopped_in))
+              "Content-Length refused; SIGTERM during a slow bootstrap: stopped in %.2f s; "
+              "https: token sent only after the CA verified the peer" % (took, rss, stopped_in))
     finally:
         for r in routers:
             try:
@@ -443,8 +497,7 @@ def scenario_bootstrap_hostile(bin_dir):
             p.stop()
         server.stop()
         server.cleanup()
-        os.unlink(token_file)
-        os.rmdir(token_dir)
+        shutil.rmtree(token_dir, ignore_errors=True)
 
 
 def scenario_stream_identity(bin_dir):
