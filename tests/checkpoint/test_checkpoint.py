@@ -278,17 +278,23 @@ def scenario_retention(bin_dir):
         c.cleanup()
 
 
+def start_with_checkpoint(c):
+    """Starts the cluster, drives 300 batches, settles; returns its first
+    router once it wrote a checkpoint (a bootstrap peer)."""
+    c.start()
+    c.drive(300)
+    c.settle()
+    wait_written(c.routers[0], 1)
+    return c.routers[0]
+
+
 def scenario_bootstrap(bin_dir):
     """A new replica with an empty data dir starts from a peer's newest
     checkpoint (--bootstrap-from) and reads the stream only from its
     position on; a peer that does not answer leaves it to the log."""
     c = td.Cluster(bin_dir, [ne.NatsServer().start()], router_extra=FAST)
     try:
-        c.start()
-        c.drive(300)
-        c.settle()
-        peer = c.routers[0]
-        wait_written(peer, 1)
+        peer = start_with_checkpoint(c)
         fresh = ne.NatsRouter(bin_dir, c.url, FAST + [
             "--bootstrap-from", "http://127.0.0.1:%d" % peer.port])
         c.extra.append(fresh)
@@ -391,14 +397,6 @@ def make_ca_and_cert(workdir, name):
     return ca, cert, key
 
 
-def rss_mb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    return 0.0
-
-
 def scenario_bootstrap_hostile(bin_dir):
     """Issue #21's reproductions: a --bootstrap-from peer streaming zeros
     without Content-Length drove the router to 1.97 GB and blocked its start
@@ -422,7 +420,7 @@ def scenario_bootstrap_hostile(bin_dir):
         start = time.monotonic()
         r.start().wait_ready(20)
         took = time.monotonic() - start
-        rss = rss_mb(r.proc.pid)
+        rss = e2e.rss_mb(r.proc.pid)
         logs = r.logs()
         assert "no Content-Length" in logs and "starting from the log" in logs, logs[-3000:]
         assert "not sending the API token over plain HTTP" in logs, logs[-3000:]
@@ -513,11 +511,7 @@ def scenario_stream_identity(bin_dir):
     c = td.Cluster(bin_dir, [ne.NatsServer().start()], router_extra=FAST)
     lone = None
     try:
-        c.start()
-        c.drive(300)
-        c.settle()
-        peer = c.routers[0]
-        wait_written(peer, 1)
+        peer = start_with_checkpoint(c)
         # Another cluster's router (an empty stream) bootstrapping from this
         # one: the checkpoint is imported, then refused at restore.
         lone = ne.NatsRouter(bin_dir, other.url, FAST + [

@@ -276,14 +276,6 @@ def check_flood_and_shedding(bin_dir, source):
         router.cleanup()
 
 
-def rss_mb(pid):
-    with open("/proc/%d/status" % pid) as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024.0
-    return 0.0
-
-
 def stream_until_closed(port, head, filler, total, seconds=4.0):
     """Sends `head` then `filler` repeatedly (up to `total` bytes) until the
     server answers or closes, or `seconds` pass; returns the reply."""
@@ -332,19 +324,19 @@ def check_memory_bounds(bin_dir, source):
     held = []
     try:
         router.start().wait_ready()
-        base = rss_mb(router.proc.pid)
+        base = e2e.rss_mb(router.proc.pid)
         filler = b"e" * 65536
         reply = stream_until_closed(router.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
                                     b"Transfer-Encoding: chunked\r\n\r\n1;", filler, 256 << 20)
         assert reply.startswith(b"HTTP/1.1 431"), reply[:200]
-        grown = rss_mb(router.proc.pid) - base
+        grown = e2e.rss_mb(router.proc.pid) - base
         assert grown < 40, "a chunk extension grew the router by %.0f MB" % grown
         reply = stream_until_closed(router.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
                                     b"Transfer-Encoding: chunked\r\n\r\n0\r\n",
                                     b"X-T: vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv\r\n" * 1000,
                                     256 << 20)
         assert reply.startswith(b"HTTP/1.1 431"), reply[:200]
-        grown = max(grown, rss_mb(router.proc.pid) - base)
+        grown = max(grown, e2e.rss_mb(router.proc.pid) - base)
         assert grown < 40, "trailers grew the router by %.0f MB" % grown
         # 64 clients announce 1 MiB bodies (authenticated) and send all but
         # the last byte: at most 8 MiB of them are held, the rest get 503.
@@ -371,7 +363,7 @@ def check_memory_bounds(bin_dir, source):
                     refused += 1
             except (socket.timeout, OSError):
                 pass
-        grown = max(grown, rss_mb(router.proc.pid) - base)
+        grown = max(grown, e2e.rss_mb(router.proc.pid) - base)
         assert refused >= 50, "only %d of 64 bodies refused past an 8 MiB budget" % refused
         assert grown < 40, "64 bodies of 1 MiB grew the router by %.0f MB" % grown
         code, _, _ = exchange(router.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
