@@ -16,6 +16,10 @@ endif()
 
 find_package(Threads REQUIRED)
 
+# TLS for the HTTP client (kvindex-router --bootstrap-from https://).
+find_package(OpenSSL QUIET)
+kvindex_require(OPENSSL_FOUND libssl-dev)
+
 find_package(absl CONFIG QUIET)
 kvindex_require(absl_FOUND libabsl-dev)
 

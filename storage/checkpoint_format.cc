@@ -166,6 +166,8 @@ std::string EncodeManifest(const CheckpointImage& image, uint64_t chunks, uint64
     PutVarint(&out, source.state.size());
     PutFixed64(&out, XXH3_64bits(source.state.data(), source.state.size()));
   }
+  PutString(&out, image.stream);
+  PutVarint(&out, static_cast<uint64_t>(image.stream_created_ns));
   PutFixed64(&out, XXH3_64bits(out.data(), out.size()));
   return out;
 }
@@ -179,7 +181,7 @@ StatusOr<Manifest> DecodeManifest(std::string_view value) {
     return absl::DataLossError("checkpoint: manifest checksum mismatch");
   }
   const uint32_t version = static_cast<uint32_t>(GetBe(body, 4));
-  if (version != kVersion && version != 1) {
+  if (version < 1 || version > kVersion) {
     return absl::DataLossError(absl::StrCat("checkpoint: manifest version ", version,
                                             " (this build reads ", kVersion, ")"));
   }
@@ -238,6 +240,12 @@ StatusOr<Manifest> DecodeManifest(std::string_view value) {
       KVINDEX_RETURN_IF_ERROR(in.Varint(&m.ingest[i].bytes, "ingest bytes"));
       KVINDEX_RETURN_IF_ERROR(in.Fixed64(&m.ingest[i].checksum, "ingest checksum"));
     }
+  }
+  if (version >= 3) {
+    KVINDEX_RETURN_IF_ERROR(in.String(&image.stream, "stream"));
+    uint64_t created = 0;
+    KVINDEX_RETURN_IF_ERROR(in.Varint(&created, "stream created"));
+    image.stream_created_ns = static_cast<int64_t>(created);
   }
   if (!in.done()) return absl::DataLossError("checkpoint: trailing bytes in the manifest");
   return m;

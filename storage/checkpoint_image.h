@@ -65,6 +65,12 @@ struct CheckpointImage {
   std::vector<consume::AgentTable::AgentView> agents;
   // Empty unless captured with the ingest paused (embedded routers).
   std::vector<CheckpointIngestSource> ingest;
+  // The log this state was applied from: the JetStream stream's name and
+  // creation time (ns since the epoch), so a checkpoint is never restored
+  // onto another stream (another cluster's, or one wiped and recreated).
+  // Empty / 0: unknown (embedded routers, checkpoints before version 3).
+  std::string stream;
+  int64_t stream_created_ns = 0;
 
   uint64_t total_entries() const;
   std::span<const uint64_t> Hashes(const CheckpointRun& run) const {

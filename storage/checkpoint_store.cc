@@ -109,6 +109,8 @@ CheckpointInfo Describe(uint64_t id, const CheckpointImage& image, uint64_t chun
   info.models = image.models;
   info.sources = image.sources.size();
   info.agents = image.agents.size();
+  info.stream = image.stream;
+  info.stream_created_ns = image.stream_created_ns;
   return info;
 }
 

@@ -54,6 +54,9 @@ struct CheckpointInfo {
   std::vector<CheckpointModel> models;
   size_t sources = 0;
   size_t agents = 0;
+  // The stream the state came from (CheckpointImage::stream).
+  std::string stream;
+  int64_t stream_created_ns = 0;
   Status manifest_status;  // not OK: the manifest did not decode
 };
 

@@ -310,6 +310,53 @@ TEST(CheckpointStoreTest, DamagedNewestFallsBackToThePrevious) {
   }
 }
 
+// The stream's identity travels with the checkpoint (manifest version 3),
+// through Export/Import too, and RestoreNewest skips a checkpoint its
+// `accept` refuses (the router refuses one of another stream or past its
+// end) without touching the index.
+TEST(CheckpointStoreTest, StreamIdentityRoundTripsAndRefusalSkips) {
+  TempDir dir;
+  index::KvIndex source;
+  Fill(&source, 5, 500);
+  CheckpointImage image = CaptureCheckpoint(source, nullptr);
+  image.stream = "KVINDEX";
+  image.stream_created_ns = 1'700'000'000'123'456'789;
+  auto store = CheckpointStore::Open(dir.path() + "/a");
+  ASSERT_TRUE(store.ok());
+  auto written = (*store)->Write(image);
+  ASSERT_TRUE(written.ok()) << written.status();
+  const std::vector<CheckpointInfo> listed = (*store)->List();
+  ASSERT_EQ(listed.size(), 1u);
+  EXPECT_EQ(listed[0].stream, "KVINDEX");
+  EXPECT_EQ(listed[0].stream_created_ns, 1'700'000'000'123'456'789);
+  auto exported = (*store)->Export(written->id);
+  ASSERT_TRUE(exported.ok());
+  auto other = CheckpointStore::Open(dir.path() + "/b");
+  ASSERT_TRUE(other.ok());
+  auto imported = (*other)->Import(*exported);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_EQ(imported->stream, "KVINDEX");
+  EXPECT_EQ(imported->stream_created_ns, 1'700'000'000'123'456'789);
+
+  index::KvIndex refused_into;
+  uint64_t id = 0;
+  size_t skipped = 0;
+  auto none =
+      RestoreNewest(**other, &refused_into, nullptr, &id, &skipped, [](const CheckpointInfo& info) {
+        return info.stream_created_ns == 42 ? absl::OkStatus()
+                                            : absl::AbortedError("another stream");
+      });
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value());
+  EXPECT_EQ(skipped, 1u);
+  EXPECT_EQ(refused_into.Stats().applied_seq, 0u);
+  index::KvIndex accepted_into;
+  auto restored = RestoreNewest(**other, &accepted_into, nullptr, &id, &skipped,
+                                [](const CheckpointInfo&) { return absl::OkStatus(); });
+  ASSERT_TRUE(restored.ok() && restored->has_value());
+  EXPECT_EQ(accepted_into.Stats().digest, source.Stats().digest);
+}
+
 // Ingest states (embedded routers) travel with the checkpoint, in pieces,
 // and a missing piece makes the checkpoint unusable, not silently partial.
 TEST(CheckpointStoreTest, IngestStatesRoundTripAndAreVerified) {

@@ -5,6 +5,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "shared/base/mutex.h"
 
 namespace kvindex::storage {
@@ -135,16 +136,23 @@ Status RestoreOne(const CheckpointStore& store, uint64_t id, index::IndexInterfa
 
 }  // namespace
 
-StatusOr<std::optional<CheckpointImage>> RestoreNewest(const CheckpointStore& store,
-                                                       index::IndexInterface* index,
-                                                       consume::AgentTable* agents, uint64_t* id,
-                                                       size_t* skipped) {
+StatusOr<std::optional<CheckpointImage>> RestoreNewest(
+    const CheckpointStore& store, index::IndexInterface* index, consume::AgentTable* agents,
+    uint64_t* id, size_t* skipped, const std::function<Status(const CheckpointInfo&)>& accept) {
   auto logger = log::Get("storage");
   // Newest first; each one that does not load, or whose restored digest
   // differs, is logged and the next older one tried.
   for (const CheckpointInfo& info : store.List()) {
     CheckpointImage manifest;
     Status status = info.manifest_status;
+    if (status.ok() && accept) {
+      if (Status vetted = accept(info); !vetted.ok()) {
+        logger->error("checkpoint {} in {} refused, trying an older one: {}", info.id, store.dir(),
+                      std::string(vetted.message()));
+        ++*skipped;
+        continue;
+      }
+    }
     if (status.ok()) status = RestoreOne(store, info.id, index, agents, &manifest);
     if (status.ok()) {
       *id = info.id;
@@ -213,6 +221,13 @@ Checkpointer::Checkpointer(CheckpointerOptions options, consume::ApplyLoop* appl
                               "Checkpoint writes or database opens that failed, by reason "
                               "(disk_full, io, other)")
                           .Register(*registry);
+  refused_family_ = &prometheus::BuildCounter()
+                         .Name("kvindex_checkpoint_refused_total")
+                         .Help(
+                             "Checkpoints not restored because they belong to another stream "
+                             "(stream_identity), lie past its end (past_stream_end) or the "
+                             "stream does not exist (stream_missing)")
+                         .Register(*registry);
   for (const char* reason : {"disk_full", "io", "other"})
     failures_family_->Add({{"reason", reason}});
 }
@@ -256,14 +271,64 @@ StatusOr<RestoreResult> Checkpointer::Restore(consume::AgentTable* agents) {
     return result;
   }
   const auto start = std::chrono::steady_clock::now();
+  // The stream as it is now: what each checkpoint is vetted against.
+  std::optional<StreamIdentity> current;
+  bool stream_missing = false;
+  if (options_.stream_identity) {
+    StatusOr<StreamIdentity> identity = options_.stream_identity();
+    if (identity.ok()) {
+      current = *identity;
+      stream_ = *identity;
+    } else if (absl::IsNotFound(identity.status())) {
+      stream_missing = true;
+    } else {
+      logger->warn("stream identity unknown ({}): checkpoints restored without checking it",
+                   identity.status().ToString());
+    }
+  }
+  auto refuse = [&](std::string_view reason, std::string message) {
+    refused_.fetch_add(1);
+    if (refused_family_ != nullptr) {
+      refused_family_->Add({{"reason", std::string(reason)}}).Increment();
+    }
+    return absl::AbortedError(std::move(message));
+  };
+  auto accept = [&](const CheckpointInfo& info) -> Status {
+    if (stream_missing) {
+      if (info.applied_seq == 0) return absl::OkStatus();
+      return refuse("stream_missing",
+                    absl::StrCat("its position ", info.applied_seq, " is of stream '", info.stream,
+                                 "', and the stream does not exist now: rebuilding from the log"));
+    }
+    if (!current.has_value()) return absl::OkStatus();
+    if (!info.stream.empty() &&
+        (info.stream != current->name || info.stream_created_ns != current->created_ns)) {
+      return refuse("stream_identity",
+                    absl::StrCat("it is of stream '", info.stream, "' created at ",
+                                 info.stream_created_ns, " ns, the log is stream '", current->name,
+                                 "' created at ", current->created_ns,
+                                 " ns (another cluster's, or the stream was recreated): "
+                                 "rebuilding from the log"));
+    }
+    if (info.applied_seq > current->last_seq) {
+      return refuse(
+          "past_stream_end",
+          absl::StrCat("its position ", info.applied_seq, " is past the end of stream '",
+                       current->name, "' (", current->last_seq, "): rebuilding from the log"));
+    }
+    return absl::OkStatus();
+  };
   std::optional<CheckpointImage> image;
   uint64_t id = 0;
-  KVINDEX_ASSIGN_OR_RETURN(image, RestoreNewest(*store_, index_, agents, &id, &result.skipped));
+  KVINDEX_ASSIGN_OR_RETURN(image,
+                           RestoreNewest(*store_, index_, agents, &id, &result.skipped, accept));
   if (!image.has_value()) {
     if (result.skipped == 0) {
       logger->info("no checkpoint in {}: starting from the log", options_.dir);
     } else {
-      logger->error("no checkpoint in {} verifies: starting from the log", options_.dir);
+      logger->error(
+          "no checkpoint in {} verifies: starting from the log ({} refused for their stream)",
+          options_.dir, refused_.load());
     }
     return result;
   }
@@ -341,6 +406,16 @@ Status Checkpointer::WriteNow() {
   while (pause_ns > longest && !longest_pause_ns_.compare_exchange_weak(longest, pause_ns)) {
   }
   if (pause_ != nullptr) pause_->Observe(Seconds(pause));
+  if (!stream_.has_value() && options_.stream_identity) {
+    // Unknown at Restore (NATS down, or the stream not created yet).
+    if (StatusOr<StreamIdentity> identity = options_.stream_identity(); identity.ok()) {
+      stream_ = *identity;
+    }
+  }
+  if (stream_.has_value()) {
+    image.stream = stream_->name;
+    image.stream_created_ns = stream_->created_ns;
+  }
   StatusOr<CheckpointInfo> info = store_->Write(image);
   if (!info.ok()) {
     Failed(info.status());

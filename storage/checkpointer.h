@@ -31,6 +31,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -45,6 +46,14 @@
 
 namespace kvindex::storage {
 
+// The log a router applies: the JetStream stream's name, creation time and
+// current last position (GetStreamInfo).
+struct StreamIdentity {
+  std::string name;
+  int64_t created_ns = 0;
+  uint64_t last_seq = 0;
+};
+
 struct CheckpointerOptions {
   // The RocksDB database directory (the router uses <data-dir>/checkpoints).
   std::string dir;
@@ -52,6 +61,16 @@ struct CheckpointerOptions {
   std::chrono::milliseconds interval{10000};
   // Checkpoints kept. Default: 2 (the newest and one to fall back to).
   size_t keep = 2;
+  // The stream's identity now. Checkpoints record the identity seen at
+  // Restore (or at the first write, when it was unknown then); Restore
+  // refuses (logged, kvindex_checkpoint_refused_total{reason}) a checkpoint
+  // from another stream (name or creation time differ: another cluster's, or
+  // a stream wiped and recreated), one past the stream's end, and any with a
+  // position when the stream does not exist (NotFound), so the router
+  // rebuilds from the log instead of skipping positions it never applied.
+  // Unavailable (NATS not answering): restored unchecked, with a WARN.
+  // Null (embedded routers): no identity. Default: null.
+  std::function<StatusOr<StreamIdentity>()> stream_identity;
 };
 
 // The ingest of kvindex-router --embedded, whose sources' states go into
@@ -88,10 +107,12 @@ struct RestoreResult {
 // empty optional when none could be restored (the index is empty then).
 // The image returned holds the manifest only (no runs): the chunks are
 // streamed from a second thread while they are restored.
-StatusOr<std::optional<CheckpointImage>> RestoreNewest(const CheckpointStore& store,
-                                                       index::IndexInterface* index,
-                                                       consume::AgentTable* agents, uint64_t* id,
-                                                       size_t* skipped);
+// `accept` (nullable) vets each checkpoint before it is restored: a non-OK
+// answer skips it (logged, counted in *skipped).
+StatusOr<std::optional<CheckpointImage>> RestoreNewest(
+    const CheckpointStore& store, index::IndexInterface* index, consume::AgentTable* agents,
+    uint64_t* id, size_t* skipped,
+    const std::function<Status(const CheckpointInfo&)>& accept = nullptr);
 
 class Checkpointer {
  public:
@@ -127,6 +148,8 @@ class Checkpointer {
   Status WriteNow();
 
   uint64_t last_good_applied_seq() const { return last_seq_.load(); }
+  // Checkpoints Restore refused for their stream identity or position.
+  uint64_t refused() const { return refused_.load(); }
   uint64_t failures() const { return failures_.load(); }
   // Longest apply pause a capture caused so far.
   std::chrono::nanoseconds longest_pause() const {
@@ -152,6 +175,10 @@ class Checkpointer {
 
   std::atomic<uint64_t> last_seq_{0};
   std::atomic<uint64_t> failures_{0};
+  std::atomic<uint64_t> refused_{0};
+  // The identity stamped on each checkpoint written (controlling thread in
+  // Restore, then the checkpointer thread).
+  std::optional<StreamIdentity> stream_;
   std::atomic<int64_t> longest_pause_ns_{0};
   std::chrono::steady_clock::time_point last_good_{};
   bool have_good_ = false;
@@ -166,6 +193,7 @@ class Checkpointer {
   prometheus::Gauge* restore_seconds_ = nullptr;
   prometheus::Counter* writes_ = nullptr;
   prometheus::Family<prometheus::Counter>* failures_family_ = nullptr;
+  prometheus::Family<prometheus::Counter>* refused_family_ = nullptr;
 };
 
 }  // namespace kvindex::storage

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -72,6 +73,20 @@ int main(int argc, char** argv) {
   app.add_option("--bootstrap-from", options.bootstrap_from,
                  "A peer router's API URL: a new replica (no checkpoint in --data-dir yet) starts "
                  "from the peer's newest checkpoint instead of the whole log");
+  std::string bootstrap_timeout = "5m";
+  app.add_option("--bootstrap-timeout", bootstrap_timeout,
+                 "Whole --bootstrap-from transfer deadline; past it the router starts from the "
+                 "log")
+      ->capture_default_str();
+  app.add_option("--bootstrap-ca", options.bootstrap_ca,
+                 "PEM file of the CAs an https:// --bootstrap-from peer's certificate must chain "
+                 "to (default: the system's CAs); the API token is sent to the peer only over "
+                 "https")
+      ->check(CLI::ExistingFile);
+  app.add_option("--bootstrap-max-bytes", options.bootstrap_max_bytes,
+                 "Largest checkpoint accepted from --bootstrap-from (the peer must send a "
+                 "Content-Length no larger)")
+      ->capture_default_str();
   app.add_option("--http", options.http, "HTTP listen address host:port")->capture_default_str();
   app.add_option("--http-threads", options.http_threads,
                  "HTTP I/O threads (event loop; connections are not tied to threads)")
@@ -98,6 +113,14 @@ int main(int argc, char** argv) {
                  "Whole request body deadline, from the end of the header; past it 408")
       ->capture_default_str();
   app.add_option("--max-body-bytes", options.max_body_bytes, "Largest request body; larger -> 413")
+      ->capture_default_str();
+  app.add_option("--http-max-body-total-bytes", options.http_max_body_total_bytes,
+                 "Request bodies held in memory at once, all connections together; past it "
+                 "503 + Retry-After (at least --max-body-bytes)")
+      ->capture_default_str();
+  app.add_option("--http-max-connections-per-client", options.http_max_connections_per_client,
+                 "Requests in progress at once from one client address (idle connections do "
+                 "not count); past it 503 (0 = half of --http-max-connections)")
       ->capture_default_str();
   app.add_option("--checkpoint-interval", checkpoint_interval,
                  "Time between checkpoints (0 = only at shutdown); a restart resumes from the "
@@ -178,7 +201,8 @@ int main(int argc, char** argv) {
   for (auto [flag, text, out] :
        {std::tuple{"--http-idle-timeout", &http_idle_timeout, &options.http_idle_timeout},
         std::tuple{"--http-header-timeout", &http_header_timeout, &options.http_header_timeout},
-        std::tuple{"--http-body-timeout", &http_body_timeout, &options.http_body_timeout}}) {
+        std::tuple{"--http-body-timeout", &http_body_timeout, &options.http_body_timeout},
+        std::tuple{"--bootstrap-timeout", &bootstrap_timeout, &options.bootstrap_timeout}}) {
     auto d = config::ParseDuration(*text);
     if (!d.ok() || d->count() <= 0) {
       return Fail(std::string(flag) + ": must be a positive duration", 2);
@@ -259,11 +283,26 @@ int main(int argc, char** argv) {
     nats_closed.store(true);
     kill(getpid(), SIGTERM);
   };
+  // A signal during start (a long bootstrap) cancels it: a waiter thread
+  // takes the signal from the start on.
+  static std::atomic<bool> stop{false};
+  int received = 0;
+  std::thread waiter([&signals, &received] {
+    sigwait(&signals, &received);
+    stop.store(true);
+  });
+  options.cancel = &stop;
   const std::string listen = options.http;
   const bool options_embedded = options.embedded;
   const std::string nats_description = options.nats.Describe();
   router::Router router(std::move(options));
   if (Status status = router.Start(); !status.ok()) {
+    if (!stop.load()) kill(getpid(), SIGTERM);  // ends the waiter
+    waiter.join();
+    if (absl::IsCancelled(status)) {
+      logger->info("signal {} received during start, stopped", received);
+      return 0;
+    }
     logger->error("start failed: {}", status.ToString());
     return 1;
   }
@@ -276,8 +315,7 @@ int main(int argc, char** argv) {
   }
   std::fprintf(stderr, "kvindex-router: listening on port %u\n", router.port());
 
-  int received = 0;
-  sigwait(&signals, &received);
+  waiter.join();
   logger->info("signal {} received, shutting down", received);
   router.Stop();
   if (nats_closed.load()) {

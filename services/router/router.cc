@@ -39,6 +39,8 @@ http::ServerOptions RouterOptions::HttpOptions() const {
   server.threads = http_threads;
   server.max_body_bytes = max_body_bytes;
   server.max_connections = http_max_connections;
+  server.max_body_total_bytes = http_max_body_total_bytes;
+  server.max_connections_per_client = http_max_connections_per_client;
   auto ms = [](std::chrono::milliseconds d) {
     return static_cast<uint32_t>(std::clamp<int64_t>(d.count(), 0, UINT32_MAX));
   };
@@ -48,6 +50,25 @@ http::ServerOptions RouterOptions::HttpOptions() const {
   server.bearer_token = auth_token;
   return server;
 }
+
+namespace {
+
+StatusOr<storage::StreamIdentity> StreamIdentityOf(jsCtx* js, const std::string& name) {
+  jsStreamInfo* info = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  jsOptions options;
+  jsOptions_Init(&options);
+  options.Wait = 2000;
+  const natsStatus status = js_GetStreamInfo(&info, js, name.c_str(), &options, &code);
+  if (status != NATS_OK) {
+    return nats::FromNats(status, strings::Cat("stream info of '", name, "'"), code);
+  }
+  storage::StreamIdentity identity{name, info->Created, info->State.LastSeq};
+  jsStreamInfo_Destroy(info);
+  return identity;
+}
+
+}  // namespace
 
 Router::Router(RouterOptions options) : options_(std::move(options)) {}
 
@@ -111,9 +132,20 @@ Status Router::Start() {
   storage::CheckpointerOptions checkpoint_options;
   checkpoint_options.dir = (std::filesystem::path(options_.data_dir) / "checkpoints").string();
   checkpoint_options.interval = options_.checkpoint_interval;
+  if (!options_.embedded) {
+    // Checkpoints carry the stream's identity; one from another stream, or
+    // past its end, is not restored (storage/checkpointer.h).
+    jsCtx* js = connection_->jetstream();
+    checkpoint_options.stream_identity = [js, name = options_.stream.name] {
+      return StreamIdentityOf(js, name);
+    };
+  }
   checkpointer_ = std::make_unique<storage::Checkpointer>(checkpoint_options, apply_.get(),
                                                           index_.get(), registry_.get());
   if (!options_.bootstrap_from.empty() && !checkpointer_->HasCheckpoint()) Bootstrap();
+  if (options_.cancel != nullptr && options_.cancel->load()) {
+    return absl::CancelledError("start cancelled by a signal");
+  }
   KVINDEX_ASSIGN_OR_RETURN(restored_, checkpointer_->Restore(&apply_->agents()));
   if (options_.embedded) {
     ingest_ = std::make_unique<EmbeddedIngest>(options_.agent, sink_.get(), registry_.get());
@@ -176,6 +208,11 @@ Status Router::Start() {
     for (const auto& [model, unused] : context.configured_models) seen |= model == spec.model;
     if (!seen) context.configured_models.emplace_back(spec.model, spec.block_size);
   }
+  if (!options_.embedded) {
+    stream_state_.store(0);
+    stream_created_ns_.store(0);
+    context.log_ready = [this](std::string* reason) { return StreamReady(reason); };
+  }
   query::ApiOptions api_options;
   api_options.metrics_auth = options_.metrics_auth;
   api_ = std::make_unique<query::RouterApi>(api_options, std::move(context));
@@ -188,6 +225,10 @@ Status Router::Start() {
     checkpointer_->Stop();
     apply_->Stop();
     return status;
+  }
+  if (!options_.embedded) {
+    stream_stop_.Reset();
+    stream_watch_ = std::thread([this] { WatchStream(); });
   }
   running_ = true;
   return absl::OkStatus();
@@ -204,9 +245,23 @@ void Router::Bootstrap() {
   http::ClientRequest request;
   request.url = *url;
   request.path = "/v1/checkpoint";
-  request.timeout = std::chrono::minutes(5);
-  if (!options_.auth_token.empty()) {
+  request.timeout = options_.bootstrap_timeout;
+  // A peer that streams without Content-Length, or more than the bound, is
+  // refused before its checkpoint is buffered.
+  request.max_response_bytes = options_.bootstrap_max_bytes;
+  request.require_content_length = true;
+  request.cancel = options_.cancel;
+  request.ca_file = options_.bootstrap_ca;
+  if (!options_.auth_token.empty() && url->tls) {
     request.headers.emplace_back("Authorization", "Bearer " + options_.auth_token);
+  } else if (!options_.auth_token.empty()) {
+    // The token is never sent in clear text: a peer that requires it
+    // answers 401 and this router starts from the log.
+    logger->error(
+        "--bootstrap-from {}: not sending the API token over plain HTTP (use an https:// URL, "
+        "with --bootstrap-ca); a peer that requires it refuses the bootstrap (401) and this "
+        "router starts from the log",
+        options_.bootstrap_from);
   }
   StatusOr<http::ClientResponse> reply = http::Fetch(request);
   Status status = reply.status();
@@ -215,6 +270,10 @@ void Router::Bootstrap() {
   }
   StatusOr<storage::CheckpointInfo> info =
       status.ok() ? checkpointer_->Import(reply->body) : StatusOr<storage::CheckpointInfo>(status);
+  if (absl::IsCancelled(info.status())) {
+    logger->warn("bootstrap from {} cancelled", options_.bootstrap_from);
+    return;
+  }
   if (!info.ok()) {
     // Not fatal: the log (or a resync) rebuilds the state, only slower.
     logger->error("no bootstrap from {}: {}; starting from the log", options_.bootstrap_from,
@@ -228,9 +287,49 @@ void Router::Bootstrap() {
                std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
+void Router::WatchStream() {
+  auto logger = log::Get("router");
+  jsCtx* js = connection_->jetstream();
+  do {
+    StatusOr<storage::StreamIdentity> identity = StreamIdentityOf(js, options_.stream.name);
+    if (absl::IsNotFound(identity.status())) {
+      if (stream_state_.exchange(1) != 1) {
+        logger->error("stream '{}' does not exist: not ready until it does", options_.stream.name);
+      }
+    } else if (identity.ok()) {
+      int64_t first = 0;
+      stream_created_ns_.compare_exchange_strong(first, identity->created_ns);
+      stream_seen_created_ns_.store(identity->created_ns);
+      const int state = identity->created_ns == stream_created_ns_.load() ? 0 : 2;
+      if (stream_state_.exchange(state) != state && state == 2) {
+        logger->error(
+            "stream '{}' was recreated (created at {} ns, this router applied the one created "
+            "at {} ns): not ready; restart it to rebuild from the new stream",
+            options_.stream.name, identity->created_ns, stream_created_ns_.load());
+      }
+    }
+  } while (!stream_stop_.WaitFor(std::chrono::seconds(1)));
+}
+
+bool Router::StreamReady(std::string* reason) const {
+  const int state = stream_state_.load();
+  if (state == 0) return true;
+  if (reason != nullptr) {
+    *reason = state == 1 ? strings::Cat("stream '", options_.stream.name, "' does not exist")
+                         : strings::Cat("stream '", options_.stream.name,
+                                        "' was recreated since this router started (created at ",
+                                        stream_seen_created_ns_.load(), " ns): restart it");
+  }
+  return false;
+}
+
 void Router::Stop() {
   if (!running_) return;
   server_->Stop();
+  if (stream_watch_.joinable()) {
+    stream_stop_.Raise();
+    stream_watch_.join();
+  }
   if (liveness_) liveness_->Stop();
   checkpointer_->Stop();
   if (ingest_) {

@@ -29,16 +29,19 @@
 
 #include <prometheus/registry.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "services/router/embedded/embedded_ingest.h"
 #include "shared/base/status.h"
+#include "shared/base/stop_signal.h"
 #include "shared/consume/apply_loop.h"
 #include "shared/consume/in_process_log_reader.h"
 #include "shared/consume/liveness_monitor.h"
@@ -74,6 +77,13 @@ struct RouterOptions {
   std::chrono::milliseconds http_body_timeout{30000};
   // Largest request body in bytes; larger -> 413. Default: 8 MiB.
   size_t max_body_bytes = size_t{8} << 20;
+  // Request bodies in memory at once, all connections together; past it
+  // 503 + Retry-After. Default: 64 MiB.
+  size_t http_max_body_total_bytes = size_t{64} << 20;
+  // Requests in progress at once from one client address (idle kept-alive
+  // connections do not count); past it 503. 0 = half of
+  // http_max_connections. Default: 0.
+  uint32_t http_max_connections_per_client = 0;
   // Directory for checkpoints; created when missing. Required.
   std::string data_dir;
   // Time between checkpoints; 0 = only at shutdown. Default: 10 s.
@@ -82,6 +92,19 @@ struct RouterOptions {
   // yet, start from the peer's newest checkpoint (GET /v1/checkpoint) and
   // read the log from its position on. Empty = no bootstrap. Default: "".
   std::string bootstrap_from;
+  // Bootstrap bounds: the checkpoint's size (the peer must send a
+  // Content-Length no larger; nothing past it is read) and the whole
+  // transfer's time. Defaults: 4 GiB, 5 min.
+  uint64_t bootstrap_max_bytes = uint64_t{4} << 30;
+  std::chrono::milliseconds bootstrap_timeout{300000};
+  // When set and it becomes true (SIGTERM during start), a bootstrap under
+  // way stops within ~100 ms and Start returns Cancelled. Default: none.
+  const std::atomic<bool>* cancel = nullptr;
+  // https:// bootstrap: PEM file of the CAs the peer's certificate must
+  // chain to (its name or IP address must match the URL's host); empty =
+  // the system's CAs. The API token goes to the peer only over https.
+  // Default: "".
+  std::string bootstrap_ca;
   // Models to index; empty = all. Default: empty.
   std::vector<std::string> models;
   // Bearer token for the API; empty = no authentication. Default: "".
@@ -136,6 +159,10 @@ class Router {
  private:
   // --bootstrap-from: the peer's newest checkpoint into the empty data dir.
   void Bootstrap();
+  // JetStream mode: every second, whether the stream exists and is the one
+  // first seen (its creation time); /readyz fails otherwise.
+  void WatchStream();
+  bool StreamReady(std::string* reason) const;
   RouterOptions options_;
   std::shared_ptr<prometheus::Registry> registry_;
   std::unique_ptr<consume::RouterProbe> probe_;
@@ -153,6 +180,12 @@ class Router {
   std::unique_ptr<http::Server> server_;
   storage::RestoreResult restored_;
   bool running_ = false;
+  std::thread stream_watch_;
+  StopSignal stream_stop_;
+  // 0: fine (or unknown yet), 1: the stream does not exist, 2: recreated.
+  std::atomic<int> stream_state_{0};
+  std::atomic<int64_t> stream_created_ns_{0};
+  std::atomic<int64_t> stream_seen_created_ns_{0};
 };
 
 }  // namespace kvindex::router

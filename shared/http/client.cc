@@ -6,10 +6,13 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <memory>
 
 #include "shared/base/strings.h"
+#include "shared/http/internal/tls_client.h"
 
 namespace kvindex::http {
 namespace {
@@ -19,9 +22,27 @@ using strings::IStartsWith;
 using strings::Trim;
 using Clock = std::chrono::steady_clock;
 
+// Largest response header read.
+constexpr size_t kMaxResponseHeaderBytes = 64 * 1024;
+// A wait is cut into slices this long so that a cancel is seen.
+constexpr int kCancelCheckMs = 100;
+
 int RemainingMs(Clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   return left.count() > 0 ? static_cast<int>(left.count()) : 0;
+}
+
+// poll() on one descriptor until ready, the deadline or the cancel: 1
+// ready, 0 timed out, -2 cancelled, -1 error.
+int PollOne(int fd, short events, Clock::time_point deadline, const std::atomic<bool>* cancel) {
+  while (true) {
+    if (cancel != nullptr && cancel->load()) return -2;
+    const int left = RemainingMs(deadline);
+    if (left == 0) return 0;
+    pollfd p{fd, events, 0};
+    const int ready = ::poll(&p, 1, std::min(left, kCancelCheckMs));
+    if (ready != 0) return ready < 0 && errno == EINTR ? 0 : ready;
+  }
 }
 
 class Fd {
@@ -80,9 +101,12 @@ StatusOr<Url> ParseUrl(std::string_view text) {
   Url url;
   std::string_view rest = Trim(text);
   if (IStartsWith(rest, "https://")) {
-    return absl::InvalidArgumentError(Cat("url '", text, "': https is not supported"));
+    rest.remove_prefix(8);
+    url.tls = true;
+    url.port = 443;
+  } else if (IStartsWith(rest, "http://")) {
+    rest.remove_prefix(7);
   }
-  if (IStartsWith(rest, "http://")) rest.remove_prefix(7);
   const size_t slash = rest.find('/');
   std::string_view authority = rest.substr(0, slash);
   if (slash != std::string_view::npos) {
@@ -144,10 +168,9 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
       fd = -1;
       continue;
     }
-    pollfd p{fd, POLLOUT, 0};
     int err = 0;
     socklen_t len = sizeof(err);
-    if (::poll(&p, 1, RemainingMs(deadline)) != 1 ||
+    if (PollOne(fd, POLLOUT, deadline, request.cancel) != 1 ||
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
       last_error = err != 0 ? std::strerror(err) : "connect timed out";
       ::close(fd);
@@ -155,9 +178,42 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
     }
   }
   freeaddrinfo(found);
+  if (request.cancel != nullptr && request.cancel->load()) {
+    if (fd >= 0) ::close(fd);
+    return absl::CancelledError(Cat("http: request to ", where, " cancelled"));
+  }
   if (fd < 0)
     return absl::UnavailableError(Cat("http: cannot connect to ", where, ": ", last_error));
   Fd socket(fd);
+  std::unique_ptr<internal::TlsClient> tls;
+  if (request.url.tls) {
+    KVINDEX_ASSIGN_OR_RETURN(
+        tls, internal::TlsClient::Connect(fd, request.url.host, request.ca_file, [&](bool write) {
+          return PollOne(fd, write ? POLLOUT : POLLIN, deadline, request.cancel);
+        }));
+  }
+  // One send or receive; -2: would block (*want_write: which way to wait).
+  std::string io_error;
+  auto send_some = [&](const char* data, size_t size, bool* want_write) -> ssize_t {
+    if (tls) return tls->Write(data, size, want_write, &io_error);
+    const ssize_t n = ::send(fd, data, size, MSG_NOSIGNAL);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      *want_write = true;
+      return -2;
+    }
+    if (n < 0) io_error = std::strerror(errno);
+    return n;
+  };
+  auto recv_some = [&](char* data, size_t size, bool* want_write) -> ssize_t {
+    if (tls) return tls->Read(data, size, want_write, &io_error);
+    const ssize_t n = ::recv(fd, data, size, 0);
+    if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+      *want_write = false;
+      return -2;
+    }
+    if (n < 0) io_error = std::strerror(errno);
+    return n;
+  };
 
   std::string out =
       Cat(request.method, " ", request.url.base_path, request.path.empty() ? "/" : request.path,
@@ -173,16 +229,16 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
 
   size_t sent = 0;
   while (sent < out.size()) {
-    pollfd p{fd, POLLOUT, 0};
-    if (::poll(&p, 1, RemainingMs(deadline)) != 1) {
-      return absl::UnavailableError(Cat("http: timed out sending to ", where));
+    bool want_write = true;
+    const ssize_t n = send_some(out.data() + sent, out.size() - sent, &want_write);
+    if (n == -2) {
+      const int ready = PollOne(fd, want_write ? POLLOUT : POLLIN, deadline, request.cancel);
+      if (ready == -2) return absl::CancelledError(Cat("http: request to ", where, " cancelled"));
+      if (ready != 1) return absl::UnavailableError(Cat("http: timed out sending to ", where));
+      continue;
     }
-    const ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
-      // The server may answer (413) and close before reading everything.
-      break;
-    }
+    // The server may answer (413) and close before reading everything.
+    if (n <= 0) break;
     sent += static_cast<size_t>(n);
   }
 
@@ -195,19 +251,27 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
         in.size() >= header_end + 4 + content_length) {
       break;
     }
-    pollfd p{fd, POLLIN, 0};
-    const int ready = ::poll(&p, 1, RemainingMs(deadline));
-    if (ready != 1) return absl::UnavailableError(Cat("http: timed out reading from ", where));
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+    bool want_write = false;
+    const ssize_t n = recv_some(buffer, sizeof(buffer), &want_write);
+    if (n == -2) {
+      const int ready = PollOne(fd, want_write ? POLLOUT : POLLIN, deadline, request.cancel);
+      if (ready == -2) return absl::CancelledError(Cat("http: request to ", where, " cancelled"));
+      if (ready != 1) return absl::UnavailableError(Cat("http: timed out reading from ", where));
+      continue;
+    }
     if (n < 0) {
-      if (errno == EAGAIN || errno == EINTR) continue;
       if (header_end != std::string::npos) break;
-      return absl::UnavailableError(Cat("http: read from ", where, ": ", std::strerror(errno)));
+      return absl::UnavailableError(Cat("http: read from ", where, ": ", io_error));
     }
     if (n == 0) break;
     in.append(buffer, static_cast<size_t>(n));
     if (header_end == std::string::npos) {
       header_end = in.find("\r\n\r\n");
+      if (header_end == std::string::npos && in.size() > kMaxResponseHeaderBytes) {
+        return absl::ResourceExhaustedError(Cat("http: response header from ", where,
+                                                " larger than ", kMaxResponseHeaderBytes,
+                                                " bytes"));
+      }
       if (header_end != std::string::npos) {
         // Find Content-Length early so we do not wait for the close.
         std::string_view head(in.data(), header_end);
@@ -217,7 +281,22 @@ StatusOr<ClientResponse> Fetch(const ClientRequest& request) {
             if (strings::ParseUnsigned(Trim(line.substr(15)), &v)) content_length = v;
           }
         });
+        if (content_length == UINT64_MAX && request.require_content_length) {
+          return absl::FailedPreconditionError(
+              Cat("http: response from ", where, " has no Content-Length"));
+        }
+        if (content_length != UINT64_MAX && content_length > request.max_response_bytes) {
+          return absl::ResourceExhaustedError(Cat("http: response from ", where, " of ",
+                                                  content_length, " bytes exceeds the limit of ",
+                                                  request.max_response_bytes, " bytes"));
+        }
       }
+    }
+    if (header_end != std::string::npos &&
+        in.size() - header_end - 4 > request.max_response_bytes) {
+      return absl::ResourceExhaustedError(Cat("http: response from ", where,
+                                              " exceeds the limit of ", request.max_response_bytes,
+                                              " bytes"));
     }
   }
   if (header_end == std::string::npos) {

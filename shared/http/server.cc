@@ -62,6 +62,11 @@ Status ServerOptions::Validate() const {
   }
   if (max_body_bytes == 0) return absl::InvalidArgumentError("http: max_body_bytes must be > 0");
   if (max_connections == 0) return absl::InvalidArgumentError("http: max_connections must be > 0");
+  if (max_body_total_bytes < max_body_bytes) {
+    return absl::InvalidArgumentError(Cat("http: max_body_total_bytes (", max_body_total_bytes,
+                                          ") must be at least max_body_bytes (", max_body_bytes,
+                                          ")"));
+  }
   if (idle_timeout_ms == 0 || header_timeout_ms == 0 || body_timeout_ms == 0) {
     return absl::InvalidArgumentError("http: the idle, header and body timeouts must be > 0");
   }

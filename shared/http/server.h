@@ -26,12 +26,22 @@
 // 413 from its Content-Length, before the body is read (and before any
 // "100 Continue").
 //
+// Event loop bounds on what a client makes the server buffer, before any
+// authentication: the request line and header 16 KiB (431), a chunk-size
+// line 16 KiB with chunk extensions at most 256 bytes (400), the trailer
+// section 16 KiB (431), a body max_body_bytes (413) and all bodies together
+// max_body_total_bytes (503 + Retry-After). A percent-encoded '/' in the
+// path, obs-fold and a missing or repeated Host (HTTP/1.1) are 400.
+//
 // Event loop (the default backend): `threads` I/O threads serve every
-// connection; handlers run on them, so they must not block. Past
-// `max_connections` a connection is shed with 503 + Retry-After, except
-// that requests for open GET routes (/healthz, /readyz) are still served on
-// it. Timeouts: idle keep-alive (`idle_timeout_ms`, closed silently), the
-// whole request header (`header_timeout_ms`, 408) and the whole body
+// connection; handlers run on them, so they must not block (a route that
+// must is registered with `offload`). Past `max_connections` (or
+// `max_connections_per_client` from one address) a connection is shed with
+// 503 + Retry-After, except that requests for open GET routes (/healthz,
+// /readyz) are still served on it; at the limit the oldest idle kept-alive
+// connection is closed to make room first, and under pressure (3/4 of the
+// limit) a request header gets at most 2 s. Timeouts: idle keep-alive (`idle_timeout_ms`, closed
+// silently), the whole request header (`header_timeout_ms`, 408) and the whole body
 // (`body_timeout_ms`, 408), each a total deadline, not reset by progress.
 // After an error response the connection closes with a lingering close so
 // a client still sending its body reads the response.
@@ -95,6 +105,11 @@ struct RouteOptions {
   // Served without authentication even when a bearer token is configured
   // (/healthz, /readyz). Default: false.
   bool open = false;
+  // The handler may block for long (a checkpoint export): the event loop
+  // runs it on the server's one background thread, never on an I/O thread,
+  // one such request at a time; another one meanwhile is answered 503 +
+  // Retry-After. Default: false.
+  bool offload = false;
 };
 
 enum class Backend {
@@ -117,9 +132,19 @@ struct ServerOptions {
   uint32_t threads = 2;
   // Largest request body accepted, in bytes; larger -> 413. Default: 8 MiB.
   size_t max_body_bytes = size_t{8} << 20;
+  // Event loop: request bodies held in memory at once, all connections
+  // together (a Content-Length is charged when the header arrives, a chunk
+  // when its size line does); past it 503 + Retry-After. At least
+  // max_body_bytes. Default: 64 MiB.
+  size_t max_body_total_bytes = size_t{64} << 20;
   // Connections served at once; past it, 503 + Retry-After (open GET routes
-  // still answered). Default: 1024.
+  // still answered). A new connection at the limit first closes the oldest
+  // idle kept-alive one. Default: 1024.
   uint32_t max_connections = 1024;
+  // Event loop: connections served at once from one client address; past
+  // it the client's further connections are treated as past
+  // max_connections. 0 = half of max_connections. Default: 0.
+  uint32_t max_connections_per_client = 0;
   // A kept-alive connection with no request byte for this long is closed.
   // Default: 60 s.
   uint32_t idle_timeout_ms = 60000;

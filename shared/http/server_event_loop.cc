@@ -15,6 +15,7 @@
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
@@ -24,6 +25,7 @@
 #include <boost/beast/http/string_body.hpp>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <optional>
@@ -49,6 +51,22 @@ using Parser = bhttp::request_parser<bhttp::string_body>;
 
 // Largest request header (request line and fields). Larger -> 431.
 constexpr uint32_t kMaxHeaderBytes = 16 * 1024;
+// The most a connection's read buffer holds of what the parser has not
+// consumed: a whole header, a chunk-size line with its extensions, the
+// trailer section. Past it the request is refused (431), so none of them
+// can grow the connection's memory (Beast keeps an incomplete chunk line or
+// trailer section in the buffer until it is whole).
+constexpr size_t kMaxBufferedBytes = kMaxHeaderBytes;
+// Longest chunk extension (";name=value..." after a chunk size) accepted;
+// longer -> 400. Nothing here uses them.
+constexpr size_t kMaxChunkExtensionBytes = 256;
+// Under pressure (connections at 3/4 of max_connections) a request header
+// must arrive within this (or header_timeout_ms if shorter).
+constexpr auto kPressureHeaderTimeout = std::chrono::milliseconds(2000);
+// A connection at max_connections is still admitted when an idle
+// kept-alive connection is being closed for it; at most this many over the
+// limit while those closes are under way.
+constexpr uint32_t kMaxOverLimit = 64;
 // Connections past max_connections still read one request header (so that
 // /healthz and /readyz are answered) within this; then 503 or the probe.
 constexpr auto kShedHeaderTimeout = std::chrono::milliseconds(1000);
@@ -108,6 +126,20 @@ ThreadScratch& Scratch() {
   return scratch;
 }
 
+// Checks the raw request header (request line to the empty line, CRLFs
+// included) for what Beast would accept but HTTP/1.1 forbids or leaves
+// ambiguous: obs-fold (a line starting with SP or HTAB, RFC 9112 5.2) and a
+// bare LF. Empty when fine, else the error.
+std::string_view CheckRawHeader(std::string_view head) {
+  for (size_t i = head.find('\n'); i != std::string_view::npos; i = head.find('\n', i + 1)) {
+    if (i == 0 || head[i - 1] != '\r') return "bare LF in the request header";
+    if (i + 1 < head.size() && (head[i + 1] == ' ' || head[i + 1] == '\t')) {
+      return "obsolete line folding (obs-fold) in the request header";
+    }
+  }
+  return {};
+}
+
 std::string_view LookupHeader(const void* headers, std::string_view name) {
   const auto& message = *static_cast<const Message*>(headers);
   auto it = message.find(beast::string_view(name.data(), name.size()));
@@ -119,19 +151,48 @@ bool EqualsNoCase(std::string_view a, std::string_view b) {
 }
 
 class EventLoopBackend;
+class Session;
+
+// One I/O thread: its io_context and its idle kept-alive connections, oldest
+// first (an intrusive list only that thread touches), the ones closed first
+// when a new connection arrives at the limit.
+struct IoThread {
+  Session* idle_head = nullptr;
+  Session* idle_tail = nullptr;
+  std::atomic<uint32_t> idle_count{0};
+  // Last, so that it goes first: its pending handlers own the Sessions,
+  // which unlink themselves from the list above.
+  asio::io_context io{1};
+};
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(EventLoopBackend* server, tcp::socket socket, bool shed);
+  // `client_bucket`: the client address's slot in
+  // EventLoopBackend::busy_by_client.
+  Session(EventLoopBackend* server, IoThread* thread, tcp::socket socket, bool shed,
+          uint32_t client_bucket);
   ~Session();
   void Run() {
     asio::dispatch(socket_.get_executor(), [self = shared_from_this()] { self->ReadIdle(); });
   }
+  // Closes the connection if it is still idle (on its I/O thread).
+  void Evict();
 
  private:
+  friend class EventLoopBackend;
+  void EnterIdle();
+  void LeaveIdle();
   void ReadIdle();
   void ReadHeader();
+  // Reads until the whole header is in buffer_, checks it raw, then parses it.
+  void ReadHeaderMore();
+  void ParseHeader();
   void OnHeader(beast::error_code ec);
+  // Charges `bytes` of body memory against max_body_total_bytes; false (and
+  // nothing charged) past it.
+  bool Charge(uint64_t bytes);
+  void Uncharge();
+  void RunOffloaded();
   void ReadBody();
   void OnBody(beast::error_code ec);
   void Dispatch();
@@ -145,6 +206,13 @@ class Session : public std::enable_shared_from_this<Session> {
   void Fail(int status, std::string_view message) {
     SetError(Scratch().Fresh(), status, message);
     Send(true, false, true);
+  }
+  // 503 + Retry-After: 1 for a budget that is exhausted now.
+  void Busy(std::string_view message, bool close) {
+    Response& response = Scratch().Fresh();
+    SetError(response, 503, message);
+    response.headers.emplace_back("Retry-After", "1");
+    Send(close, false, close);
   }
   // Sets the deadline of what the Session waits for next. Cheap: a time
   // stamp; the one timer per Session wakes every tick and compares (a timer
@@ -161,8 +229,30 @@ class Session : public std::enable_shared_from_this<Session> {
   void ReleaseRequest();
 
   EventLoopBackend* server_;
+  IoThread* thread_;
   const ServerOptions& options_;
   tcp::socket socket_;
+  const uint32_t client_bucket_;
+  // This request counts against its client's max_connections_per_client.
+  bool busy_ = false;
+  // It was past that limit: treated like a shed connection.
+  bool over_client_ = false;
+  bool Limited() const { return shed_ || over_client_; }
+  // In thread_'s idle list.
+  bool idle_ = false;
+  Session* idle_prev_ = nullptr;
+  Session* idle_next_ = nullptr;
+  // Body bytes charged against max_body_total_bytes for this request.
+  uint64_t charged_ = 0;
+  // Why the body read stopped, when the parser only says body_limit or
+  // bad_chunk_extension.
+  bool over_budget_ = false;
+  // This request holds the server's one offload slot.
+  bool offloading_ = false;
+  // The offloaded handler's response, handed back to the I/O thread.
+  Response offloaded_;
+  // The parser's chunk-header callback (Beast keeps a reference to it).
+  std::function<void(uint64_t, beast::string_view, beast::error_code&)> on_chunk_;
   // One deadline for whatever the Session waits for (Arm). Not Beast's
   // tcp_stream: it closes the socket on expiry, and a 408 must still go out.
   asio::steady_timer deadline_;
@@ -172,6 +262,7 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::flat_buffer buffer_;
   std::optional<Parser> parser_;
   const bool shed_;
+  std::chrono::milliseconds header_timeout_{0};
   Target target_;
   const Route* route_ = nullptr;
   bool head_only_ = false;
@@ -200,6 +291,33 @@ class EventLoopBackend final : public ServerBackend {
   const RouteTable& routes;
   std::atomic<uint32_t> connections{0};
   std::atomic<uint32_t> shed{0};
+  // Body bytes held by all requests (Session::Charge).
+  std::atomic<uint64_t> body_bytes{0};
+  // An offloaded handler is running or its response is being sent.
+  std::atomic<bool> offload_busy{false};
+  // Evictions posted and not yet done.
+  std::atomic<uint32_t> evictions_pending{0};
+  // connections at or past this: shorter header deadline.
+  uint32_t pressure_at = 0;
+  uint32_t per_client_limit = 0;
+  std::optional<asio::io_context> offload_io;
+
+  // Requests in progress (from their first byte to their response) per
+  // client address, hashed into buckets (lock-free; two addresses sharing a
+  // bucket share its limit). Idle connections do not count: they are
+  // closed at the connection limit instead.
+  static constexpr uint32_t kClientBuckets = 4096;
+  std::array<std::atomic<uint32_t>, kClientBuckets> busy_by_client{};
+  static uint32_t ClientBucket(const asio::ip::address& address) {
+    uint64_t h = 0x9e3779b97f4a7c15ULL;
+    if (address.is_v4()) {
+      h ^= address.to_v4().to_uint();
+    } else {
+      for (unsigned char byte : address.to_v6().to_bytes()) h = (h ^ byte) * 0x100000001b3ULL;
+    }
+    h *= 0x9e3779b97f4a7c15ULL;
+    return static_cast<uint32_t>(h >> 52) % kClientBuckets;
+  }
   // How often a Session's timer wakes to compare its deadline: a quarter of
   // the shortest timeout, at most 1 s (a deadline fires at most that late).
   std::chrono::milliseconds tick{1000};
@@ -207,8 +325,12 @@ class EventLoopBackend final : public ServerBackend {
  private:
   void Accept();
   void OnAccept(beast::error_code ec, tcp::socket socket);
+  // Posts the close of the oldest idle connection of the thread with the
+  // most; false when no thread has one to spare.
+  bool RequestEviction();
 
-  std::vector<std::unique_ptr<asio::io_context>> io_;  // one per thread
+  std::vector<std::unique_ptr<IoThread>> io_;  // one per thread
+  std::thread offload_thread_;
   size_t next_io_ = 0;  // round robin; only the accepting thread touches it
   std::optional<tcp::acceptor> acceptor_;
   std::optional<asio::steady_timer> retry_;
@@ -216,14 +338,77 @@ class EventLoopBackend final : public ServerBackend {
   uint16_t port_ = 0;
 };
 
-Session::Session(EventLoopBackend* server, tcp::socket socket, bool shed)
+Session::Session(EventLoopBackend* server, IoThread* thread, tcp::socket socket, bool shed,
+                 uint32_t client_bucket)
     : server_(server),
+      thread_(thread),
       options_(server->options),
       socket_(std::move(socket)),
+      client_bucket_(client_bucket),
       deadline_(socket_.get_executor()),
-      shed_(shed) {}
+      buffer_(kMaxBufferedBytes),
+      shed_(shed) {
+  on_chunk_ = [this](uint64_t size, beast::string_view extensions, beast::error_code& ec) {
+    if (extensions.size() > kMaxChunkExtensionBytes) {
+      ec = bhttp::error::bad_chunk_extension;
+    } else if (size > 0 && !Charge(size)) {
+      over_budget_ = true;
+      ec = bhttp::error::body_limit;
+    }
+  };
+}
 
-Session::~Session() { (shed_ ? server_->shed : server_->connections).fetch_sub(1); }
+Session::~Session() {
+  LeaveIdle();
+  Uncharge();
+  if (offloading_) server_->offload_busy.store(false);
+  if (busy_) server_->busy_by_client[client_bucket_].fetch_sub(1, std::memory_order_relaxed);
+  (shed_ ? server_->shed : server_->connections).fetch_sub(1);
+}
+
+void Session::EnterIdle() {
+  if (idle_ || shed_) return;
+  idle_ = true;
+  idle_prev_ = thread_->idle_tail;
+  idle_next_ = nullptr;
+  (idle_prev_ != nullptr ? idle_prev_->idle_next_ : thread_->idle_head) = this;
+  thread_->idle_tail = this;
+  thread_->idle_count.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Session::LeaveIdle() {
+  if (!idle_) return;
+  idle_ = false;
+  (idle_prev_ != nullptr ? idle_prev_->idle_next_ : thread_->idle_head) = idle_next_;
+  (idle_next_ != nullptr ? idle_next_->idle_prev_ : thread_->idle_tail) = idle_prev_;
+  idle_prev_ = idle_next_ = nullptr;
+  thread_->idle_count.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void Session::Evict() {
+  if (!idle_) return;
+  LeaveIdle();
+  // The pending idle read ends with operation_aborted; the Session goes
+  // with its handler.
+  beast::error_code ignored;
+  socket_.cancel(ignored);
+}
+
+bool Session::Charge(uint64_t bytes) {
+  const uint64_t before = server_->body_bytes.fetch_add(bytes);
+  if (before + bytes > options_.max_body_total_bytes) {
+    server_->body_bytes.fetch_sub(bytes);
+    return false;
+  }
+  charged_ += bytes;
+  return true;
+}
+
+void Session::Uncharge() {
+  if (charged_ == 0) return;
+  server_->body_bytes.fetch_sub(charged_);
+  charged_ = 0;
+}
 
 void Session::Arm(std::chrono::milliseconds timeout) {
   timed_out_ = false;
@@ -259,11 +444,17 @@ void Session::ReadIdle() {
   // would fail the header read on a large Content-Length first).
   // (boost::none is broken in Boost 1.74: compared as less than any length.)
   parser_->body_limit(std::numeric_limits<uint64_t>::max());
+  // Every chunk is charged against the body budget when its size line
+  // arrives, before its bytes do; extensions are bounded.
+  parser_->on_chunk_header(on_chunk_);
   if (buffer_.size() > 0) return ReadHeader();  // pipelined request
   Arm(shed_ ? kShedHeaderTimeout : std::chrono::milliseconds(options_.idle_timeout_ms));
+  EnterIdle();
   socket_.async_read_some(buffer_.prepare(kFirstRead),
                           [self = shared_from_this()](beast::error_code ec, size_t n) {
-                            // Idle timeout or the client closed: nothing to answer.
+                            self->LeaveIdle();
+                            // Idle timeout, evicted or the client closed:
+                            // nothing to answer.
                             if (ec) return;
                             self->buffer_.commit(n);
                             self->ReadHeader();
@@ -271,16 +462,57 @@ void Session::ReadIdle() {
 }
 
 void Session::ReadHeader() {
-  Arm(shed_ ? kShedHeaderTimeout : std::chrono::milliseconds(options_.header_timeout_ms));
-  bhttp::async_read_header(
-      socket_, buffer_, *parser_,
-      [self = shared_from_this()](beast::error_code ec, size_t) { self->OnHeader(ec); });
+  if (!busy_ && !shed_) {
+    busy_ = true;
+    over_client_ = server_->busy_by_client[client_bucket_].fetch_add(
+                       1, std::memory_order_relaxed) >= server_->per_client_limit;
+  }
+  auto timeout = std::chrono::milliseconds(options_.header_timeout_ms);
+  if (Limited()) {
+    timeout = kShedHeaderTimeout;
+  } else if (server_->connections.load(std::memory_order_relaxed) >= server_->pressure_at) {
+    timeout = std::min(timeout, std::chrono::milliseconds(kPressureHeaderTimeout));
+  }
+  header_timeout_ = timeout;
+  Arm(timeout);
+  ReadHeaderMore();
+}
+
+void Session::ReadHeaderMore() {
+  const auto data = buffer_.data();
+  const std::string_view held(static_cast<const char*>(data.data()), data.size());
+  const size_t end = held.find("\r\n\r\n");
+  if (end == std::string_view::npos) {
+    if (std::string_view error = CheckRawHeader(held); !error.empty()) return Fail(400, error);
+    if (held.size() >= kMaxHeaderBytes) {
+      return Fail(431, Cat("request header larger than ", kMaxHeaderBytes, " bytes"));
+    }
+    socket_.async_read_some(buffer_.prepare(std::min(kFirstRead, kMaxHeaderBytes - held.size())),
+                            [self = shared_from_this()](beast::error_code ec, size_t n) {
+                              if (!ec) {
+                                self->buffer_.commit(n);
+                                return self->ReadHeaderMore();
+                              }
+                              self->OnHeader(ec);
+                            });
+    return;
+  }
+  if (end + 4 > kMaxHeaderBytes) {
+    return Fail(431, Cat("request header larger than ", kMaxHeaderBytes, " bytes"));
+  }
+  if (std::string_view error = CheckRawHeader(held.substr(0, end + 2)); !error.empty()) {
+    return Fail(400, error);
+  }
+  beast::error_code ec;
+  const size_t used = parser_->put(asio::buffer(held.data(), end + 4), ec);
+  buffer_.consume(used);
+  if (!ec && !parser_->is_header_done()) ec = bhttp::error::partial_message;
+  OnHeader(ec);
 }
 
 void Session::OnHeader(beast::error_code ec) {
   if (TimedOut(ec)) {
-    return Fail(408, Cat("request header not complete within ",
-                         shed_ ? kShedHeaderTimeout.count() : options_.header_timeout_ms, " ms"));
+    return Fail(408, Cat("request header not complete within ", header_timeout_.count(), " ms"));
   }
   if (ec == bhttp::error::end_of_stream || ec == asio::error::eof ||
       ec == asio::error::connection_reset) {
@@ -300,6 +532,11 @@ void Session::OnHeader(beast::error_code ec) {
   const Message& message = parser_->get();
   std::string error;
   if (!ParseTarget(View(message.target()), &target_, &error)) return Fail(400, error);
+  // RFC 9112 3.2: an HTTP/1.1 request carries exactly one Host, and any
+  // request at most one; else 400.
+  const size_t hosts = message.count(bhttp::field::host);
+  if (hosts > 1) return Fail(400, "more than one Host header");
+  if (hosts == 0 && message.version() >= 11) return Fail(400, "missing Host header");
   // Framing the parser may have resolved one way and a proxy another
   // (request smuggling): refuse rather than guess.
   const auto lengths = message.equal_range(bhttp::field::content_length);
@@ -315,7 +552,7 @@ void Session::OnHeader(beast::error_code ec) {
 
   const std::string_view method = View(message.method_string());
   Response& response = Scratch().Fresh();
-  if (shed_) {
+  if (Limited()) {
     // Over the connection limit: only the open probes are served.
     const PathRoutes* path = server_->routes.Find(target_.path);
     if (path == nullptr || !path->open || (method != "GET" && method != "HEAD")) {
@@ -331,13 +568,16 @@ void Session::OnHeader(beast::error_code ec) {
   const bool has_body = (length.has_value() && *length > 0) || parser_->chunked();
   if (decision.route == nullptr) {
     // A body we will not read: close after the response.
-    return Send(has_body || !message.keep_alive() || shed_, false, has_body);
+    return Send(has_body || !message.keep_alive() || Limited(), false, has_body);
   }
   route_ = decision.route;
   head_only_ = decision.head_only;
   if (length.has_value() && *length > options_.max_body_bytes) {
     return Fail(413, Cat("request body of ", *length, " bytes exceeds the limit of ",
                          options_.max_body_bytes, " bytes"));
+  }
+  if (length.has_value() && *length > 0 && !Charge(*length + kBodyPadding)) {
+    return Busy("request bodies in progress exceed the server's memory budget, retry later", true);
   }
   const std::string_view expect = LookupHeader(&message, "Expect");
   if (!expect.empty()) {
@@ -385,8 +625,19 @@ void Session::OnBody(beast::error_code ec) {
   if (TimedOut(ec)) {
     return Fail(408, Cat("request body not complete within ", options_.body_timeout_ms, " ms"));
   }
+  if (over_budget_) {
+    return Busy("request bodies in progress exceed the server's memory budget, retry later", true);
+  }
   if (ec == bhttp::error::body_limit) {
     return Fail(413, Cat("request body exceeds the limit of ", options_.max_body_bytes, " bytes"));
+  }
+  if (ec == bhttp::error::buffer_overflow) {
+    return Fail(
+        431, Cat("chunk-size line or trailer section larger than ", kMaxBufferedBytes, " bytes"));
+  }
+  if (ec == bhttp::error::bad_chunk_extension) {
+    return Fail(400, Cat("malformed chunk extension, or one longer than ", kMaxChunkExtensionBytes,
+                         " bytes"));
   }
   if (ec == bhttp::error::partial_message || ec == asio::error::eof ||
       ec == asio::error::connection_reset) {
@@ -401,6 +652,18 @@ void Session::Dispatch() {
   std::string& body = message.body();
   const size_t size = body.size();
   body.resize(size + kBodyPadding);  // zero bytes for in-place JSON parsing
+  if (route_->options.offload) {
+    if (server_->offload_busy.exchange(true)) {
+      body.resize(size);
+      return Busy("another request of this kind is in progress, retry later",
+                  !message.keep_alive() || Limited());
+    }
+    offloading_ = true;
+    // The connection waits (nothing else reads or writes it) while the
+    // handler runs on the offload thread; the answer comes back here.
+    asio::post(*server_->offload_io, [self = shared_from_this()] { self->RunOffloaded(); });
+    return;
+  }
   Request request;
   request.method = View(message.method_string());
   request.path = target_.path;
@@ -414,7 +677,30 @@ void Session::Dispatch() {
   } catch (const std::exception& e) {
     SetError(response, 500, Cat("handler failed: ", e.what()));
   }
-  Send(!message.keep_alive() || shed_, head_only_, false);
+  Send(!message.keep_alive() || Limited(), head_only_, false);
+}
+
+void Session::RunOffloaded() {
+  Message& message = parser_->get();
+  const std::string& body = message.body();
+  Request request;
+  request.method = View(message.method_string());
+  request.path = target_.path;
+  request.query = target_.query;
+  request.body = std::string_view(body.data(), body.size() - kBodyPadding);
+  request.internal_headers = &message;
+  request.internal_lookup = &LookupHeader;
+  offloaded_ = Response();
+  try {
+    route_->handler(request, offloaded_);
+  } catch (const std::exception& e) {
+    SetError(offloaded_, 500, Cat("handler failed: ", e.what()));
+  }
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    Scratch().Fresh() = std::move(self->offloaded_);
+    self->offloaded_ = Response();
+    self->Send(!self->parser_->get().keep_alive() || self->Limited(), self->head_only_, false);
+  });
 }
 
 void Session::Send(bool close, bool head_only, bool linger) {
@@ -495,6 +781,17 @@ void Session::LingerRead() {
 }
 
 void Session::ReleaseRequest() {
+  Uncharge();
+  if (busy_) {
+    busy_ = false;
+    over_client_ = false;
+    server_->busy_by_client[client_bucket_].fetch_sub(1, std::memory_order_relaxed);
+  }
+  over_budget_ = false;
+  if (offloading_) {
+    offloading_ = false;
+    server_->offload_busy.store(false);
+  }
   if (parser_.has_value()) {
     // The body's storage stays for the next request when it is small.
     std::string& body = parser_->get().body();
@@ -526,10 +823,12 @@ Status EventLoopBackend::Start() {
                               kShedHeaderTimeout, kLingerTimeout}) /
                         4,
                     std::chrono::milliseconds(5), std::chrono::milliseconds(1000));
-  for (uint32_t i = 0; i < options.threads; ++i) {
-    io_.push_back(std::make_unique<asio::io_context>(1));
-  }
-  acceptor_.emplace(*io_[0]);
+  for (uint32_t i = 0; i < options.threads; ++i) io_.push_back(std::make_unique<IoThread>());
+  pressure_at = std::max<uint32_t>(1, options.max_connections - options.max_connections / 4);
+  per_client_limit = options.max_connections_per_client != 0
+                         ? options.max_connections_per_client
+                         : std::max<uint32_t>(1, options.max_connections / 2);
+  acceptor_.emplace(io_[0]->io);
   const tcp::endpoint endpoint(address, port);
   auto fail = [&](std::string_view step) {
     const Status status = absl::UnavailableError(
@@ -543,22 +842,46 @@ Status EventLoopBackend::Start() {
   if (acceptor_->bind(endpoint, ec)) return fail("bind");
   if (acceptor_->listen(4096, ec)) return fail("listen");
   port_ = acceptor_->local_endpoint().port();
-  retry_.emplace(*io_[0]);
+  retry_.emplace(io_[0]->io);
   Accept();
   for (auto& io : io_) {
-    threads_.emplace_back([context = io.get()] {
+    threads_.emplace_back([context = &io->io] {
       // Kept running while idle; Stop() ends it.
       auto guard = asio::make_work_guard(*context);
       context->run();
     });
   }
+  offload_io.emplace(1);
+  offload_thread_ = std::thread([context = &*offload_io] {
+    auto guard = asio::make_work_guard(*context);
+    context->run();
+  });
   return absl::OkStatus();
 }
 
 void EventLoopBackend::Accept() {
   acceptor_->async_accept(
-      io_[next_io_++ % io_.size()]->get_executor(),
+      io_[next_io_ % io_.size()]->io.get_executor(),
       [this](beast::error_code ec, tcp::socket socket) { OnAccept(ec, std::move(socket)); });
+}
+
+bool EventLoopBackend::RequestEviction() {
+  IoThread* most = nullptr;
+  uint32_t idle = 0;
+  for (auto& thread : io_) {
+    const uint32_t n = thread->idle_count.load(std::memory_order_relaxed);
+    idle += n;
+    if (most == nullptr || n > most->idle_count.load(std::memory_order_relaxed)) {
+      most = thread.get();
+    }
+  }
+  if (idle <= evictions_pending.load() || most->idle_count.load() == 0) return false;
+  evictions_pending.fetch_add(1);
+  asio::post(most->io, [this, most] {
+    if (most->idle_head != nullptr) most->idle_head->Evict();
+    evictions_pending.fetch_sub(1);
+  });
+  return true;
 }
 
 void EventLoopBackend::OnAccept(beast::error_code ec, tcp::socket socket) {
@@ -575,12 +898,19 @@ void EventLoopBackend::OnAccept(beast::error_code ec, tcp::socket socket) {
   socket.set_option(tcp::no_delay(true), ignored);
   // Session::Send writes at once and must not block the thread.
   socket.non_blocking(true, ignored);
-  if (connections.fetch_add(1) < options.max_connections) {
-    std::make_shared<Session>(this, std::move(socket), false)->Run();
+  IoThread* thread = io_[next_io_++ % io_.size()].get();
+  const tcp::endpoint remote = socket.remote_endpoint(ignored);
+  const uint32_t bucket = ignored ? 0 : ClientBucket(remote.address());
+  const uint32_t before = connections.fetch_add(1);
+  // At the limit, an idle kept-alive connection makes room.
+  const bool admitted = before < options.max_connections ||
+                        (before < options.max_connections + kMaxOverLimit && RequestEviction());
+  if (!admitted) connections.fetch_sub(1);
+  if (admitted) {
+    std::make_shared<Session>(this, thread, std::move(socket), false, bucket)->Run();
   } else {
-    connections.fetch_sub(1);
     if (shed.fetch_add(1) < kMaxShedConnections) {
-      std::make_shared<Session>(this, std::move(socket), true)->Run();
+      std::make_shared<Session>(this, thread, std::move(socket), true, bucket)->Run();
     } else {
       shed.fetch_sub(1);
       // Far past the limit: a canned answer into the fresh socket's send
@@ -596,7 +926,11 @@ void EventLoopBackend::OnAccept(beast::error_code ec, tcp::socket socket) {
 
 void EventLoopBackend::Stop() {
   if (io_.empty()) return;
-  for (auto& io : io_) io->stop();
+  // A running offloaded handler finishes first; its answer is dropped with
+  // the connections.
+  offload_io->stop();
+  offload_thread_.join();
+  for (auto& io : io_) io->io.stop();
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();
   retry_.reset();
@@ -604,6 +938,7 @@ void EventLoopBackend::Stop() {
   // Destroying the context destroys the pending handlers, hence the
   // Sessions and their sockets.
   io_.clear();
+  offload_io.reset();
   port_ = 0;
 }
 

@@ -8,7 +8,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "shared/http/client.h"
 
@@ -274,6 +278,297 @@ TEST(ServerTest, LargeResponsesOnAKeptAliveConnection) {
   server.Stop();
 }
 
+// A connected loopback socket, from `source` (any 127.0.0.0/8 address:
+// a different client to the server), or -1.
+int Connect(uint16_t port, const char* source = nullptr) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (source != nullptr) {
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    ::inet_pton(AF_INET, source, &local.sin_addr);
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) {
+      ::close(fd);
+      return -1;
+    }
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `data` (as much as the socket takes within `wait_ms`, stopping at
+// an error: the server may answer and close early) and reads what comes
+// back until a whole response, the close or `wait_ms`.
+std::string SendAndRead(int fd, const std::string& data, int wait_ms = 3000) {
+  size_t sent = 0;
+  std::string out;
+  char buffer[4096];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(wait_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    pollfd p{fd, static_cast<short>(POLLIN | (sent < data.size() ? POLLOUT : 0)), 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    if (p.revents & POLLIN) {
+      const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      out.append(buffer, static_cast<size_t>(n));
+      const size_t head = out.find("\r\n\r\n");
+      const size_t at = out.find("Content-Length: ");
+      if (head != std::string::npos && at != std::string::npos &&
+          out.size() >= head + 4 + std::stoul(out.substr(at + 16))) {
+        break;
+      }
+    } else if (p.revents & POLLOUT) {
+      const ssize_t n = ::send(fd, data.data() + sent, std::min<size_t>(data.size() - sent, 65536),
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno != EAGAIN) sent = data.size();  // the server closed: read its answer
+      if (n > 0) sent += static_cast<size_t>(n);
+    } else {
+      break;
+    }
+  }
+  return out;
+}
+
+// The reproduction of issue #21: a chunk extension of 1 GiB (here 4 MiB,
+// never ending) was buffered whole, before any authentication, even on the
+// open /healthz. The chunk-size line is bounded by the 16 KiB read buffer:
+// the server answers 431 long before the client is done.
+TEST(ServerBoundsTest, ChunkExtensionIsBounded) {
+  ServerOptions options = TestOptions();
+  options.bearer_token = "s3cret";
+  Server server(options);
+  AddRoutes(server);
+  server.Handle("GET", "/healthz", [](const Request&, Response& r) { r.body = "ok"; },
+                {.open = true});
+  ASSERT_TRUE(server.Start().ok());
+  const int fd = Connect(server.port());
+  ASSERT_GE(fd, 0);
+  const std::string reply =
+      SendAndRead(fd, "GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;" +
+                          std::string(4 << 20, 'e'));
+  ::close(fd);
+  EXPECT_NE(reply.find("HTTP/1.1 431"), std::string::npos) << reply.substr(0, 200);
+  EXPECT_NE(reply.find("chunk-size line or trailer section"), std::string::npos) << reply;
+  // A whole extension line, short of the buffer but past 256 bytes: 400.
+  const std::string long_ext = RawExchange(
+      server.port(), "GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1;" +
+                         std::string(1000, 'e') + "\r\nx\r\n0\r\n\r\n");
+  EXPECT_NE(long_ext.find("HTTP/1.1 400"), std::string::npos) << long_ext;
+  EXPECT_NE(long_ext.find("chunk extension"), std::string::npos) << long_ext;
+  // Short extensions are still accepted (and ignored).
+  const std::string ok = RawExchange(server.port(),
+                                     "GET /healthz HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+                                     "chunked\r\n\r\n1;a=b\r\nx\r\n0\r\n\r\n");
+  EXPECT_NE(ok.find("HTTP/1.1 200"), std::string::npos) << ok;
+}
+
+// Trailers (+160 MB per 100 MiB in the reproduction): the trailer section
+// is bounded like the header.
+TEST(ServerBoundsTest, TrailersAreBounded) {
+  Server server(TestOptions());
+  AddRoutes(server);
+  ASSERT_TRUE(server.Start().ok());
+  const int fd = Connect(server.port());
+  ASSERT_GE(fd, 0);
+  std::string request =
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n";
+  for (int i = 0; i < 40000; ++i) request += "X-Trailer-" + std::to_string(i) + ": vvvvvvvv\r\n";
+  const std::string reply = SendAndRead(fd, request);
+  ::close(fd);
+  EXPECT_NE(reply.find("HTTP/1.1 431"), std::string::npos) << reply.substr(0, 200);
+  // A small trailer section is fine.
+  const std::string ok = RawExchange(server.port(),
+                                     "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: "
+                                     "chunked\r\n\r\n2\r\nhi\r\n0\r\nX-T: 1\r\n\r\n");
+  EXPECT_NE(ok.find("HTTP/1.1 200"), std::string::npos) << ok;
+  EXPECT_NE(ok.find("hi"), std::string::npos) << ok;
+}
+
+// A request line or header that never ends: 431 at 16 KiB.
+TEST(ServerBoundsTest, RequestLineAndHeaderAreBounded) {
+  Server server(TestOptions());
+  AddRoutes(server);
+  ASSERT_TRUE(server.Start().ok());
+  for (const std::string& start : {std::string("GET /"), std::string("GET / HTTP/1.1\r\nX: ")}) {
+    const int fd = Connect(server.port());
+    ASSERT_GE(fd, 0);
+    const std::string reply = SendAndRead(fd, start + std::string(1 << 20, 'a'));
+    ::close(fd);
+    EXPECT_NE(reply.find("HTTP/1.1 431"), std::string::npos) << reply.substr(0, 200);
+  }
+}
+
+// The global body budget: with room for two 1000-byte bodies, a third
+// announced while two are in flight is refused with 503 + Retry-After,
+// whether announced by Content-Length or by a chunk size; once they are
+// done the next is served.
+TEST(ServerBoundsTest, GlobalBodyBudget) {
+  ServerOptions options = TestOptions();
+  options.max_body_total_bytes = 2 * (1000 + kBodyPadding);
+  Server server(options);
+  AddRoutes(server);
+  ASSERT_TRUE(server.Start().ok());
+  const std::string head =
+      "POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 1000\r\n\r\n";
+  const int a = Connect(server.port());
+  const int b = Connect(server.port());
+  ASSERT_GE(a, 0);
+  ASSERT_GE(b, 0);
+  ASSERT_EQ(::send(a, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  ASSERT_EQ(::send(b, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  ::usleep(200 * 1000);
+  const std::string third = RawExchange(server.port(), head + std::string(1000, 'c'));
+  EXPECT_NE(third.find("HTTP/1.1 503"), std::string::npos) << third;
+  EXPECT_NE(third.find("Retry-After: 1"), std::string::npos) << third;
+  EXPECT_NE(third.find("memory budget"), std::string::npos) << third;
+  const std::string chunked = RawExchange(
+      server.port(), "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3e8\r\n" +
+                         std::string(1000, 'c') + "\r\n0\r\n\r\n");
+  EXPECT_NE(chunked.find("HTTP/1.1 503"), std::string::npos) << chunked;
+  // The two finish; their budget comes back.
+  EXPECT_NE(SendAndRead(a, std::string(1000, 'a')).find("HTTP/1.1 200"), std::string::npos);
+  EXPECT_NE(SendAndRead(b, std::string(1000, 'b')).find("HTTP/1.1 200"), std::string::npos);
+  ::close(a);
+  ::close(b);
+  const std::string after = RawExchange(server.port(), head + std::string(1000, 'd'));
+  EXPECT_NE(after.find("HTTP/1.1 200"), std::string::npos) << after;
+}
+
+TEST(ServerBoundsTest, DefaultsBoundBodyMemory) {
+  const ServerOptions defaults;
+  EXPECT_LE(defaults.max_body_total_bytes, size_t{64} << 20);
+  EXPECT_GE(defaults.max_body_total_bytes, defaults.max_body_bytes);
+  ServerOptions bad = TestOptions();
+  bad.max_body_total_bytes = bad.max_body_bytes - 1;
+  EXPECT_EQ(bad.Validate().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// HTTP/1.1 framing the parser accepted: obs-fold, a missing or repeated
+// Host, an encoded '/' in the path.
+TEST(ServerBoundsTest, HostObsFoldAndEncodedSlash) {
+  Server server(TestOptions());
+  AddRoutes(server);
+  ASSERT_TRUE(server.Start().ok());
+  auto status_of = [&](const std::string& request) {
+    const std::string reply = RawExchange(server.port(), request);
+    return reply.size() >= 12 ? reply.substr(9, 3) : reply;
+  };
+  EXPECT_EQ(status_of("GET /healthz HTTP/1.1\r\n\r\n"), "400");
+  EXPECT_EQ(status_of("GET /healthz HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n"), "400");
+  EXPECT_EQ(status_of("GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n folded\r\n\r\n"), "400");
+  EXPECT_EQ(status_of("GET /healthz HTTP/1.1\r\nHost: x\r\nX-A: 1\r\n\tfolded\r\n\r\n"), "400");
+  EXPECT_EQ(status_of("GET /healthz HTTP/1.1\nHost: x\n\n"), "400");
+  EXPECT_EQ(status_of("GET /a%2Fb HTTP/1.1\r\nHost: x\r\n\r\n"), "400");
+  EXPECT_EQ(status_of("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"), "200");
+  // HTTP/1.0 needs no Host.
+  EXPECT_EQ(status_of("GET /healthz HTTP/1.0\r\n\r\n"), "200");
+  const std::string missing = RawExchange(server.port(), "GET /healthz HTTP/1.1\r\n\r\n");
+  EXPECT_NE(missing.find("missing Host"), std::string::npos) << missing;
+}
+
+// The reproduction of issue #21: 1,024 idle connections from one client
+// kept every other request out (503) until the idle timeout. At the limit
+// the oldest idle connection is closed for a new one.
+TEST(ServerBoundsTest, IdleConnectionsDoNotStarveTheApi) {
+  ServerOptions options = TestOptions();
+  options.max_connections = 16;
+  options.max_connections_per_client = 16;
+  Server server(options);
+  AddRoutes(server);
+  ASSERT_TRUE(server.Start().ok());
+  std::vector<int> idle;
+  for (int i = 0; i < 16; ++i) {
+    idle.push_back(Connect(server.port()));
+    ASSERT_GE(idle.back(), 0);
+  }
+  ::usleep(200 * 1000);
+  for (int round = 0; round < 3; ++round) {
+    auto echo = Call(server.port(), "POST", "/echo", "x");
+    EXPECT_EQ(echo.status, 200) << echo.body;
+  }
+  // The first request closed the oldest idle connection (the server's FIN
+  // is readable as EOF); the next ones took the slot it left.
+  int closed = 0;
+  for (int fd : idle) {
+    pollfd p{fd, POLLIN, 0};
+    char byte;
+    if (::poll(&p, 1, 100) == 1 && ::recv(fd, &byte, 1, MSG_DONTWAIT) == 0) ++closed;
+    ::close(fd);
+  }
+  EXPECT_EQ(closed, 1);
+}
+
+// A client holding busy (not idle) connections is capped per address:
+// another client (127.0.0.2 is another address on loopback) is served.
+TEST(ServerBoundsTest, PerClientConnectionLimit) {
+  ServerOptions options = TestOptions();
+  options.max_connections = 8;
+  options.max_connections_per_client = 4;
+  Server server(options);
+  AddRoutes(server);
+  ASSERT_TRUE(server.Start().ok());
+  std::vector<int> held;
+  for (int i = 0; i < 4; ++i) {
+    const int fd = Connect(server.port(), "127.0.0.2");
+    ASSERT_GE(fd, 0);
+    const std::string half = "POST /echo HTTP/1.1\r\nHost: x\r\n";
+    ::send(fd, half.data(), half.size(), MSG_NOSIGNAL);
+    held.push_back(fd);
+  }
+  ::usleep(200 * 1000);
+  // The same client's fifth: only probes (503 for the API).
+  const int fifth = Connect(server.port(), "127.0.0.2");
+  ASSERT_GE(fifth, 0);
+  const std::string refused =
+      SendAndRead(fifth, "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\n\r\nx");
+  EXPECT_NE(refused.find("HTTP/1.1 503"), std::string::npos) << refused;
+  ::close(fifth);
+  // Another client: served.
+  EXPECT_EQ(Call(server.port(), "POST", "/echo", "x").status, 200);
+  for (int fd : held) ::close(fd);
+}
+
+// An offloaded route (a checkpoint export) runs off the I/O thread: with
+// one I/O thread and the handler blocked, other routes are served; a
+// second request for an offloaded route meanwhile is 503 + Retry-After.
+TEST(ServerBoundsTest, OffloadedRouteOneAtATimeOffTheIoThread) {
+  ServerOptions options = TestOptions();
+  options.threads = 1;
+  Server server(options);
+  AddRoutes(server);
+  std::atomic<bool> release{false};
+  std::atomic<int> running{0};
+  server.Handle("GET", "/slow",
+                [&](const Request&, Response& response) {
+                  running.fetch_add(1);
+                  while (!release.load()) ::usleep(1000);
+                  response.body = "done";
+                },
+                {.offload = true});
+  ASSERT_TRUE(server.Start().ok());
+  std::string first;
+  std::thread slow(
+      [&] { first = RawExchange(server.port(), "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n", 5000); });
+  for (int i = 0; i < 200 && running.load() == 0; ++i) ::usleep(5000);
+  ASSERT_EQ(running.load(), 1);
+  EXPECT_EQ(Call(server.port(), "GET", "/healthz").status, 200);  // the I/O thread is free
+  auto second = Call(server.port(), "GET", "/slow");
+  EXPECT_EQ(second.status, 503) << second.body;
+  EXPECT_EQ(second.Header("retry-after"), "1");
+  release.store(true);
+  slow.join();
+  EXPECT_NE(first.find("HTTP/1.1 200"), std::string::npos) << first;
+  EXPECT_NE(first.find("done"), std::string::npos) << first;
+  EXPECT_EQ(Call(server.port(), "GET", "/slow").status, 200);  // the slot came back
+  server.Stop();
+}
+
 // The former server stays buildable and serving for the benchmark comparison.
 TEST(ServerTest, ThreadPerConnectionBackendServes) {
   ServerOptions options = TestOptions();
@@ -297,7 +592,12 @@ TEST(ClientTest, ParseUrl) {
   EXPECT_EQ(url->base_path, "/api");
   EXPECT_EQ(ParseUrl("127.0.0.1:9")->port, 9);
   EXPECT_EQ(ParseUrl("http://[::1]:81")->host, "::1");
-  EXPECT_FALSE(ParseUrl("https://x").ok());
+  auto https = ParseUrl("https://peer.example/api");
+  ASSERT_TRUE(https.ok());
+  EXPECT_TRUE(https->tls);
+  EXPECT_EQ(https->port, 443);
+  EXPECT_EQ(https->host, "peer.example");
+  EXPECT_FALSE(ParseUrl("http://x")->tls);
   EXPECT_FALSE(ParseUrl("http://x:0").ok());
   EXPECT_FALSE(ParseUrl("http://x:abc").ok());
 }

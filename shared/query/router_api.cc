@@ -173,8 +173,11 @@ void RouterApi::Register(http::Server& server) {
                 [this](const http::Request& rq, http::Response& rs) { Readyz(rq, rs); },
                 {.open = true});
   if (context_.checkpoint) {
+    // An export reads the whole checkpoint: off the I/O threads, one at a
+    // time, behind the token like every non-open route.
     server.Handle("GET", "/v1/checkpoint",
-                  [this](const http::Request& rq, http::Response& rs) { Checkpoint(rq, rs); });
+                  [this](const http::Request& rq, http::Response& rs) { Checkpoint(rq, rs); },
+                  {.offload = true});
   }
   server.Handle("GET", "/metrics",
                 [this](const http::Request& rq, http::Response& rs) { Metrics(rq, rs); },
@@ -195,6 +198,7 @@ void RouterApi::Checkpoint(const http::Request&, http::Response& response) const
 }
 
 bool RouterApi::Ready(std::string* reason) const {
+  if (context_.log_ready && !context_.log_ready(reason)) return false;
   if (context_.ingest_ready && !context_.ingest_ready()) {
     if (reason != nullptr) *reason = "ingest pipeline not ready";
     return false;

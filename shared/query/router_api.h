@@ -56,6 +56,9 @@ struct ApiContext {
   // The newest verified checkpoint, exported for a new replica (GET
   // /v1/checkpoint, storage::Checkpointer::ExportNewest); null = no route.
   std::function<StatusOr<std::string>(uint64_t* applied_seq)> checkpoint;
+  // Whether the log can be trusted now (JetStream: the stream exists and is
+  // the one this router applied); false fills *reason. Null = always.
+  std::function<bool(std::string* reason)> log_ready;
 };
 
 class RouterApi {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -298,6 +299,53 @@ TEST_F(RouterApiTest, SourceWithoutEngineEventsAndKnownModels) {
   // No ingest side (--nats): the applied events decide.
   EXPECT_EQ(rows[2]["worker"], "w1");
   EXPECT_EQ(rows[2]["last_event_unix_ms"], 1'700'000'000'000ull);
+}
+
+// GET /v1/checkpoint (issue #21): behind the token, run off the I/O
+// threads (with one I/O thread and an export under way, /v1/match is
+// answered) and one export at a time (a second meanwhile: 503 +
+// Retry-After).
+TEST_F(RouterApiTest, CheckpointOffTheIoThreadsOneAtATimeBehindTheToken) {
+  std::atomic<bool> release{false};
+  std::atomic<int> exports{0};
+  ApiContext context;
+  context.index = &index_;
+  context.apply = &loop_;
+  context.probe = &probe_;
+  context.registry = registry_.get();
+  context.checkpoint = [&](uint64_t* applied_seq) -> StatusOr<std::string> {
+    exports.fetch_add(1);
+    while (!release.load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    *applied_seq = 7;
+    return std::string("checkpoint-bytes");
+  };
+  RouterApi api(ApiOptions{}, context);
+  http::ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  options.threads = 1;
+  options.bearer_token = token_;
+  server_->Stop();
+  server_ = std::make_unique<http::Server>(options);
+  api.Register(*server_);
+  ASSERT_TRUE(server_->Start().ok());
+  EXPECT_EQ(Call("GET", "/v1/checkpoint", "", /*auth=*/false).status, 401);
+  EXPECT_EQ(exports.load(), 0);
+  http::ClientResponse first;
+  std::thread slow([&] { first = Call("GET", "/v1/checkpoint"); });
+  for (int i = 0; i < 400 && exports.load() == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ASSERT_EQ(exports.load(), 1);
+  EXPECT_EQ(Call("POST", "/v1/match", R"({"model": "m", "tokens": [1, 2, 3, 4]})").status, 200);
+  const http::ClientResponse second = Call("GET", "/v1/checkpoint");
+  EXPECT_EQ(second.status, 503) << second.body;
+  EXPECT_EQ(second.Header("retry-after"), "1");
+  release.store(true);
+  slow.join();
+  EXPECT_EQ(first.status, 200);
+  EXPECT_EQ(first.body, "checkpoint-bytes");
+  EXPECT_EQ(first.Header("x-kvindex-applied-seq"), "7");
+  server_->Stop();
 }
 
 }  // namespace

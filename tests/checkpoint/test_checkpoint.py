@@ -8,13 +8,15 @@ the same engines as the reference truth. Every process is stopped by its pid,
 also when a check fails; every loop is bounded.
 
 Usage: test_checkpoint.py BIN_DIR SCENARIO
-Scenarios: restart, kill9, damaged, disk_full, retention
+Scenarios: restart, kill9, damaged, disk_full, retention, bootstrap, bootstrap_hostile,
+  stream_identity
 """
 
 import glob
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -276,17 +278,23 @@ def scenario_retention(bin_dir):
         c.cleanup()
 
 
+def start_with_checkpoint(c):
+    """Starts the cluster, drives 300 batches, settles; returns its first
+    router once it wrote a checkpoint (a bootstrap peer)."""
+    c.start()
+    c.drive(300)
+    c.settle()
+    wait_written(c.routers[0], 1)
+    return c.routers[0]
+
+
 def scenario_bootstrap(bin_dir):
     """A new replica with an empty data dir starts from a peer's newest
     checkpoint (--bootstrap-from) and reads the stream only from its
     position on; a peer that does not answer leaves it to the log."""
     c = td.Cluster(bin_dir, [ne.NatsServer().start()], router_extra=FAST)
     try:
-        c.start()
-        c.drive(300)
-        c.settle()
-        peer = c.routers[0]
-        wait_written(peer, 1)
+        peer = start_with_checkpoint(c)
         fresh = ne.NatsRouter(bin_dir, c.url, FAST + [
             "--bootstrap-from", "http://127.0.0.1:%d" % peer.port])
         c.extra.append(fresh)
@@ -311,6 +319,250 @@ def scenario_bootstrap(bin_dir):
             m.group(1), digest, len(states)))
     finally:
         c.cleanup()
+
+
+class HostilePeer:
+    """A loopback "peer router" for --bootstrap-from that answers every
+    request with `head` and then `body_byte` forever (every `every` s),
+    recording the request headers it saw. Stopped by stop()."""
+
+    def __init__(self, head, body_byte=b"\0" * 65536, every=0.0, tls=None, once=False):
+        import socket
+        self.head, self.body_byte, self.every = head, body_byte, every
+        self.tls, self.once = tls, once
+        self.handshake_errors = []
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(8)
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.requests = []
+        self.done = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.done:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                continue
+            conn.settimeout(5)
+            try:
+                if self.tls is not None:
+                    try:
+                        conn = self.tls.wrap_socket(conn, server_side=True)
+                    except OSError as error:
+                        self.handshake_errors.append(str(error))
+                        continue
+                data = b""
+                while b"\r\n\r\n" not in data:
+                    chunk = conn.recv(4096)
+                    if not chunk:
+                        break
+                    data += chunk
+                self.requests.append(data.decode(errors="replace"))
+                conn.sendall(self.head)
+                while not self.done and not self.once:
+                    conn.sendall(self.body_byte)
+                    if self.every:
+                        time.sleep(self.every)
+            except OSError:
+                pass
+            finally:
+                conn.close()
+
+    def stop(self):
+        self.done = True
+        self.thread.join(10)
+        self.sock.close()
+
+
+def make_ca_and_cert(workdir, name):
+    """A CA and a server certificate for 127.0.0.1 signed by it (openssl CLI)."""
+    def run(*args):
+        subprocess.run(["openssl"] + list(args), check=True, capture_output=True, timeout=30)
+    ca_key, ca = os.path.join(workdir, name + "-ca.key"), os.path.join(workdir, name + "-ca.pem")
+    key, csr = os.path.join(workdir, name + ".key"), os.path.join(workdir, name + ".csr")
+    cert, ext = os.path.join(workdir, name + ".pem"), os.path.join(workdir, name + ".ext")
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", ca_key, "-out", ca,
+        "-days", "2", "-subj", "/CN=kvindex test CA " + name)
+    run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", csr, "-subj",
+        "/CN=127.0.0.1")
+    with open(ext, "w") as f:
+        f.write("subjectAltName=IP:127.0.0.1\n")
+    run("x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key, "-CAcreateserial", "-out", cert,
+        "-days", "2", "-extfile", ext)
+    return ca, cert, key
+
+
+def scenario_bootstrap_hostile(bin_dir):
+    """Issue #21's reproductions: a --bootstrap-from peer streaming zeros
+    without Content-Length drove the router to 1.97 GB and blocked its start
+    for minutes, ignoring SIGTERM; the router sent its API token over plain
+    HTTP. Now: refused at once (no Content-Length, or one past
+    --bootstrap-max-bytes), started from the log, the token never sent, and
+    a slow bootstrap ends at SIGTERM."""
+    server = ne.NatsServer().start()
+    token_dir = tempfile.mkdtemp(prefix="kvindex-token-")
+    token_file = os.path.join(token_dir, "token")
+    with open(token_file, "w") as f:
+        f.write("bootstrap-secret\n")
+    peers, routers = [], []
+    try:
+        zeros = HostilePeer(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n\r\n")
+        peers.append(zeros)
+        r = ne.NatsRouter(bin_dir, server.url, FAST + [
+            "--auth-token-file", token_file,
+            "--bootstrap-from", "http://127.0.0.1:%d" % zeros.port])
+        routers.append(r)
+        start = time.monotonic()
+        r.start().wait_ready(20)
+        took = time.monotonic() - start
+        rss = e2e.rss_mb(r.proc.pid)
+        logs = r.logs()
+        assert "no Content-Length" in logs and "starting from the log" in logs, logs[-3000:]
+        assert "not sending the API token over plain HTTP" in logs, logs[-3000:]
+        assert zeros.requests and all("bootstrap-secret" not in q for q in zeros.requests), \
+            zeros.requests
+        assert rss < 300, "RSS %.0f MB after a peer streamed zeros" % rss
+        assert r.stop() == 0
+
+        huge = HostilePeer(b"HTTP/1.1 200 OK\r\nContent-Length: 1073741824\r\n\r\n")
+        peers.append(huge)
+        r2 = ne.NatsRouter(bin_dir, server.url, FAST + [
+            "--bootstrap-max-bytes", "1000000",
+            "--bootstrap-from", "http://127.0.0.1:%d" % huge.port])
+        routers.append(r2)
+        r2.start().wait_ready(20)
+        assert "exceeds the limit of 1000000 bytes" in r2.logs(), r2.logs()[-3000:]
+        assert r2.stop() == 0
+
+        slow = HostilePeer(b"HTTP/1.1 200 OK\r\nContent-Length: 1000000\r\n\r\n",
+                           body_byte=b"\0", every=0.05)
+        peers.append(slow)
+        r3 = ne.NatsRouter(bin_dir, server.url, FAST + [
+            "--bootstrap-from", "http://127.0.0.1:%d" % slow.port])
+        routers.append(r3)
+        r3.start()
+        e2e.wait_for(lambda: slow.requests, 10, "the bootstrap request")
+        time.sleep(0.5)
+        stop_start = time.monotonic()
+        code = r3.stop(timeout=10)
+        stopped_in = time.monotonic() - stop_start
+        assert code == 0, (code, r3.logs()[-3000:])
+        assert stopped_in < 3, "SIGTERM took %.1f s during a bootstrap" % stopped_in
+        # https with --bootstrap-ca: the certificate is verified and only
+        # then does the token travel; a peer whose certificate another CA
+        # signed gets no request at all.
+        import ssl
+        ca, cert, key = make_ca_and_cert(token_dir, "peer")
+        other_ca, _, _ = make_ca_and_cert(token_dir, "other")
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(cert, key)
+        tls = HostilePeer(b"HTTP/1.1 404 Not Found\r\nContent-Length: 2\r\n\r\nno",
+                          tls=context, once=True)
+        peers.append(tls)
+        for ca_file, trusted in ((ca, True), (other_ca, False)):
+            seen = len(tls.requests)
+            r4 = ne.NatsRouter(bin_dir, server.url, FAST + [
+                "--auth-token-file", token_file, "--bootstrap-ca", ca_file,
+                "--bootstrap-from", "https://127.0.0.1:%d" % tls.port])
+            routers.append(r4)
+            r4.start().wait_ready(20)
+            logs = r4.logs()
+            if trusted:
+                assert len(tls.requests) == seen + 1, (tls.requests, logs[-3000:])
+                assert "Bearer bootstrap-secret" in tls.requests[-1], tls.requests[-1]
+                assert "answered 404" in logs, logs[-3000:]
+            else:
+                assert len(tls.requests) == seen, tls.requests
+                assert "not accepted" in logs, logs[-3000:]
+            assert "not sending the API token" not in logs, logs[-3000:]
+            assert r4.stop() == 0
+        print("bootstrap_hostile: ready in %.1f s at %.0f MB against a zero stream; a 1 GiB "
+              "Content-Length refused; SIGTERM during a slow bootstrap: stopped in %.2f s; "
+              "https: token sent only after the CA verified the peer" % (took, rss, stopped_in))
+    finally:
+        for r in routers:
+            try:
+                r.stop()
+            except AssertionError:
+                pass
+            r.cleanup()
+        for p in peers:
+            p.stop()
+        server.stop()
+        server.cleanup()
+        shutil.rmtree(token_dir, ignore_errors=True)
+
+
+def scenario_stream_identity(bin_dir):
+    """Issue #21's reproductions: a checkpoint from another cluster (position
+    2,421 on a stream ending at 50) was imported and reported ready; a router
+    restarted from its checkpoint on a wiped and recreated stream skipped the
+    new stream's first positions for good, and said ready while the stream
+    did not exist. Checkpoints now carry the stream's name and creation
+    time: one of another stream, or past its end, is refused (logged,
+    kvindex_checkpoint_refused_total) and the router rebuilds from the log;
+    /readyz fails while the stream is missing or was recreated under it."""
+    other = ne.NatsServer(name="other").start()
+    c = td.Cluster(bin_dir, [ne.NatsServer().start()], router_extra=FAST)
+    lone = None
+    try:
+        peer = start_with_checkpoint(c)
+        # Another cluster's router (an empty stream) bootstrapping from this
+        # one: the checkpoint is imported, then refused at restore.
+        lone = ne.NatsRouter(bin_dir, other.url, FAST + [
+            "--bootstrap-from", "http://127.0.0.1:%d" % peer.port])
+        lone.start().wait_ready(60)
+        logs = lone.logs()
+        assert "bootstrapped from" in logs, logs[-3000:]
+        assert "refused" in logs, logs[-3000:]
+        assert restored_positions(lone) == [], logs[-3000:]
+        assert lone.metric("kvindex_checkpoint_refused_total") >= 1
+        state = lone.state()
+        assert state["applied_seq"] == 0 and state["sources"] == 0, state
+        code = lone.stop()
+        assert code == 0, (code, lone.logs()[-3000:])
+
+        # The stream wiped and recreated under the cluster: the router that
+        # keeps running is no longer ready; one restarted from its
+        # checkpoint refuses it and reads the new stream from position 1.
+        victim = c.routers[1]
+        wait_written(victim, 1)
+        before = victim.state()["applied_seq"]  # its last checkpoint's position at the stop
+        assert before > 0
+        assert victim.stop() == 0
+        server = c.servers[0]
+        server.stop()
+        shutil.rmtree(os.path.join(server.dir, "js"), ignore_errors=True)
+        server.start()
+        e2e.wait_for(lambda: peer.request("GET", "/readyz")[0] == 503, 30,
+                     "the running router not ready on a recreated (or missing) stream")
+        reason = peer.request("GET", "/readyz")[2]
+        assert "stream" in str(reason), reason
+        c.drive(30)
+        victim.start().wait_ready(60)
+        vlogs = victim.logs()
+        assert "refused" in vlogs, vlogs[-3000:]
+        assert victim.metric("kvindex_checkpoint_refused_total") >= 1
+        assert len(restored_positions(victim)) == len(re.findall("restored checkpoint", vlogs))
+        # It reads the new stream from position 1 (the old code resumed at
+        # `before` + 1 and never applied the new stream's first positions).
+        state = victim.state()
+        assert 0 < state["applied_seq"] < before, (state, before)
+        print("stream_identity: another cluster's checkpoint refused; on a recreated stream the "
+              "running router went unready (%s) and the restarted one rebuilt from position 1 "
+              "(now at %d; its checkpoint was at %d)" % (
+                  reason.strip() if isinstance(reason, str) else reason, state["applied_seq"],
+                  before))
+    finally:
+        if lone is not None:
+            lone.cleanup()
+        c.cleanup()
+        other.cleanup()
 
 
 if __name__ == "__main__":

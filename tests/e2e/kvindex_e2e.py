@@ -83,6 +83,15 @@ def check_hash_vectors():
 
 # --- ports, processes ---------------------------------------------------------
 
+def rss_mb(pid):
+    """Resident memory of process `pid`, in MiB."""
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024.0
+    return 0.0
+
+
 def free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))

@@ -202,16 +202,39 @@ def check_deadlines(port):
     print("ok: header, body and idle deadlines")
 
 
+def connect_from(port, source_address):
+    """A connection from another loopback address: another client."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind((source_address, 0))
+    s.settimeout(10)
+    s.connect(("127.0.0.1", port))
+    return s
+
+
 def check_flood_and_shedding(bin_dir, source):
     router = e2e.Router(bin_dir, [source], extra_args=["--http-max-connections", "600"] + EXTRA)
     held = []
     try:
         router.start().wait_ready()
-        # 500 idle connections and 100 that send half a header: the limit.
+        # Issue #21's reproduction: idle connections from one client (600,
+        # the whole limit) kept /v1/workers out (503) for the idle timeout.
+        # Now the oldest idle one is closed for each newcomer.
+        for _ in range(600):
+            held.append(connect_from(router.port, "127.0.0.2"))
+        time.sleep(0.3)
+        for _ in range(3):
+            code, _, body = exchange(router.port, b"GET /v1/workers HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert code == 200, "idle connections kept /v1/workers out: %d %r" % (code, body)
+        for s in held:
+            s.close()
+        held = []
+        time.sleep(0.3)
+        # 600 busy connections (half a header each) from three clients
+        # (200 each, under the per-client limit of 300): the limit. Probes
+        # are still served at once, the API is shed with 503 + Retry-After.
         for i in range(600):
-            s = connect(router.port)
-            if i >= 500:
-                s.sendall(b"GET /v1/workers HTTP/1.1\r\nHost:")
+            s = connect_from(router.port, "127.0.0.%d" % (2 + i % 3))
+            s.sendall(b"GET /v1/workers HTTP/1.1\r\nHost:")
             held.append(s)
         time.sleep(0.3)
         worst = max(timed_healthz(router.port) for _ in range(20))
@@ -222,19 +245,140 @@ def check_flood_and_shedding(bin_dir, source):
                                              b"GET /v1/workers HTTP/1.1\r\nHost: x\r\n\r\n"),
                                     503, "too many connections")
         assert headers.get("retry-after") == "1", headers
+        # Under pressure (3/4 of the limit) a header gets 2 s, not the
+        # configured 10 s: the slow ones are gone well before that.
+        e2e.wait_for(lambda: router.request("GET", "/v1/workers")[0] == 200, 6,
+                     "/v1/workers served again once the slow headers timed out")
         for s in held:
             s.close()
         held = []
-        # Below the limit again: served.
-        e2e.wait_for(lambda: router.request("GET", "/v1/workers")[0] == 200, 10,
-                     "/v1/workers served again")
+        # One client past its share (300 requests in progress): its further
+        # requests are shed, another client's are served.
+        for _ in range(300):
+            s = connect_from(router.port, "127.0.0.5")
+            s.sendall(b"GET /v1/workers HTTP/1.1\r\nHost:")
+            held.append(s)
+        time.sleep(0.3)
+        with connect_from(router.port, "127.0.0.5") as s:
+            s.sendall(b"GET /v1/workers HTTP/1.1\r\nHost: x\r\n\r\n")
+            expect_json_error(read_response(s), 503, "too many connections")
+        code, _, _ = exchange(router.port, b"GET /v1/workers HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert code == 200, code
+        for s in held:
+            s.close()
+        held = []
         assert router.stop() == 0
-        print("ok: /healthz within %.1f ms under 600 held connections; 503 + Retry-After past "
-              "the limit" % (worst * 1000))
+        print("ok: idle connections closed for new ones; /healthz within %.1f ms under 600 held "
+              "connections; 503 + Retry-After past the limit; per-client share" % (worst * 1000))
     finally:
         for s in held:
             s.close()
         router.cleanup()
+
+
+def stream_until_closed(port, head, filler, total, seconds=4.0):
+    """Sends `head` then `filler` repeatedly (up to `total` bytes) until the
+    server answers or closes, or `seconds` pass; returns the reply."""
+    s = connect(port)
+    s.setblocking(False)
+    sent, reply = 0, b""
+    deadline = time.monotonic() + seconds
+    data = head
+    try:
+        while time.monotonic() < deadline and sent < total:
+            readable, writable, _ = select.select([s], [s], [], 0.1)
+            if readable:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                reply += chunk
+                continue
+            if writable:
+                try:
+                    n = s.send(data if data else filler)
+                except (BlockingIOError, InterruptedError):
+                    continue
+                except OSError:
+                    break
+                if data:
+                    data = data[n:]
+                else:
+                    sent += n
+    finally:
+        s.close()
+    return reply
+
+
+def check_memory_bounds(bin_dir, source):
+    """Issue #21's reproductions, measured on the router's RSS: a chunk
+    extension that never ends (1 GiB took a router from 42 MB to 1.12 GB,
+    even on the open /healthz of a router with a token), trailers that never
+    end, and many bodies at once (1,024 x 8 MiB allowed). Each is bounded:
+    RSS grows by less than 40 MB while 256 MiB are sent at it."""
+    with tempfile.NamedTemporaryFile("w", suffix=".token", delete=False) as f:
+        f.write(TOKEN + "\n")
+        token_file = f.name
+    router = e2e.Router(bin_dir, [source],
+                        extra_args=["--auth-token-file", token_file, "--max-body-bytes", "1048576",
+                                    "--http-max-body-total-bytes", "8388608"] + EXTRA)
+    held = []
+    try:
+        router.start().wait_ready()
+        base = e2e.rss_mb(router.proc.pid)
+        filler = b"e" * 65536
+        reply = stream_until_closed(router.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                                    b"Transfer-Encoding: chunked\r\n\r\n1;", filler, 256 << 20)
+        assert reply.startswith(b"HTTP/1.1 431"), reply[:200]
+        grown = e2e.rss_mb(router.proc.pid) - base
+        assert grown < 40, "a chunk extension grew the router by %.0f MB" % grown
+        reply = stream_until_closed(router.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                                    b"Transfer-Encoding: chunked\r\n\r\n0\r\n",
+                                    b"X-T: vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv\r\n" * 1000,
+                                    256 << 20)
+        assert reply.startswith(b"HTTP/1.1 431"), reply[:200]
+        grown = max(grown, e2e.rss_mb(router.proc.pid) - base)
+        assert grown < 40, "trailers grew the router by %.0f MB" % grown
+        # 64 clients announce 1 MiB bodies (authenticated) and send all but
+        # the last byte: at most 8 MiB of them are held, the rest get 503.
+        head = ("POST /v1/match HTTP/1.1\r\n" + auth() + "Content-Length: %d\r\n\r\n"
+                % (1 << 20)).encode()
+        refused = 0
+        for _ in range(64):
+            s = connect(router.port)
+            s.sendall(head)
+            held.append(s)
+        time.sleep(0.3)
+        for s in held:
+            s.setblocking(False)
+            try:
+                s.send(b"{" * ((1 << 20) - 1))
+            except OSError:
+                pass
+        time.sleep(0.5)
+        for s in held:
+            s.setblocking(True)
+            s.settimeout(0.2)
+            try:
+                if s.recv(64).startswith(b"HTTP/1.1 503"):
+                    refused += 1
+            except (socket.timeout, OSError):
+                pass
+        grown = max(grown, e2e.rss_mb(router.proc.pid) - base)
+        assert refused >= 50, "only %d of 64 bodies refused past an 8 MiB budget" % refused
+        assert grown < 40, "64 bodies of 1 MiB grew the router by %.0f MB" % grown
+        code, _, _ = exchange(router.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert code == 200, code
+        for s in held:
+            s.close()
+        held = []
+        assert router.stop() == 0
+        print("ok: chunk extension, trailers and 64 x 1 MiB bodies bounded (RSS +%.1f MB, %d "
+              "bodies refused with 503)" % (grown, refused))
+    finally:
+        for s in held:
+            s.close()
+        router.cleanup()
+        os.unlink(token_file)
 
 
 def check_startup(bin_dir, source):
@@ -300,6 +444,7 @@ def main():
     run_check("token_file", check_token_file)
     try:
         run_check("flood_and_shedding", check_flood_and_shedding, bin_dir, source)
+        run_check("memory_bounds", check_memory_bounds, bin_dir, source)
         run_check("startup", check_startup, bin_dir, source)
     finally:
         engine.close()

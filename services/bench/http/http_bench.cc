@@ -395,6 +395,7 @@ int RunHttpBench(int argc, char** argv) {
     server_options.backend = backend;
     server_options.threads = event_loop ? o.io_threads : http_threads;
     server_options.max_connections = o.idle_connections + o.connections + 64;
+    server_options.max_connections_per_client = server_options.max_connections;  // one client: wrk
     http::Server server(server_options);
     api.Register(server);
     if (Status status = server.Start(); !status.ok()) {

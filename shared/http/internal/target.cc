@@ -63,6 +63,12 @@ bool ParseTarget(std::string_view raw, Target* target, std::string* error) {
       *error = "request target path encodes a NUL or control byte";
       return false;
     }
+    if (byte == '/') {
+      // Decoded, "/a%2Fb" would name "/a/b": a route (or a proxy's rule)
+      // the client did not write. Refused rather than guessed.
+      *error = "request target path encodes '/' (%2F)";
+      return false;
+    }
     target->path.push_back(static_cast<char>(byte));
     i += 2;
   }

@@ -36,5 +36,17 @@ TEST(TargetTest, RefusesNulControlAndOtherForms) {
   EXPECT_FALSE(ParseTarget("", &target, &error));
 }
 
+// "/v1%2Fmatch" decoded would be "/v1/match": a path the client did not
+// write (a proxy allowing "/v1%2F..." would let it reach /v1/match).
+TEST(TargetTest, RefusesEncodedSlash) {
+  Target target;
+  std::string error;
+  EXPECT_FALSE(ParseTarget("/v1%2Fmatch", &target, &error));
+  EXPECT_NE(error.find("%2F"), std::string::npos) << error;
+  EXPECT_FALSE(ParseTarget("/v1%2fmatch", &target, &error));
+  ASSERT_TRUE(ParseTarget("/v1/match?x=%2F", &target, &error)) << error;  // query untouched
+  EXPECT_EQ(target.path, "/v1/match");
+}
+
 }  // namespace
 }  // namespace kvindex::http::internal
