@@ -10,6 +10,15 @@
 #include "shared/index/internal/row_order.h"
 
 namespace kvindex::index::internal {
+
+// A locator entry names every node the arena can hold and every offset a
+// node can have.
+static_assert((uint64_t{NodeArena::kMaxChunks} << NodeArena::kUnitBits) <=
+                  uint64_t{1} << BlockLocator::kRefBits,
+              "arena references must fit the locator's reference field");
+static_assert(kMaxNodeBlocks <= uint64_t{1} << BlockLocator::kOffsetBits,
+              "node offsets must fit the locator's offset field");
+
 namespace {
 
 constexpr size_t kInitialCapacity = 1024;
@@ -54,29 +63,26 @@ ModelIndex::ModelIndex(std::string model, MemoryCounter* memory, const ModelLimi
       locator_(locator.release()),
       ids_(0, absl::Hash<SourceKey>(), std::equal_to<SourceKey>(),
            CountingAllocator<std::pair<const SourceKey, uint32_t>>(memory)),
-      free_ids_(CountingAllocator<uint32_t>(memory)),
-      records_(new std::atomic<SourceRecord*>[kMaxSources]),
-      ranks_(new std::atomic<uint32_t>[kMaxSources]) {
-  for (uint32_t i = 0; i < kMaxSources; ++i) {
-    records_[i].store(nullptr, std::memory_order_relaxed);
-    ranks_[i].store(0, std::memory_order_relaxed);
+      free_ids_(CountingAllocator<uint32_t>(memory)) {
+  // Without address space for them no source is ever added (counted as over
+  // the source limit: fail closed).
+  if (!records_.Reserve(kMaxSources, memory) || !ranks_.Reserve(kMaxSources, memory)) {
+    no_sources_ = true;
   }
-  memory_->Add((sizeof(std::atomic<SourceRecord*>) + sizeof(std::atomic<uint32_t>)) * kMaxSources +
-               sizeof(ModelIndex));
+  memory_->Add(sizeof(ModelIndex));
 }
 
 ModelIndex::~ModelIndex() {
   delete locator_.load(std::memory_order_relaxed);
   for (ChainNode* node : nodes_) ChainNode::Destroy(node);
-  for (uint32_t i = 0; i < kMaxSources; ++i) {
+  for (uint32_t i = 0; i < records_.size(); ++i) {
     SourceRecord* rec = records_[i].load(std::memory_order_relaxed);
     if (rec != nullptr) {
       memory_->Sub(RecordBytes(*rec));
       delete rec;
     }
   }
-  memory_->Sub((sizeof(std::atomic<SourceRecord*>) + sizeof(std::atomic<uint32_t>)) * kMaxSources +
-               sizeof(ModelIndex));
+  memory_->Sub(sizeof(ModelIndex));
 }
 
 void ModelIndex::SetBlockSize(uint32_t block_size) {
@@ -99,7 +105,9 @@ SourceRecord* ModelIndex::FindOrAddSource(const SourceKey& source) {
     free_ids_.pop_back();
   } else {
     id = id_limit_.load(std::memory_order_relaxed);
-    if (id >= kMaxSources) return nullptr;
+    if (no_sources_ || id >= kMaxSources) return nullptr;
+    // Readers see the new id only after id_limit_ or a node bit publishes it.
+    if (!records_.EnsureSize(id + 1) || !ranks_.EnsureSize(id + 1)) return nullptr;
   }
   auto* rec = new SourceRecord;
   rec->key = source;
@@ -453,11 +461,13 @@ static size_t ExtendRun(const ChainNode* node, uint32_t offset, std::span<const 
   return j;
 }
 
-size_t ModelIndex::Store(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
+size_t ModelIndex::Store(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes,
+                         bool* over_source_limit) {
   if (hashes.empty()) return 0;
   SourceRecord* rec = FindOrAddSource(source);
   if (rec == nullptr) {
     over_source_limit_.fetch_add(1, std::memory_order_relaxed);
+    *over_source_limit = true;
     return 0;
   }
   const size_t n = hashes.size();
@@ -763,22 +773,9 @@ void ModelIndex::ClearIds(const std::vector<uint32_t>& ids) {
 
 void ModelIndex::ForEachEntry(
     const std::function<void(const SourceKey&, Tier, uint64_t)>& fn) const {
-  for (const ChainNode* node : nodes_) {
-    const uint32_t b = node->begin.load(std::memory_order_relaxed);
-    const uint32_t e = node->end.load(std::memory_order_relaxed);
-    if (b == e) continue;
-    for (uint32_t g = 0; g < node->num_groups; ++g) {
-      const HolderGroup& hg = node->group(g);
-      for (int t = 0; t < kNumTiers; ++t) {
-        for (uint64_t bits = hg.tiers[t].load(std::memory_order_relaxed); bits != 0;
-             bits &= bits - 1) {
-          const uint32_t id = hg.group * kGroupBits + std::countr_zero(bits);
-          const SourceKey& key = records_[id].load(std::memory_order_relaxed)->key;
-          for (uint32_t x = b; x < e; ++x) fn(key, static_cast<Tier>(t), node->hashes()[x]);
-        }
-      }
-    }
-  }
+  ForEachRun([&](const SourceKey& key, Tier tier, std::span<const uint64_t> hashes) {
+    for (uint64_t hash : hashes) fn(key, tier, hash);
+  });
 }
 
 // ---------------------------------------------------------------- readers
