@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "shared/index/internal/huge_pages.h"
+
 namespace kvindex::index::internal {
 namespace {
 
@@ -22,16 +24,8 @@ GrowingMapping::~GrowingMapping() {
 bool GrowingMapping::Reserve(size_t bytes, size_t alignment, MemoryCounter* memory) {
   const size_t size = RoundUp(std::max<size_t>(bytes, 1), kPage);
   alignment = std::max(alignment, kPage);
-  // One alignment more than needed, trimmed to an aligned range.
-  const size_t span = size + alignment - kPage;
-  void* p = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return false;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t aligned = RoundUp(start, alignment);
-  if (aligned > start) munmap(p, aligned - start);
-  const uintptr_t tail = aligned + size;
-  if (start + span > tail) munmap(reinterpret_cast<void*>(tail), start + span - tail);
-  base_ = reinterpret_cast<char*>(aligned);
+  base_ = static_cast<char*>(ReserveAligned(size, alignment));
+  if (base_ == nullptr) return false;
   reserved_ = size;
   memory_ = memory;
   return true;

@@ -47,15 +47,14 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "shared/index/index_types.h"
 #include "shared/index/internal/block_locator.h"
 #include "shared/index/internal/chain_node.h"
 #include "shared/index/internal/grace_period.h"
-#include "shared/index/internal/growing_mapping.h"
 #include "shared/index/internal/memory.h"
 #include "shared/index/internal/node_arena.h"
 #include "shared/index/internal/read_sync.h"
+#include "shared/index/internal/source_table.h"
 #include "shared/model/source_key.h"
 #include "shared/model/tier.h"
 
@@ -69,14 +68,6 @@ struct ModelLimits {
   // The arena's hard limit (tests lower it); new entries stop max_chunks/64
   // chunks (at least one) below it.
   uint32_t max_chunks = NodeArena::kMaxChunks;
-};
-
-struct SourceRecord {
-  SourceKey key;
-  std::string digest_prefix;  // see entry_digest.h
-  uint32_t id = 0;
-  std::atomic<uint64_t> entries[kNumTiers] = {};
-  uint64_t total = 0;  // writer only
 };
 
 class ModelIndex {
@@ -150,11 +141,9 @@ class ModelIndex {
   // compaction) stop below the reserve that removals' splits may use.
   enum class Purpose { kNewEntries, kRemoval };
 
-  SourceRecord* FindSource(const SourceKey& source) const;
+  // The source's record, added (and the sources reranked) when new;
+  // nullptr past kMaxSources.
   SourceRecord* FindOrAddSource(const SourceKey& source);
-  // Writer, inside a seqlock bracket: ranks_ = every source's position in
-  // SourceKey order.
-  void Rerank();
   void CountDelta(SourceRecord* rec, Tier tier, int64_t delta);
   uint64_t DigestRange(const SourceRecord* rec, Tier tier, const ChainNode* node, uint32_t lo,
                        uint32_t hi) const;
@@ -225,24 +214,13 @@ class ModelIndex {
   // reader whose probe missed during an erase probes once more.
   std::atomic<uint64_t> erase_epoch_{0};
 
-  // Source ids: writer-side lookup plus a reader-visible id -> record array.
-  using IdMap =
-      absl::flat_hash_map<SourceKey, uint32_t, absl::Hash<SourceKey>, std::equal_to<SourceKey>,
-                          CountingAllocator<std::pair<const SourceKey, uint32_t>>>;
-  IdMap ids_;
-  std::vector<uint32_t, CountingAllocator<uint32_t>> free_ids_;
-  // Both committed as ids are handed out (a model costs what it holds).
-  GrowingArray<std::atomic<SourceRecord*>> records_;
-  std::atomic<uint32_t> id_limit_{0};  // ids ever handed out (max id + 1)
-  // Position of each id's SourceKey among all sources (worker, then dp_rank):
-  // a query orders its rows by (longest desc, rank) without comparing strings.
-  GrowingArray<std::atomic<uint32_t>> ranks_;
+  // Source ids: records and ranks for readers (source_table.h).
+  SourceTable sources_;
 
   std::atomic<uint64_t> entries_[kNumTiers] = {};
   std::atomic<uint64_t> digest_{0};
   std::atomic<uint64_t> sources_with_entries_{0};
   std::atomic<uint64_t> over_source_limit_{0};  // stored events not indexed
-  bool no_sources_ = false;                     // the id tables could not be reserved
 };
 
 template <typename Fn>
@@ -258,7 +236,7 @@ void ModelIndex::ForEachRun(const Fn& fn) const {
         for (uint64_t bits = hg.tiers[t].load(std::memory_order_relaxed); bits != 0;
              bits &= bits - 1) {
           const uint32_t id = hg.group * kGroupBits + std::countr_zero(bits);
-          fn(records_[id].load(std::memory_order_relaxed)->key, static_cast<Tier>(t), hashes);
+          fn(sources_.record(id, std::memory_order_relaxed)->key, static_cast<Tier>(t), hashes);
         }
       }
     }
