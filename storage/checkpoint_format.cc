@@ -95,31 +95,36 @@ bool ParseKey(std::string_view key, uint64_t* id, bool* manifest, uint32_t* chun
   return false;
 }
 
+bool ChunkEncoder::Next(std::string* chunk) {
+  chunk->clear();
+  chunk->reserve(kChunkBytes + 64);
+  while (run_ < image_.runs.size()) {
+    const CheckpointRun& run = image_.runs[run_];
+    if (at_ < run.begin) at_ = run.begin;
+    if (at_ >= run.end) {
+      ++run_;
+      continue;
+    }
+    if (chunk->size() + 32 >= kChunkBytes) return true;
+    const uint64_t room = (kChunkBytes - chunk->size() - 32) / 8;
+    const uint64_t n = std::min<uint64_t>(run.end - at_, std::max<uint64_t>(room, 1));
+    PutVarint(chunk, run.model);
+    PutVarint(chunk, run.source);
+    chunk->push_back(static_cast<char>(run.tier));
+    PutVarint(chunk, n);
+    const size_t offset = chunk->size();
+    chunk->resize(offset + n * 8);
+    std::memcpy(chunk->data() + offset, image_.hashes.data() + at_, n * 8);
+    at_ += n;
+  }
+  return !chunk->empty();
+}
+
 std::vector<std::string> EncodeChunks(const CheckpointImage& image) {
   std::vector<std::string> chunks;
-  std::string current;
-  current.reserve(kChunkBytes + 64);
-  for (const CheckpointRun& run : image.runs) {
-    uint64_t at = run.begin;
-    while (at < run.end) {
-      if (current.size() + 32 >= kChunkBytes) {
-        chunks.push_back(std::move(current));
-        current.clear();
-        current.reserve(kChunkBytes + 64);
-      }
-      const uint64_t room = (kChunkBytes - current.size() - 32) / 8;
-      const uint64_t n = std::min<uint64_t>(run.end - at, std::max<uint64_t>(room, 1));
-      PutVarint(&current, run.model);
-      PutVarint(&current, run.source);
-      current.push_back(static_cast<char>(run.tier));
-      PutVarint(&current, n);
-      const size_t offset = current.size();
-      current.resize(offset + n * 8);
-      std::memcpy(current.data() + offset, image.hashes.data() + at, n * 8);
-      at += n;
-    }
-  }
-  if (!current.empty()) chunks.push_back(std::move(current));
+  ChunkEncoder encoder(image);
+  std::string chunk;
+  while (encoder.Next(&chunk)) chunks.push_back(std::move(chunk));
   return chunks;
 }
 

@@ -63,7 +63,21 @@ struct Manifest {
 std::vector<std::pair<std::string, std::string>> EncodeIngest(uint64_t id,
                                                               const CheckpointImage& image);
 
-// Appends the image's runs as data chunks of about kChunkBytes.
+// The image's runs as data chunks of about kChunkBytes, one at a time, so a
+// writer holds one chunk, not the whole encoded checkpoint.
+class ChunkEncoder {
+ public:
+  explicit ChunkEncoder(const CheckpointImage& image) : image_(image) {}
+  // The next chunk into *chunk (its buffer reused); false after the last.
+  bool Next(std::string* chunk);
+
+ private:
+  const CheckpointImage& image_;
+  size_t run_ = 0;
+  uint64_t at_ = 0;  // next hash of image_.runs[run_]
+};
+
+// Every chunk at once (tests; CheckpointStore streams them).
 std::vector<std::string> EncodeChunks(const CheckpointImage& image);
 std::string EncodeManifest(const CheckpointImage& image, uint64_t chunks, uint64_t chunk_bytes);
 

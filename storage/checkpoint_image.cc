@@ -53,38 +53,39 @@ CheckpointImage CaptureCheckpoint(const index::IndexInterface& index,
         {model, index.BlockSize(model).value_or(0), index.DistinctBlocks(model)});
   }
   absl::flat_hash_map<SourceKey, uint32_t> source_ids;
-  // ForEachEntry visits a node's blocks per holder: consecutive entries of
-  // one (model, source, tier) form a run.
+  // ForEachRun hands over a node's blocks per holder, in place: the model
+  // and source are looked up once per run, not per entry, and the hashes
+  // copied as a block. Consecutive runs of one (model, source, tier) merge.
   uint32_t model_id = 0;
   bool have_model = false;
   SourceKey last_source;
   uint32_t last_source_id = UINT32_MAX;
-  index.ForEachEntry(
-      [&](std::string_view model, const SourceKey& source, Tier tier, uint64_t hash) {
-        if (!have_model || image.models[model_id].name != model) {
-          model_id = 0;
-          while (model_id < image.models.size() && image.models[model_id].name != model) ++model_id;
-          if (model_id == image.models.size()) {
-            image.models.push_back({std::string(model), index.BlockSize(model).value_or(0),
-                                    index.DistinctBlocks(model)});
-          }
-          have_model = true;
-        }
-        if (last_source_id == UINT32_MAX || !(source == last_source)) {
-          auto [it, added] =
-              source_ids.try_emplace(source, static_cast<uint32_t>(image.sources.size()));
-          if (added) image.sources.push_back(source);
-          last_source = source;
-          last_source_id = it->second;
-        }
-        if (image.runs.empty() || image.runs.back().model != model_id ||
-            image.runs.back().source != last_source_id || image.runs.back().tier != tier) {
-          image.runs.push_back(
-              {model_id, last_source_id, tier, image.hashes.size(), image.hashes.size()});
-        }
-        image.hashes.push_back(hash);
-        image.runs.back().end += 1;
-      });
+  index.ForEachRun([&](std::string_view model, const SourceKey& source, Tier tier,
+                       std::span<const uint64_t> hashes) {
+    if (!have_model || image.models[model_id].name != model) {
+      model_id = 0;
+      while (model_id < image.models.size() && image.models[model_id].name != model) ++model_id;
+      if (model_id == image.models.size()) {
+        image.models.push_back(
+            {std::string(model), index.BlockSize(model).value_or(0), index.DistinctBlocks(model)});
+      }
+      have_model = true;
+    }
+    if (last_source_id == UINT32_MAX || !(source == last_source)) {
+      auto [it, added] =
+          source_ids.try_emplace(source, static_cast<uint32_t>(image.sources.size()));
+      if (added) image.sources.push_back(source);
+      last_source = source;
+      last_source_id = it->second;
+    }
+    if (image.runs.empty() || image.runs.back().model != model_id ||
+        image.runs.back().source != last_source_id || image.runs.back().tier != tier) {
+      image.runs.push_back(
+          {model_id, last_source_id, tier, image.hashes.size(), image.hashes.size()});
+    }
+    image.hashes.insert(image.hashes.end(), hashes.begin(), hashes.end());
+    image.runs.back().end += hashes.size();
+  });
   if (agents != nullptr) image.agents = agents->Agents();
   image.created_unix_ms =
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(

@@ -179,30 +179,40 @@ StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const std::stri
 StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
   if (options_.read_only) return absl::FailedPreconditionError("checkpoint store is read-only");
   const uint64_t id = next_id_;
-  std::vector<std::string> chunks = format::EncodeChunks(image);
-  uint64_t chunk_bytes = 0;
-  for (const std::string& chunk : chunks) chunk_bytes += chunk.size();
-  Records records;
-  records.reserve(chunks.size() + image.ingest.size() + 1);
-  for (size_t c = 0; c < chunks.size(); ++c) {
-    records.emplace_back(format::ChunkKey(id, static_cast<uint32_t>(c)), std::move(chunks[c]));
-  }
-  for (auto& record : format::EncodeIngest(id, image)) records.push_back(std::move(record));
-  records.emplace_back(format::ManifestKey(id),
-                       format::EncodeManifest(image, chunks.size(), chunk_bytes));
-  uint64_t bytes = 0;
-  for (const auto& [key, value] : records) bytes += value.size();
-  KVINDEX_RETURN_IF_ERROR(WriteRecords(id, records));
-  CheckpointInfo info = Describe(id, image, chunks.size(), bytes);
+  std::vector<std::pair<std::string, std::string>> ingest = format::EncodeIngest(id, image);
+  // What the file will hold, for the free-space check: the hashes, a run
+  // header per chunk-sized piece of a run (at most 32 bytes), the rest.
+  uint64_t estimate = image.hashes.size() * 8 + image.runs.size() * 32 + (uint64_t{1} << 16);
+  for (const auto& [key, value] : ingest) estimate += key.size() + value.size();
+  // Chunks are encoded one at a time straight into the SST writer: the
+  // encoded checkpoint is never held in memory whole.
+  uint64_t chunks = 0, chunk_bytes = 0, bytes = 0;
+  KVINDEX_RETURN_IF_ERROR(WriteRecords(id, estimate, [&](const PutRecord& put) -> Status {
+    format::ChunkEncoder encoder(image);
+    std::string chunk;
+    while (encoder.Next(&chunk)) {
+      KVINDEX_RETURN_IF_ERROR(put(format::ChunkKey(id, static_cast<uint32_t>(chunks)), chunk));
+      ++chunks;
+      chunk_bytes += chunk.size();
+    }
+    bytes = chunk_bytes;
+    for (const auto& [key, value] : ingest) {
+      KVINDEX_RETURN_IF_ERROR(put(key, value));
+      bytes += value.size();
+    }
+    const std::string manifest = format::EncodeManifest(image, chunks, chunk_bytes);
+    bytes += manifest.size();
+    return put(format::ManifestKey(id), manifest);
+  }));
+  intact_.insert(id);  // just written whole
+  CheckpointInfo info = Describe(id, image, chunks, bytes);
   if (Status pruned = Prune(options_.keep); !pruned.ok()) {
     log::Get("storage")->warn("pruning old checkpoints: {}", pruned.ToString());
   }
   return info;
 }
 
-Status CheckpointStore::WriteRecords(uint64_t id, const Records& records) {
-  uint64_t data = 0;
-  for (const auto& [key, value] : records) data += key.size() + value.size();
+Status CheckpointStore::WriteRecords(uint64_t id, uint64_t data, const RecordSource& records) {
   // Refuse early rather than let RocksDB run into a full or read-only
   // file system (see sticky_error_fs.h): the file, its index, and room
   // for RocksDB's MANIFEST.
@@ -240,10 +250,17 @@ Status CheckpointStore::WriteRecords(uint64_t id, const Records& records) {
     return FromRocks(s, what);
   };
   if (rocksdb::Status s = writer->Open(path); !s.ok()) return fail(s, "create checkpoint file");
-  for (const auto& [key, value] : records) {
-    if (rocksdb::Status s = writer->Put(key, value); !s.ok()) {
-      return fail(s, "write checkpoint file");
-    }
+  rocksdb::Status put_status;
+  const Status emitted = records([&](std::string_view key, std::string_view value) -> Status {
+    put_status = writer->Put(rocksdb::Slice(key.data(), key.size()),
+                             rocksdb::Slice(value.data(), value.size()));
+    return put_status.ok() ? Status() : absl::UnavailableError("checkpoint file write failed");
+  });
+  if (!put_status.ok()) return fail(put_status, "write checkpoint file");
+  if (!emitted.ok()) {
+    writer.reset();
+    fs::remove(path, ec);
+    return emitted;
   }
   if (rocksdb::Status s = writer->Finish(); !s.ok()) return fail(s, "finish checkpoint file");
   writer.reset();
@@ -318,7 +335,12 @@ StatusOr<CheckpointInfo> CheckpointStore::Import(std::string_view exported) {
   if (records.empty() || records.back().first != format::ManifestKey(id)) {
     return absl::DataLossError("exported checkpoint: no manifest");
   }
-  KVINDEX_RETURN_IF_ERROR(WriteRecords(id, records));
+  uint64_t data = 0;
+  for (const auto& [key, value] : records) data += key.size() + value.size();
+  KVINDEX_RETURN_IF_ERROR(WriteRecords(id, data, [&](const PutRecord& put) -> Status {
+    for (const auto& [key, value] : records) KVINDEX_RETURN_IF_ERROR(put(key, value));
+    return Status();
+  }));
   // Verified like any other before it counts: a bad one goes again.
   if (StatusOr<CheckpointImage> image = Load(id, /*verify_digest=*/true); !image.ok()) {
     const std::string b = format::RangeBegin(id), e = format::RangeBegin(id + 1);
@@ -326,24 +348,55 @@ StatusOr<CheckpointInfo> CheckpointStore::Import(std::string_view exported) {
         .PermitUncheckedError();
     return image.status();
   }
+  intact_.insert(id);
   for (const CheckpointInfo& info : List()) {
     if (info.id == id) return info;
   }
   return absl::InternalError("imported checkpoint not listed");
 }
 
+bool CheckpointStore::Intact(const CheckpointInfo& info) {
+  if (!info.manifest_status.ok()) return false;
+  if (intact_.contains(info.id)) return true;
+  // Read once (chunks, RocksDB block checksums, counts), then remembered.
+  CheckpointImage manifest;
+  const Status read =
+      Stream(info.id, &manifest,
+             [](std::vector<CheckpointRun>&&, std::vector<uint64_t>&&) { return Status(); });
+  if (!read.ok()) {
+    log::Get("storage")->warn("checkpoint {} is damaged ({}); it does not count as kept", info.id,
+                              read.ToString());
+    return false;
+  }
+  intact_.insert(info.id);
+  return true;
+}
+
 Status CheckpointStore::Prune(size_t keep) {
   const std::vector<CheckpointInfo> all = List();
   if (all.size() <= keep) return absl::OkStatus();
-  const uint64_t first_kept = all[keep - 1].id;
+  // The newest `keep` checkpoints that read back whole stay, with whatever
+  // is newer than the oldest of them: a damaged checkpoint never counts
+  // towards `keep`, so it never pushes out the last good fallback.
+  size_t good = 0;
+  uint64_t first_kept = 0;
+  for (const CheckpointInfo& info : all) {
+    if (good == keep) break;
+    if (!Intact(info)) continue;
+    ++good;
+    first_kept = info.id;
+  }
+  if (good == 0) return absl::OkStatus();  // nothing known good: keep everything
   const std::string begin = format::RangeBegin(0);
   const std::string end = format::RangeBegin(first_kept);
   rocksdb::Slice b(begin), e(end);
   // Whole files go at once; DeleteRange covers anything left in between.
   KVINDEX_RETURN_IF_ERROR(FromRocks(
       rocksdb::DeleteFilesInRange(db_.get(), db_->DefaultColumnFamily(), &b, &e), "prune"));
-  return FromRocks(db_->DeleteRange(rocksdb::WriteOptions(), db_->DefaultColumnFamily(), b, e),
-                   "prune");
+  KVINDEX_RETURN_IF_ERROR(FromRocks(
+      db_->DeleteRange(rocksdb::WriteOptions(), db_->DefaultColumnFamily(), b, e), "prune"));
+  std::erase_if(intact_, [&](uint64_t id) { return id < first_kept; });
+  return absl::OkStatus();
 }
 
 std::vector<CheckpointInfo> CheckpointStore::List() const {

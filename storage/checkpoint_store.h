@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -94,6 +95,9 @@ class CheckpointStore {
   Status Stream(uint64_t id, CheckpointImage* manifest,
                 const std::function<Status(std::vector<CheckpointRun>&& runs,
                                            std::vector<uint64_t>&& hashes)>& on_chunk) const;
+  // Keeps the newest `keep` checkpoints that read back whole (a damaged one
+  // does not count) and anything newer; removes the rest. Reads an older
+  // checkpoint this process did not write once, to know it is whole.
   Status Prune(size_t keep);
 
   // Every record of checkpoint `id` as one self-checking blob (XXH3 over it),
@@ -111,8 +115,14 @@ class CheckpointStore {
  private:
   CheckpointStore(std::string dir, CheckpointStoreOptions options, std::unique_ptr<rocksdb::DB> db);
   using Records = std::vector<std::pair<std::string, std::string>>;
-  // One SST of `records` (sorted keys of checkpoint `id`), ingested atomically.
-  Status WriteRecords(uint64_t id, const Records& records);
+  using PutRecord = std::function<Status(std::string_view key, std::string_view value)>;
+  using RecordSource = std::function<Status(const PutRecord& put)>;
+  // One SST of the records `records` puts (sorted keys of checkpoint `id`,
+  // about `data` bytes, checked against the free space), ingested
+  // atomically.
+  Status WriteRecords(uint64_t id, uint64_t data, const RecordSource& records);
+  // Writer: `info`'s manifest decodes and its data reads back whole.
+  bool Intact(const CheckpointInfo& info);
 
   const std::string dir_;
   const CheckpointStoreOptions options_;
@@ -120,6 +130,7 @@ class CheckpointStore {
   std::shared_ptr<internal::StickyErrorFileSystem> sticky_fs_;  // for checkpoint files
   std::unique_ptr<rocksdb::Env> writer_env_;
   uint64_t next_id_ = 1;
+  std::set<uint64_t> intact_;  // writer only: checkpoints known to read back whole
 };
 
 }  // namespace kvindex::storage

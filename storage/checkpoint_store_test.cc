@@ -357,6 +357,72 @@ TEST(CheckpointStoreTest, StreamIdentityRoundTripsAndRefusalSkips) {
   EXPECT_EQ(accepted_into.Stats().digest, source.Stats().digest);
 }
 
+// [new, damaged, older good] with keep = 2: the damaged one does not count,
+// so the older good one stays as the fallback (it used to be pruned, leaving
+// nothing to fall back to once the newest failed too).
+TEST(CheckpointStoreTest, PruneKeepsAGoodFallbackPastADamagedCheckpoint) {
+  for (bool truncate : {false, true}) {
+    SCOPED_TRACE(truncate ? "truncated" : "garbled");
+    TempDir dir;
+    const std::string db = dir.path() + "/db";
+    index::KvIndex source;
+    uint64_t good_id = 0, good_digest = 0;
+    {
+      auto store = CheckpointStore::Open(db, {.keep = 2});
+      ASSERT_TRUE(store.ok());
+      Fill(&source, 1, 2000);
+      good_digest = source.Stats().digest;
+      auto good = (*store)->Write(CaptureCheckpoint(source, nullptr));
+      ASSERT_TRUE(good.ok());
+      good_id = good->id;
+      Fill(&source, 2, 4000);
+      ASSERT_TRUE((*store)->Write(CaptureCheckpoint(source, nullptr)).ok());
+    }
+    DamageNewest(db, truncate);
+    {
+      auto store = CheckpointStore::Open(db, {.keep = 2});
+      ASSERT_TRUE(store.ok()) << store.status();
+      Fill(&source, 3, 500);
+      ASSERT_TRUE((*store)->Write(CaptureCheckpoint(source, nullptr)).ok());
+      std::vector<uint64_t> ids;
+      for (const CheckpointInfo& info : (*store)->List()) ids.push_back(info.id);
+      EXPECT_NE(std::find(ids.begin(), ids.end(), good_id), ids.end())
+          << "the only good fallback was pruned";
+      // A second write prunes what is now older than two good ones.
+      ASSERT_TRUE((*store)->Write(CaptureCheckpoint(source, nullptr)).ok());
+      ids.clear();
+      for (const CheckpointInfo& info : (*store)->List()) ids.push_back(info.id);
+      EXPECT_EQ(std::find(ids.begin(), ids.end(), good_id), ids.end());
+    }
+    // Back to [new, damaged, older good]: the newest damaged as well, the
+    // restore lands on the good one.
+    TempDir dir2;
+    const std::string db2 = dir2.path() + "/db";
+    {
+      auto store = CheckpointStore::Open(db2, {.keep = 2});
+      ASSERT_TRUE(store.ok());
+      ASSERT_TRUE((*store)->Write(CaptureCheckpoint(source, nullptr)).ok());
+      good_digest = source.Stats().digest;
+      good_id = (*store)->List()[0].id;
+      Fill(&source, 4, 300);
+      ASSERT_TRUE((*store)->Write(CaptureCheckpoint(source, nullptr)).ok());
+    }
+    DamageNewest(db2, truncate);
+    {
+      auto store = CheckpointStore::Open(db2, {.keep = 2});
+      ASSERT_TRUE(store.ok());
+      Fill(&source, 5, 300);
+      ASSERT_TRUE((*store)->Write(CaptureCheckpoint(source, nullptr)).ok());
+    }
+    DamageNewest(db2, truncate);
+    auto store = CheckpointStore::Open(db2, {.keep = 2});
+    ASSERT_TRUE(store.ok()) << store.status();
+    index::KvIndex restored;
+    EXPECT_EQ(RestoreNewestInto(**store, &restored), good_id);
+    EXPECT_EQ(restored.Stats().digest, good_digest);
+  }
+}
+
 // Ingest states (embedded routers) travel with the checkpoint, in pieces,
 // and a missing piece makes the checkpoint unusable, not silently partial.
 TEST(CheckpointStoreTest, IngestStatesRoundTripAndAreVerified) {

@@ -7,6 +7,7 @@
 
 #include "services/mockengine/ground_truth.h"
 #include "services/mockengine/prompt_tokens.h"
+#include "shared/base/percentile.h"
 #include "shared/hashing/canonical_hash.h"
 #include "shared/query/json_writer.h"
 #include "shared/query/match_request.h"
@@ -25,13 +26,6 @@ constexpr uint64_t kTrtllmRestartJump = 1'000'000'000ull;
 
 double WallSeconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-}
-
-double Percentile(std::vector<double> values, double q) {
-  if (values.empty()) return 0;
-  const size_t k = std::min(values.size() - 1, static_cast<size_t>(q * values.size()));
-  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(k), values.end());
-  return values[k];
 }
 
 }  // namespace

@@ -139,6 +139,10 @@ int main(int argc, char** argv) {
                  "Index memory per model (node arena + block locator), in bytes; past it new "
                  "blocks of the model are not indexed (counted); 0 = only the hard limit")
       ->capture_default_str();
+  app.add_option("--max-models", options.max_models,
+                 "Models the index holds (in log order, after --models); stored events of "
+                 "further models are dropped (counted); 0 = no cap")
+      ->capture_default_str();
   app.add_option("--max-blocks-per-tier", options.agent.max_blocks_per_tier,
                  "Embedded agent: blocks one source may hold per tier; past it stored events are "
                  "dropped (block_cap, counted); 0 = no cap")

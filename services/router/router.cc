@@ -102,8 +102,8 @@ Status Router::Start() {
   registry_.reset();
   registry_ = std::make_shared<prometheus::Registry>();
   probe_ = std::make_unique<consume::RouterProbe>();
-  index_ = std::make_unique<index::KvIndex>(
-      index::KvIndexOptions{.max_model_bytes = options_.max_model_bytes});
+  index_ = std::make_unique<index::KvIndex>(index::KvIndexOptions{
+      .max_model_bytes = options_.max_model_bytes, .max_models = options_.max_models});
   probe_->Bind(index_.get(), [this] { return apply_ ? apply_->Pending() : 0; });
   consume::ApplyOptions apply_options;
   apply_options.models = options_.models;

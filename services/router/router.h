@@ -131,6 +131,11 @@ struct RouterOptions {
   // blocks of that model are not indexed (kvindex_router_index_blocks_not_indexed_total).
   // 0 = only the index's hard limit. Default: 0.
   uint64_t max_model_bytes = 0;
+  // Models the index creates (in log order, after the `models` allow-list);
+  // stored events of further models are dropped and counted
+  // (ApplyResult / IndexStats::events_over_model_limit, log outcome
+  // index_exhausted). 0 = no cap. Default: 256.
+  uint32_t max_models = 256;
   // Placement log capacity (events) between ingest and apply. Default: 1 << 20.
   size_t log_capacity = size_t{1} << 20;
 

@@ -264,5 +264,47 @@ TEST(BlockLocatorTest, ReadersRacingTheWriter) {
   EXPECT_GT(lookups.load(), 0u);
 }
 
+// An entry is 28 bits of node reference and 12 of offset. A value past
+// either field is cut to it and never spills into the other field or into a
+// neighbouring slot (the model index asserts at compile time that arena
+// references and node offsets fit).
+TEST(BlockLocatorTest, EntryFieldsAreMaskedToTheirWidths) {
+  MemoryCounter memory;
+  std::unique_ptr<BlockLocator> loc = BlockLocator::Create(600, &memory);
+  ASSERT_NE(loc, nullptr);
+  std::mt19937_64 rng(7);
+  // A full bucket 0: nine blocks whose home it is, with distinct tags (an
+  // entry of slot k starts at bit 152 + 40 k, so some cross a word).
+  std::vector<uint64_t> hashes;
+  uint32_t tags = 1;  // tag 0 is "free"
+  while (hashes.size() < BlockLocator::kBucketSlots) {
+    const uint64_t h = rng();
+    if (loc->HomeBucket(h) == 0 && (tags >> (h & 0x1F) & 1) == 0) {
+      tags |= 1u << (h & 0x1F);
+      hashes.push_back(h);
+    }
+  }
+  auto any = [](uint32_t, uint32_t) { return true; };
+  std::vector<std::pair<uint32_t, uint32_t>> want;
+  for (uint32_t k = 0; k < BlockLocator::kBucketSlots; ++k) {
+    loc->Fill(k, hashes[k], 0x100 + 2 * k, 2 * k);
+    want.emplace_back(0x100 + 2 * k, 2 * k);
+  }
+  for (uint32_t k = 0; k < BlockLocator::kBucketSlots; ++k) {
+    // One bit past each field: cut off, never spilled into the reference,
+    // the next slot's entry or another field.
+    loc->Relabel(k, (1u << 28) | (0x200 + 2 * k), (1u << 12) | (2 * k));
+    want[k] = {0x200 + 2 * k, 2 * k};
+    for (uint32_t j = 0; j < BlockLocator::kBucketSlots; ++j) {
+      uint64_t value = 0;
+      ASSERT_NE(loc->Find(hashes[j], any, &value), BlockLocator::kNotFound) << k << " " << j;
+      EXPECT_EQ(BlockLocator::NodeRef(value), want[j].first)
+          << "after slot " << k << ", slot " << j;
+      EXPECT_EQ(BlockLocator::Offset(value), want[j].second)
+          << "after slot " << k << ", slot " << j;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kvindex::index::internal

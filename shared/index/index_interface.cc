@@ -60,4 +60,25 @@ uint64_t EntriesDigest(std::string_view model, const SourceKey& source, Tier tie
                                   hashes.size());
 }
 
+void IndexInterface::ForEachRun(const RunVisitor& fn) const {
+  std::string model;
+  SourceKey source;
+  Tier tier = Tier::kDevice;
+  std::vector<uint64_t> run;
+  auto flush = [&] {
+    if (!run.empty()) fn(model, source, tier, run);
+    run.clear();
+  };
+  ForEachEntry([&](std::string_view m, const SourceKey& s, Tier t, uint64_t hash) {
+    if (run.empty() || m != model || !(s == source) || t != tier) {
+      flush();
+      model = m;
+      source = s;
+      tier = t;
+    }
+    run.push_back(hash);
+  });
+  flush();
+}
+
 }  // namespace kvindex::index

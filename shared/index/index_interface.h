@@ -34,19 +34,28 @@ struct ApplyResult {
   // False: the position was at or below applied_seq; the message was ignored.
   bool applied = false;
   // OK, or ResourceExhausted: a model ran out of index memory, so stored
-  // blocks were left out or a source was cleared (fail closed: the index
+  // blocks were left out or a source was cleared, or stored events were left
+  // out past the source or model limit (fail closed: the index
   // undercounts, never overcounts). The message still counts as applied.
   Status status;
   // Of this message: blocks of stored events not indexed (always the tail
   // of their event), and sources cleared because a removal could not split.
   uint64_t blocks_not_indexed = 0;
   uint64_t sources_cleared = 0;
+  // Stored events not indexed at all: their model holds its maximum of
+  // sources, or the index its maximum of models (max_models).
+  uint64_t events_over_source_limit = 0;
+  uint64_t events_over_model_limit = 0;
 };
 
 class IndexInterface {
  public:
   using EntryVisitor =
       std::function<void(std::string_view model, const SourceKey&, Tier, uint64_t seq_hash)>;
+  // A run of entries of one (model, source, tier); `hashes` is valid only
+  // during the call (it may point into the index).
+  using RunVisitor = std::function<void(std::string_view model, const SourceKey&, Tier,
+                                        std::span<const uint64_t> hashes)>;
 
   virtual ~IndexInterface() = default;
 
@@ -91,6 +100,9 @@ class IndexInterface {
 
   // Checkpoint seam: visit every entry (writer thread or quiescent) ...
   virtual void ForEachEntry(const EntryVisitor& fn) const = 0;
+  // The same entries in the same order, as runs (a checkpoint's capture: one
+  // call per run, not per entry). Default: ForEachEntry's entries grouped.
+  virtual void ForEachRun(const RunVisitor& fn) const;
   // ... and restore one (writer thread). Does not advance applied_seq.
   virtual void RestoreEntry(std::string_view model, const SourceKey& source, Tier tier,
                             uint64_t seq_hash, uint32_t block_size) = 0;

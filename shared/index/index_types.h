@@ -50,6 +50,9 @@ struct IndexStats {
   // because a removal could not split a node (fail closed, both counted).
   uint64_t blocks_not_indexed = 0;
   uint64_t sources_cleared_on_exhaustion = 0;
+  // Stored events of models beyond KvIndexOptions::max_models: not indexed
+  // (fail closed), counted.
+  uint64_t events_over_model_limit = 0;
   uint64_t bytes_allocated = 0;  // real bytes held by the index's structures
 };
 

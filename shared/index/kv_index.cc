@@ -10,8 +10,19 @@
 namespace kvindex::index {
 namespace internal {
 
+// Append-only: readers load the list, then `size` (acquire), then the slots
+// below it. A full list is copied into one of twice the capacity; old lists
+// stay until destruction (together less than the newest), so readers need no
+// lock and no grace period.
 struct ModelList {
-  std::vector<ModelIndex*> models;  // sorted by name
+  explicit ModelList(size_t cap) : capacity(cap), slots(new std::atomic<ModelIndex*>[cap]) {}
+  const size_t capacity;
+  std::atomic<size_t> size{0};
+  std::unique_ptr<std::atomic<ModelIndex*>[]> slots;
+
+  std::span<std::atomic<ModelIndex*>> Live() const {
+    return {slots.get(), size.load(std::memory_order_acquire)};
+  }
 };
 
 }  // namespace internal
@@ -21,19 +32,42 @@ using internal::ModelList;
 
 namespace {
 
-// `m` null: the model could not even be created.
-Status Exhausted(std::string_view model, const ModelIndex* m, const ApplyResult& result) {
-  std::string limit = "its first block locator could not be mapped";
-  if (m != nullptr) {
-    limit = m->limits().max_bytes != 0
-                ? absl::StrCat("max_model_bytes ", m->limits().max_bytes)
-                : absl::StrCat("hard limit of ", m->limits().max_chunks, " node arena chunks");
-    absl::StrAppend(&limit, ", arena + locator ", m->limited_bytes(), " bytes");
+constexpr size_t kInitialModelSlots = 8;
+
+// A model name in a message: hostile, so bounded.
+std::string Quoted(std::string_view model) {
+  constexpr size_t kMax = 64;
+  return absl::StrCat("'", std::string(model.substr(0, kMax)), model.size() > kMax ? "...'" : "'");
+}
+
+Status Refused(std::string_view model, const ModelIndex* m, const ApplyResult& result,
+               uint32_t max_models) {
+  std::string what;
+  if (result.blocks_not_indexed != 0 || result.sources_cleared != 0) {
+    // `m` null: the model could not even be created.
+    std::string limit = "its first block locator could not be mapped";
+    if (m != nullptr) {
+      limit = m->limits().max_bytes != 0
+                  ? absl::StrCat("max_model_bytes ", m->limits().max_bytes)
+                  : absl::StrCat("hard limit of ", m->limits().max_chunks, " node arena chunks");
+      absl::StrAppend(&limit, ", arena + locator ", m->limited_bytes(), " bytes");
+    }
+    what =
+        absl::StrCat("index memory of model ", Quoted(model), " exhausted (", limit,
+                     "): ", result.blocks_not_indexed, " stored blocks not indexed, ",
+                     result.sources_cleared, " sources cleared (a removal could not split a node)");
   }
-  return absl::ResourceExhaustedError(
-      absl::StrCat("index memory of model '", std::string(model), "' exhausted (", limit,
-                   "): ", result.blocks_not_indexed, " stored blocks not indexed, ",
-                   result.sources_cleared, " sources cleared (a removal could not split a node)"));
+  if (result.events_over_source_limit != 0) {
+    absl::StrAppend(&what, what.empty() ? "" : "; ", "source limit (", internal::kMaxSources,
+                    " per model) of model ", Quoted(model),
+                    " reached: ", result.events_over_source_limit, " stored events not indexed");
+  }
+  if (result.events_over_model_limit != 0) {
+    absl::StrAppend(&what, what.empty() ? "" : "; ", "model limit (max_models ", max_models,
+                    ") reached: ", result.events_over_model_limit,
+                    " stored events of models not indexed");
+  }
+  return absl::ResourceExhaustedError(what);
 }
 
 }  // namespace
@@ -42,35 +76,65 @@ KvIndex::KvIndex() : KvIndex(KvIndexOptions{}) {}
 
 KvIndex::KvIndex(const KvIndexOptions& options)
     : options_(options), memory_(std::make_unique<internal::MemoryCounter>()) {
-  model_lists_.push_back(std::make_unique<ModelList>());
+  model_lists_.push_back(std::make_unique<ModelList>(0));
   models_.store(model_lists_.back().get(), std::memory_order_release);
 }
 
-KvIndex::~KvIndex() = default;
+KvIndex::~KvIndex() {
+  for (const auto& list : model_lists_) {
+    memory_->Sub(list->capacity * sizeof(ModelIndex*));
+  }
+}
 
 const ModelIndex* KvIndex::FindModel(std::string_view model) const {
-  const ModelList* list = models_.load(std::memory_order_acquire);
-  for (const ModelIndex* m : list->models) {
+  for (const auto& slot : models_.load(std::memory_order_acquire)->Live()) {
+    const ModelIndex* m = slot.load(std::memory_order_relaxed);
     if (m->model() == model) return m;
   }
   return nullptr;
 }
 
-ModelIndex* KvIndex::GetOrCreateModel(std::string_view model) {
+std::vector<const ModelIndex*> KvIndex::SortedModels() const {
+  std::vector<const ModelIndex*> out;
+  for (const auto& slot : models_.load(std::memory_order_acquire)->Live()) {
+    out.push_back(slot.load(std::memory_order_relaxed));
+  }
+  std::sort(out.begin(), out.end(),
+            [](const ModelIndex* a, const ModelIndex* b) { return a->model() < b->model(); });
+  return out;
+}
+
+ModelIndex* KvIndex::GetOrCreateModel(std::string_view model, bool* over_limit) {
   if (const ModelIndex* found = FindModel(model)) return const_cast<ModelIndex*>(found);
+  if (options_.max_models != 0 && owned_models_.size() >= options_.max_models) {
+    // In log order, so every replica refuses the same models.
+    events_over_model_limit_.fetch_add(1, std::memory_order_relaxed);
+    if (over_limit != nullptr) *over_limit = true;
+    return nullptr;
+  }
   internal::ModelLimits limits;
   limits.max_bytes = options_.max_model_bytes;
   limits.max_chunks = options_.max_arena_chunks;
   std::unique_ptr<ModelIndex> created =
       ModelIndex::Create(std::string(model), memory_.get(), limits);
   if (created == nullptr) return nullptr;
+  ModelList* list = model_lists_.back().get();
+  const size_t n = list->size.load(std::memory_order_relaxed);
+  if (n == list->capacity) {
+    auto grown = std::make_unique<ModelList>(std::max(kInitialModelSlots, 2 * n));
+    memory_->Add(grown->capacity * sizeof(ModelIndex*));
+    for (size_t i = 0; i < n; ++i) {
+      grown->slots[i].store(list->slots[i].load(std::memory_order_relaxed),
+                            std::memory_order_relaxed);
+    }
+    grown->size.store(n, std::memory_order_relaxed);
+    list = grown.get();
+    model_lists_.push_back(std::move(grown));
+    models_.store(list, std::memory_order_release);
+  }
   owned_models_.push_back(std::move(created));
-  auto list = std::make_unique<ModelList>(*models_.load(std::memory_order_relaxed));
-  list->models.push_back(owned_models_.back().get());
-  std::sort(list->models.begin(), list->models.end(),
-            [](const ModelIndex* a, const ModelIndex* b) { return a->model() < b->model(); });
-  models_.store(list.get(), std::memory_order_release);
-  model_lists_.push_back(std::move(list));
+  list->slots[n].store(owned_models_.back().get(), std::memory_order_relaxed);
+  list->size.store(n + 1, std::memory_order_release);
   return owned_models_.back().get();
 }
 
@@ -84,32 +148,41 @@ ApplyResult KvIndex::ApplyMessage(std::span<const PlacementEvent> events, uint64
   // A partly indexed message is still consumed: replicas applying the same
   // log leave out the same blocks, so they stay identical.
   applied_seq_.store(log_position, std::memory_order_release);
-  if (result.blocks_not_indexed != 0 || result.sources_cleared != 0) {
-    result.status = Exhausted(exhausted, FindModel(exhausted), result);
+  if (result.blocks_not_indexed != 0 || result.sources_cleared != 0 ||
+      result.events_over_model_limit != 0 || result.events_over_source_limit != 0) {
+    result.status = Refused(exhausted, FindModel(exhausted), result, options_.max_models);
   }
   return result;
 }
 
-size_t KvIndex::StoreBlocks(std::string_view model, const SourceKey& source, Tier tier,
-                            std::span<const uint64_t> hashes, uint32_t block_size) {
-  ModelIndex* m = GetOrCreateModel(model);
-  size_t left_out = hashes.size();
+KvIndex::StoreOutcome KvIndex::StoreBlocks(std::string_view model, const SourceKey& source,
+                                           Tier tier, std::span<const uint64_t> hashes,
+                                           uint32_t block_size) {
+  StoreOutcome out;
+  ModelIndex* m = GetOrCreateModel(model, &out.over_model_limit);
+  // Over a limit of models or sources: counted as an event, not as blocks of
+  // a model short of memory.
+  if (out.over_model_limit) return out;
+  out.not_indexed = hashes.size();
   if (m != nullptr) {
     m->SetBlockSize(block_size);
-    left_out = m->Store(source, tier, hashes);
+    out.not_indexed = m->Store(source, tier, hashes, &out.over_source_limit);
   }
-  if (left_out != 0) blocks_not_indexed_.fetch_add(left_out, std::memory_order_relaxed);
-  return left_out;
+  if (out.not_indexed != 0)
+    blocks_not_indexed_.fetch_add(out.not_indexed, std::memory_order_relaxed);
+  return out;
 }
 
 void KvIndex::ApplyEvent(const PlacementEvent& event, ApplyResult* result,
                          std::string_view* exhausted) {
   switch (event.kind) {
     case PlacementKind::kStored: {
-      const size_t left_out =
+      const StoreOutcome out =
           StoreBlocks(event.model, event.source, event.tier, event.block_hashes, event.block_size);
-      if (left_out != 0) {
-        result->blocks_not_indexed += left_out;
+      if (out.over_model_limit) ++result->events_over_model_limit;
+      if (out.over_source_limit) ++result->events_over_source_limit;
+      if (out.not_indexed != 0 || out.over_source_limit) {
+        result->blocks_not_indexed += out.not_indexed;
         if (exhausted->empty()) *exhausted = event.model;
       }
       break;
@@ -124,13 +197,14 @@ void KvIndex::ApplyEvent(const PlacementEvent& event, ApplyResult* result,
       }
       break;
     case PlacementKind::kCleared:
-      for (ModelIndex* m : models_.load(std::memory_order_relaxed)->models) {
+      for (const auto& slot : models_.load(std::memory_order_relaxed)->Live()) {
+        ModelIndex* m = slot.load(std::memory_order_relaxed);
         if (event.model.empty() || m->model() == event.model) m->ClearSource(event.source);
       }
       break;
     case PlacementKind::kWorkerExpired:
-      for (ModelIndex* m : models_.load(std::memory_order_relaxed)->models) {
-        m->ClearWorker(event.source.worker);
+      for (const auto& slot : models_.load(std::memory_order_relaxed)->Live()) {
+        slot.load(std::memory_order_relaxed)->ClearWorker(event.source.worker);
       }
       break;
     case PlacementKind::kHeartbeat:
@@ -162,16 +236,17 @@ std::optional<uint32_t> KvIndex::BlockSize(std::string_view model) const {
 
 std::vector<std::string> KvIndex::Models() const {
   std::vector<std::string> names;
-  for (const ModelIndex* m : models_.load(std::memory_order_acquire)->models) {
-    names.push_back(m->model());
-  }
+  for (const ModelIndex* m : SortedModels()) names.push_back(m->model());
   return names;
 }
 
 IndexStats KvIndex::Stats() const {
   IndexStats stats;
   stats.applied_seq = applied_seq_.load(std::memory_order_acquire);
-  for (const ModelIndex* m : models_.load(std::memory_order_acquire)->models) m->AddStats(&stats);
+  for (const auto& slot : models_.load(std::memory_order_acquire)->Live()) {
+    slot.load(std::memory_order_relaxed)->AddStats(&stats);
+  }
+  stats.events_over_model_limit = events_over_model_limit_.load(std::memory_order_relaxed);
   stats.blocks_not_indexed = blocks_not_indexed_.load(std::memory_order_relaxed);
   stats.sources_cleared_on_exhaustion =
       sources_cleared_on_exhaustion_.load(std::memory_order_relaxed);
@@ -181,7 +256,7 @@ IndexStats KvIndex::Stats() const {
 
 std::vector<SourceInfo> KvIndex::Sources() const {
   std::vector<SourceInfo> out;
-  for (const ModelIndex* m : models_.load(std::memory_order_acquire)->models) {
+  for (const ModelIndex* m : SortedModels()) {
     const size_t first = out.size();
     m->AppendSources(&out);
     std::sort(out.begin() + first, out.end(),
@@ -191,9 +266,17 @@ std::vector<SourceInfo> KvIndex::Sources() const {
 }
 
 void KvIndex::ForEachEntry(const EntryVisitor& fn) const {
-  for (const ModelIndex* m : models_.load(std::memory_order_acquire)->models) {
+  for (const ModelIndex* m : SortedModels()) {
     m->ForEachEntry([&](const SourceKey& source, Tier tier, uint64_t hash) {
       fn(m->model(), source, tier, hash);
+    });
+  }
+}
+
+void KvIndex::ForEachRun(const RunVisitor& fn) const {
+  for (const ModelIndex* m : SortedModels()) {
+    m->ForEachRun([&](const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
+      fn(m->model(), source, tier, hashes);
     });
   }
 }
@@ -228,7 +311,7 @@ void KvIndex::RestoreRun(std::string_view model, const SourceKey& source, Tier t
 }
 
 void KvIndex::ReserveBlocks(std::string_view model, uint64_t blocks) {
-  if (ModelIndex* m = GetOrCreateModel(model)) m->Reserve(blocks);
+  if (ModelIndex* m = GetOrCreateModel(model, nullptr)) m->Reserve(blocks);
 }
 
 void KvIndex::FailNodeAllocationsForTesting(std::string_view model, uint32_t skip, uint32_t n) {

@@ -28,7 +28,9 @@
 // RestoreEntry calls ended by RestoreAppliedSeq (entries are buffered until
 // then).
 //
-// Memory: KvIndexOptions::max_model_bytes caps each model's node arena and
+// Memory: a model's structures are committed as they grow (a model with a
+// few blocks costs a few KiB); KvIndexOptions::max_models caps how many
+// models are created and max_model_bytes each one's node arena and
 // block locator. New entries stop below the cap (the rest of their event is
 // not indexed; ApplyMessage reports ResourceExhausted and Stats counts
 // them); removals use the reserve kept below it, and one that still cannot
@@ -67,6 +69,11 @@ struct KvIndexOptions {
   // Testing: node arena chunks (2 MiB) per model, the hard limit; at most
   // and by default 4096.
   uint32_t max_arena_chunks = 4096;
+  // Models the index creates, in log order; stored events of further models
+  // are not indexed (counted in IndexStats::events_over_model_limit and
+  // reported by ApplyMessage as ResourceExhausted). 0 = no cap. A model
+  // costs what it holds (an empty one a few KiB), but never shrinks.
+  uint32_t max_models = 0;
 };
 
 class KvIndex final : public IndexInterface {
@@ -86,6 +93,8 @@ class KvIndex final : public IndexInterface {
   IndexStats Stats() const override;
   std::vector<SourceInfo> Sources() const override;
   void ForEachEntry(const EntryVisitor& fn) const override;
+  // One call per node and holder, `hashes` pointing into the node.
+  void ForEachRun(const RunVisitor& fn) const override;
   void RestoreEntry(std::string_view model, const SourceKey& source, Tier tier, uint64_t seq_hash,
                     uint32_t block_size) override;
   void RestoreAppliedSeq(uint64_t log_position) override;
@@ -109,24 +118,36 @@ class KvIndex final : public IndexInterface {
   void ApplyEvent(const PlacementEvent& event, ApplyResult* result, std::string_view* exhausted);
   // Stores into `model` (created on first use); counts and returns the
   // blocks not indexed.
-  size_t StoreBlocks(std::string_view model, const SourceKey& source, Tier tier,
-                     std::span<const uint64_t> hashes, uint32_t block_size);
+  struct StoreOutcome {
+    size_t not_indexed = 0;  // blocks left out for lack of memory
+    // Nothing stored (counted): the model did not exist and max_models are
+    // held, or the model holds kMaxSources other sources.
+    bool over_model_limit = false;
+    bool over_source_limit = false;
+  };
+  StoreOutcome StoreBlocks(std::string_view model, const SourceKey& source, Tier tier,
+                           std::span<const uint64_t> hashes, uint32_t block_size);
   const internal::ModelIndex* FindModel(std::string_view model) const;
-  internal::ModelIndex* GetOrCreateModel(std::string_view model);
+  // Every model, by name.
+  std::vector<const internal::ModelIndex*> SortedModels() const;
+  // nullptr: no memory for it, or max_models reached (*over_limit set,
+  // counted).
+  internal::ModelIndex* GetOrCreateModel(std::string_view model, bool* over_limit);
   // Applies the buffered run of restored entries as one stored event.
   void FlushRestore();
 
   const KvIndexOptions options_;
   std::unique_ptr<internal::MemoryCounter> memory_;
-  // Copy-on-write list of models, published with release; old lists are kept
-  // until destruction (models are few and never dropped), so readers need no
-  // lock and no grace period to look a model up.
+  // Append-only list of models (kv_index.cc), replaced by one twice its size
+  // when full; old lists are kept until destruction (models are never
+  // dropped), so readers need no lock and no grace period to look a model up.
   std::atomic<const internal::ModelList*> models_;
-  std::vector<std::unique_ptr<const internal::ModelList>> model_lists_;
+  std::vector<std::unique_ptr<internal::ModelList>> model_lists_;
   std::vector<std::unique_ptr<internal::ModelIndex>> owned_models_;
   std::atomic<uint64_t> applied_seq_{0};
   std::atomic<uint64_t> blocks_not_indexed_{0};
   std::atomic<uint64_t> sources_cleared_on_exhaustion_{0};
+  std::atomic<uint64_t> events_over_model_limit_{0};
 
   // RestoreEntry buffers consecutive entries of one (model, source, tier), as
   // ForEachEntry yields them node by node, so a restore rebuilds whole nodes

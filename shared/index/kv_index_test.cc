@@ -507,7 +507,13 @@ TEST(KvIndexTest, SourcesBeyondTheLimitAreCountedNotIndexed) {
   EXPECT_EQ(index.Stats().events_over_source_limit, 0u);
   event.source = {"one-too-many", 0};
   event.block_hashes = {1};
-  index.Apply(event, ++position);
+  // Reported like any undercount: not "fully indexed" with an OK status.
+  const ApplyResult first = index.Apply(event, ++position);
+  EXPECT_TRUE(first.applied);
+  EXPECT_EQ(first.status.code(), absl::StatusCode::kResourceExhausted) << first.status;
+  EXPECT_NE(first.status.message().find("source limit"), std::string::npos) << first.status;
+  EXPECT_EQ(first.events_over_source_limit, 1u);
+  EXPECT_EQ(first.blocks_not_indexed, 0u);  // not a memory shortage
   index.Apply(event, ++position);
   EXPECT_EQ(index.Stats().events_over_source_limit, 2u);
   EXPECT_EQ(index.Stats().entries[0], 4096u);  // fail closed: not indexed

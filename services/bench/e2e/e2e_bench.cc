@@ -21,6 +21,7 @@
 #include "services/mockengine/engine_endpoint.h"
 #include "services/router/router.h"
 #include "shared/base/mutex.h"
+#include "shared/base/percentile.h"
 #include "shared/config/cli.h"
 #include "shared/http/client.h"
 #include "shared/ingest/agent_pipeline.h"
@@ -316,12 +317,6 @@ class Prober {
   std::atomic<uint64_t> timeouts_{0};
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
 };
-
-double Percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
-}
 
 // Upper bound of the bucket holding quantile q of a Prometheus histogram.
 double HistogramQuantile(prometheus::Registry& registry, const std::string& name, double q) {

@@ -13,10 +13,15 @@
 //   inprocess_*         the index alone: restore from the database, and
 //                       rebuilding by decode + apply or apply only
 //   checkpoint_write_s  capture + write of one checkpoint (RocksDB, this disk)
-//   capture_s           the part of it that pauses apply
+//   capture_s           the part of it that pauses apply (also
+//                       checkpoint_pause_s)
+//   checkpoint_peak_extra_bytes(_per_entry)  the resident set's peak during
+//                       the checkpoint above the resident set before it
 //   disk_bytes_per_entry  the database's files / entries
 //   lookup_p99_*_us     peer queries on one thread, without and during a
 //                       checkpoint (capture + write) on another
+// --copies / --capacity scale the state (40 M: 16 / 625000);
+// --checkpoint-only skips the replay baselines and the routers.
 // The state restored is checked: same digest and entries.
 #pragma once
 

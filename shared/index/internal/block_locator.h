@@ -67,8 +67,14 @@ class BlockLocator {
 
   // A slot's value as Probe/Find report it: node reference, offset and tag
   // (never 0 for an occupied slot).
-  static uint32_t NodeRef(uint64_t slot) { return static_cast<uint32_t>(slot >> 36); }
-  static uint32_t Offset(uint64_t slot) { return static_cast<uint32_t>(slot >> 24) & 0xFFF; }
+  static constexpr uint32_t kRefBits = 28;
+  static constexpr uint32_t kOffsetBits = 12;
+  static uint32_t NodeRef(uint64_t slot) {
+    return static_cast<uint32_t>(slot >> (24 + kOffsetBits));
+  }
+  static uint32_t Offset(uint64_t slot) {
+    return static_cast<uint32_t>(slot >> 24) & ((1u << kOffsetBits) - 1);
+  }
 
   size_t capacity() const { return capacity_; }  // slots
   size_t used() const { return used_; }
@@ -133,6 +139,7 @@ class BlockLocator {
   static constexpr uint32_t kDisplacementBits = 6;
   static constexpr uint32_t kFirstEntryBit = 152;
   static constexpr uint32_t kEntryBits = 40;
+  static_assert(kRefBits + kOffsetBits == kEntryBits);
   static constexpr uint64_t kEntryMask = (uint64_t{1} << kEntryBits) - 1;
   static constexpr uint32_t kSlotMask = (1u << kBucketSlots) - 1;
 
@@ -168,9 +175,13 @@ class BlockLocator {
     const uint64_t hi = line[next].load(std::memory_order_relaxed);
     return ((lo >> shift) | ((hi << 1) << (63 - shift))) & ((uint64_t{1} << bits) - 1);
   }
-  // An entry: node reference (28 bits) | offset (12).
+  // An entry: node reference (kRefBits) | offset (kOffsetBits). Each field is
+  // cut to its width, so a value out of range can never spill into the other
+  // field or a neighbouring slot (the model index asserts at compile time
+  // that arena references and node offsets fit).
   static uint64_t PackEntry(uint32_t node_ref, uint32_t offset) {
-    return uint64_t{node_ref} << 12 | offset;
+    return (uint64_t{node_ref} & ((uint64_t{1} << kRefBits) - 1)) << kOffsetBits |
+           (offset & ((1u << kOffsetBits) - 1));
   }
   static uint64_t EntryOf(const std::atomic<uint64_t>* line, uint32_t k) {
     return Field(line, kFirstEntryBit + k * kEntryBits, kEntryBits);

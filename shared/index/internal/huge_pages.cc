@@ -30,15 +30,8 @@ void* MapHugePages(size_t bytes) {
   // populated by mmap itself, with 4 KiB pages, before MADV_HUGEPAGE could
   // apply (measured: 0 huge pages in a 40 M-entry index). An inaccessible
   // one is not populated; mprotect populates it after the advice.
-  const size_t span = size + kHugePageBytes;
-  void* p = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return nullptr;
-  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
-  const uintptr_t aligned = RoundUp(start, kHugePageBytes);
-  if (aligned > start) munmap(p, aligned - start);
-  const uintptr_t tail = aligned + size;
-  if (start + span > tail) munmap(reinterpret_cast<void*>(tail), start + span - tail);
-  char* base = reinterpret_cast<char*>(aligned);
+  char* base = static_cast<char*>(ReserveAligned(size, kHugePageBytes));
+  if (base == nullptr) return nullptr;
   madvise(base, size, MADV_HUGEPAGE);
   if (mprotect(base, size, PROT_READ | PROT_WRITE) != 0) {
     munmap(base, size);
@@ -53,5 +46,18 @@ void* MapHugePages(size_t bytes) {
 }
 
 void UnmapHugePages(void* p, size_t bytes) { munmap(p, HugePagesRoundUp(bytes)); }
+
+void* ReserveAligned(size_t bytes, size_t alignment) {
+  // One alignment more than needed, trimmed to an aligned range.
+  const size_t span = bytes + alignment - kPage;
+  void* p = mmap(nullptr, span, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  const uintptr_t start = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t aligned = RoundUp(start, alignment);
+  if (aligned > start) munmap(p, aligned - start);
+  const uintptr_t tail = aligned + bytes;
+  if (start + span > tail) munmap(reinterpret_cast<void*>(tail), start + span - tail);
+  return reinterpret_cast<void*>(aligned);
+}
 
 }  // namespace kvindex::index::internal

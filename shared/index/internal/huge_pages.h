@@ -17,5 +17,9 @@ size_t HugePagesRoundUp(size_t bytes);
 // log halfway through an event).
 void* MapHugePages(size_t bytes);
 void UnmapHugePages(void* p, size_t bytes);
+// `bytes` (a multiple of 4 KiB) of inaccessible address space (no memory,
+// no commit charge) aligned to `alignment` (a power of two, at least 4 KiB);
+// nullptr when none is left.
+void* ReserveAligned(size_t bytes, size_t alignment);
 
 }  // namespace kvindex::index::internal

@@ -3,20 +3,22 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
-#include <mutex>
 
 #include "shared/index/internal/entry_digest.h"
-#include "shared/index/internal/match_accumulator.h"
-#include "shared/index/internal/row_order.h"
 
 namespace kvindex::index::internal {
+
+// A locator entry names every node the arena can hold and every offset a
+// node can have.
+static_assert((uint64_t{NodeArena::kMaxChunks} << NodeArena::kUnitBits) <=
+                  uint64_t{1} << BlockLocator::kRefBits,
+              "arena references must fit the locator's reference field");
+static_assert(kMaxNodeBlocks <= uint64_t{1} << BlockLocator::kOffsetBits,
+              "node offsets must fit the locator's offset field");
+
 namespace {
 
 constexpr size_t kInitialCapacity = 1024;
-// Validated attempts before a reader falls back to the seqlock's mutex.
-constexpr int kReadAttempts = 4;
-// Pause iterations (~40-140 cycles each) a reader spins before blocking.
-constexpr int kMaxSpins = 4096;
 // Locator probes are prefetched this many blocks ahead of use.
 constexpr size_t kPrefetchDistance = 16;
 // Retired nodes are freed in batches: one grace period per batch.
@@ -29,11 +31,6 @@ constexpr uint32_t kCompactMinCapacity = 32;
 // removal past the limit for new entries rarely has to clear its source.
 constexpr uint32_t kReserveChunksDivisor = 64;
 constexpr uint64_t kReserveBytesDivisor = 32;
-
-size_t RecordBytes(const SourceRecord& rec) {
-  auto heap = [](const std::string& s) { return s.capacity() > 15 ? s.capacity() + 1 : 0; };
-  return sizeof(SourceRecord) + heap(rec.key.worker) + heap(rec.digest_prefix);
-}
 
 }  // namespace
 
@@ -52,31 +49,14 @@ ModelIndex::ModelIndex(std::string model, MemoryCounter* memory, const ModelLimi
       arena_(memory, limits.max_chunks),
       nodes_(CountingAllocator<ChainNode*>(memory)),
       locator_(locator.release()),
-      ids_(0, absl::Hash<SourceKey>(), std::equal_to<SourceKey>(),
-           CountingAllocator<std::pair<const SourceKey, uint32_t>>(memory)),
-      free_ids_(CountingAllocator<uint32_t>(memory)),
-      records_(new std::atomic<SourceRecord*>[kMaxSources]),
-      ranks_(new std::atomic<uint32_t>[kMaxSources]) {
-  for (uint32_t i = 0; i < kMaxSources; ++i) {
-    records_[i].store(nullptr, std::memory_order_relaxed);
-    ranks_[i].store(0, std::memory_order_relaxed);
-  }
-  memory_->Add((sizeof(std::atomic<SourceRecord*>) + sizeof(std::atomic<uint32_t>)) * kMaxSources +
-               sizeof(ModelIndex));
+      sources_(memory) {
+  memory_->Add(sizeof(ModelIndex));
 }
 
 ModelIndex::~ModelIndex() {
   delete locator_.load(std::memory_order_relaxed);
   for (ChainNode* node : nodes_) ChainNode::Destroy(node);
-  for (uint32_t i = 0; i < kMaxSources; ++i) {
-    SourceRecord* rec = records_[i].load(std::memory_order_relaxed);
-    if (rec != nullptr) {
-      memory_->Sub(RecordBytes(*rec));
-      delete rec;
-    }
-  }
-  memory_->Sub((sizeof(std::atomic<SourceRecord*>) + sizeof(std::atomic<uint32_t>)) * kMaxSources +
-               sizeof(ModelIndex));
+  memory_->Sub(sizeof(ModelIndex));
 }
 
 void ModelIndex::SetBlockSize(uint32_t block_size) {
@@ -85,48 +65,14 @@ void ModelIndex::SetBlockSize(uint32_t block_size) {
 
 // ---------------------------------------------------------------- sources
 
-SourceRecord* ModelIndex::FindSource(const SourceKey& source) const {
-  auto it = ids_.find(source);
-  if (it == ids_.end()) return nullptr;
-  return records_[it->second].load(std::memory_order_relaxed);
-}
-
 SourceRecord* ModelIndex::FindOrAddSource(const SourceKey& source) {
-  if (SourceRecord* rec = FindSource(source)) return rec;
-  uint32_t id;
-  if (!free_ids_.empty()) {
-    id = free_ids_.back();
-    free_ids_.pop_back();
-  } else {
-    id = id_limit_.load(std::memory_order_relaxed);
-    if (id >= kMaxSources) return nullptr;
-  }
-  auto* rec = new SourceRecord;
-  rec->key = source;
-  rec->digest_prefix = DigestPrefix(model_, source);
-  rec->id = id;
-  memory_->Add(RecordBytes(*rec));
-  ids_.emplace(source, id);
-  // Publish the record before any bit of its id can appear in a node.
-  records_[id].store(rec, std::memory_order_release);
-  if (id + 1 > id_limit_.load(std::memory_order_relaxed)) {
-    id_limit_.store(id + 1, std::memory_order_release);
-  }
+  if (SourceRecord* rec = sources_.Find(source)) return rec;
+  SourceRecord* rec = sources_.Add(source, DigestPrefix(model_, source));
+  if (rec == nullptr) return nullptr;
   seqlock_.Begin();
-  Rerank();
+  sources_.Rerank();
   seqlock_.End();
   return rec;
-}
-
-void ModelIndex::Rerank() {
-  std::vector<std::pair<const SourceKey*, uint32_t>> order;
-  order.reserve(ids_.size());
-  for (const auto& [key, id] : ids_) order.emplace_back(&key, id);
-  std::sort(order.begin(), order.end(),
-            [](const auto& a, const auto& b) { return *a.first < *b.first; });
-  for (uint32_t r = 0; r < order.size(); ++r) {
-    ranks_[order[r].second].store(r, std::memory_order_relaxed);
-  }
 }
 
 void ModelIndex::CountDelta(SourceRecord* rec, Tier tier, int64_t delta) {
@@ -453,11 +399,13 @@ static size_t ExtendRun(const ChainNode* node, uint32_t offset, std::span<const 
   return j;
 }
 
-size_t ModelIndex::Store(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
+size_t ModelIndex::Store(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes,
+                         bool* over_source_limit) {
   if (hashes.empty()) return 0;
   SourceRecord* rec = FindOrAddSource(source);
   if (rec == nullptr) {
     over_source_limit_.fetch_add(1, std::memory_order_relaxed);
+    *over_source_limit = true;
     return 0;
   }
   const size_t n = hashes.size();
@@ -578,7 +526,7 @@ bool ModelIndex::AddHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceReco
 }
 
 bool ModelIndex::Remove(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
-  SourceRecord* rec = FindSource(source);
+  SourceRecord* rec = sources_.Find(source);
   if (rec == nullptr || hashes.empty()) return true;
   uint64_t digest = 0;
   int64_t removed = 0;
@@ -677,16 +625,14 @@ bool ModelIndex::RemoveHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceR
 }
 
 void ModelIndex::ClearSource(const SourceKey& source) {
-  auto it = ids_.find(source);
-  if (it == ids_.end()) return;
-  ClearIds({it->second});
+  if (const SourceRecord* rec = sources_.Find(source)) ClearIds({rec->id});
 }
 
 void ModelIndex::ClearWorker(std::string_view worker) {
   std::vector<uint32_t> ids;
-  for (const auto& [key, id] : ids_) {
+  sources_.ForEach([&](const SourceKey& key, uint32_t id) {
     if (key.worker == worker) ids.push_back(id);
-  }
+  });
   // Freed ids are reused last in, first out, and an id decides its node's
   // holder groups, hence node sizes and what fits under the memory limits:
   // free them in an order that does not depend on the process's hash seed.
@@ -714,8 +660,8 @@ void ModelIndex::ClearIds(const std::vector<uint32_t>& ids) {
         const uint64_t gone = bits & drop[hg.group];
         left |= (bits & ~gone) != 0;
         for (uint64_t x = gone; x != 0; x &= x - 1) {
-          SourceRecord* rec =
-              records_[hg.group * kGroupBits + std::countr_zero(x)].load(std::memory_order_relaxed);
+          SourceRecord* rec = sources_.record(hg.group * kGroupBits + std::countr_zero(x),
+                                              std::memory_order_relaxed);
           digest += DigestRange(rec, static_cast<Tier>(t), node, b, e);
           CountDelta(rec, static_cast<Tier>(t), -static_cast<int64_t>(e - b));
         }
@@ -745,177 +691,18 @@ void ModelIndex::ClearIds(const std::vector<uint32_t>& ids) {
   // before with the record of a source that reuses it.
   std::vector<SourceRecord*> retired;
   seqlock_.Begin();
-  for (uint32_t id : ids) {
-    SourceRecord* rec = records_[id].load(std::memory_order_relaxed);
-    retired.push_back(rec);
-    records_[id].store(nullptr, std::memory_order_release);
-    ids_.erase(rec->key);
-    free_ids_.push_back(id);
-  }
+  for (uint32_t id : ids) retired.push_back(sources_.Release(id));
   seqlock_.End();
   grace_.Synchronize();
-  for (SourceRecord* rec : retired) {
-    memory_->Sub(RecordBytes(*rec));
-    delete rec;
-  }
+  for (SourceRecord* rec : retired) sources_.Destroy(rec);
   ReclaimRetired();
 }
 
 void ModelIndex::ForEachEntry(
     const std::function<void(const SourceKey&, Tier, uint64_t)>& fn) const {
-  for (const ChainNode* node : nodes_) {
-    const uint32_t b = node->begin.load(std::memory_order_relaxed);
-    const uint32_t e = node->end.load(std::memory_order_relaxed);
-    if (b == e) continue;
-    for (uint32_t g = 0; g < node->num_groups; ++g) {
-      const HolderGroup& hg = node->group(g);
-      for (int t = 0; t < kNumTiers; ++t) {
-        for (uint64_t bits = hg.tiers[t].load(std::memory_order_relaxed); bits != 0;
-             bits &= bits - 1) {
-          const uint32_t id = hg.group * kGroupBits + std::countr_zero(bits);
-          const SourceKey& key = records_[id].load(std::memory_order_relaxed)->key;
-          for (uint32_t x = b; x < e; ++x) fn(key, static_cast<Tier>(t), node->hashes()[x]);
-        }
-      }
-    }
-  }
-}
-
-// ---------------------------------------------------------------- readers
-
-void ModelIndex::Match(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out) const {
-  out->clear();
-  if (seq.empty()) return;
-  thread_local NodeReadLog log;
-  grace_.Enter();
-  bool done = false;
-  for (int attempt = 0; attempt < kReadAttempts && !done; ++attempt) {
-    // An id-free bracket is short: wait it out by spinning rather than
-    // spending an attempt or sleeping on the mutex.
-    uint64_t begin = seqlock_.ReadBegin();
-    for (int spin = 0; (begin & 1) != 0 && spin < kMaxSpins; ++spin) {
-      __builtin_ia32_pause();
-      begin = seqlock_.ReadBegin();
-    }
-    if (begin & 1) continue;
-    log.Clear();
-    MatchOnce(seq, out, &log);
-    // ReadValidate's acquire fence orders every node read before the rechecks.
-    done = !log.conflict && seqlock_.ReadValidate(begin) && log.Unchanged();
-  }
-  if (!done) {
-    // Bounded wait: the writer holds the mutex for one removal run at most.
-    seqlock_.LockFallback(kMaxSpins);
-    MatchOnce(seq, out, nullptr);
-    seqlock_.UnlockFallback();
-  }
-  grace_.Exit();
-}
-
-void ModelIndex::MatchOnce(std::span<const uint64_t> seq, std::vector<WorkerMatch>* out,
-                           NodeReadLog* log) const {
-  out->clear();
-  const BlockLocator* loc = locator_.load(std::memory_order_acquire);
-  MatchAccumulator& acc = MatchAccumulator::ThreadLocal();
-  acc.Reset();
-  const uint32_t n = static_cast<uint32_t>(seq.size());
-  uint32_t k = 0;
-  const uint64_t epoch = erase_epoch_.load(std::memory_order_acquire);
-  loc->Prefetch(seq[0]);
-  while (k < n) {
-    const uint64_t hash = seq[k];
-    auto is_block = [&](uint32_t id, uint32_t off) { return HashIs(id, off, hash); };
-    uint64_t slot = 0;
-    if (loc->Find(hash, is_block, &slot) == BlockLocator::kNotFound) {
-      // An erase may have moved the block back past the probe: look once more.
-      if (erase_epoch_.load(std::memory_order_acquire) == epoch && (epoch & 1) == 0) break;
-      if (loc->Find(hash, is_block, &slot) == BlockLocator::kNotFound) break;
-    }
-    const ChainNode* node = NodeAt(BlockLocator::NodeRef(slot));
-    const uint32_t off = BlockLocator::Offset(slot);
-    const uint32_t version = node->version.load(std::memory_order_acquire);
-    const uint32_t b = node->begin.load(std::memory_order_relaxed);
-    // Acquire: pairs with the writer's release of `end` after it wrote the
-    // hash of a block appended to this node.
-    const uint32_t e = node->end.load(std::memory_order_acquire);
-    if (log != nullptr) {
-      if ((version & 1) != 0 || off < b || off >= e) {
-        // Being modified, or the slot was relabelled under us: retry.
-        log->conflict = true;
-        return;
-      }
-      log->versions.emplace_back(&node->version, version);
-    } else if (off < b || off >= e) {
-      break;  // a stale slot: undercount rather than guess
-    }
-    const uint32_t limit = std::min(e - off, n - k);
-    if (limit < n - k) loc->Prefetch(seq[k + limit]);
-    const uint64_t* h = node->hashes() + off;
-    // All lines of the run at once: one memory round trip, not a stream.
-    for (uint32_t x = 8; x < limit; x += 8) __builtin_prefetch(h + x, 0, 3);
-    const uint64_t* q = seq.data() + k;
-    uint32_t m = 1;
-    // Every block is compared: a node's order is the event's, so a later
-    // match would not prove the earlier ones. Four at a time, branch-free.
-    while (m + 4 <= limit && ((h[m] ^ q[m]) | (h[m + 1] ^ q[m + 1]) | (h[m + 2] ^ q[m + 2]) |
-                              (h[m + 3] ^ q[m + 3])) == 0) {
-      m += 4;
-    }
-    while (m < limit && h[m] == q[m]) ++m;
-    const bool alive = acc.Add(*node, k);
-    if (k == 0) {
-      // The rows' source records: fetch them while the walk goes on.
-      acc.ForEachCandidate([&](uint32_t id) {
-        __builtin_prefetch(records_[id].load(std::memory_order_relaxed), 0, 3);
-      });
-    }
-    k += m;
-    if (!alive) break;
-  }
-  // Rows in result order: longest desc, then the source's rank.
-  thread_local uint32_t ids[kMaxSources];
-  RowOrder& order = RowOrder::ThreadLocal();
-  order.Clear();
-  size_t rows = 0;
-  acc.Finish(k, [&](uint32_t slot, uint32_t id, uint32_t longest) {
-    ids[slot] = id;
-    order.Add(longest, ranks_[id].load(std::memory_order_relaxed), slot);
-    ++rows;
+  ForEachRun([&](const SourceKey& key, Tier tier, std::span<const uint64_t> hashes) {
+    for (uint64_t hash : hashes) fn(key, tier, hash);
   });
-  out->reserve(rows);
-  order.ForEach([&](uint32_t slot) {
-    const SourceRecord* rec = records_[ids[slot]].load(std::memory_order_acquire);
-    if (rec == nullptr) return;  // cleared meanwhile; validation fails and retries
-    acc.Emplace(slot, rec->key, out);
-  });
-}
-
-void ModelIndex::AddStats(IndexStats* stats) const {
-  for (int t = 0; t < kNumTiers; ++t)
-    stats->entries[t] += entries_[t].load(std::memory_order_relaxed);
-  stats->digest += digest_.load(std::memory_order_relaxed);
-  stats->sources += sources_with_entries_.load(std::memory_order_relaxed);
-  stats->events_over_source_limit += over_source_limit_.load(std::memory_order_relaxed);
-}
-
-void ModelIndex::AppendSources(std::vector<SourceInfo>* out) const {
-  grace_.Enter();
-  const uint32_t limit = id_limit_.load(std::memory_order_acquire);
-  for (uint32_t id = 0; id < limit; ++id) {
-    const SourceRecord* rec = records_[id].load(std::memory_order_acquire);
-    if (rec == nullptr) continue;
-    SourceInfo info;
-    uint64_t total = 0;
-    for (int t = 0; t < kNumTiers; ++t) {
-      info.entries[t] = rec->entries[t].load(std::memory_order_relaxed);
-      total += info.entries[t];
-    }
-    if (total == 0) continue;
-    info.model = model_;
-    info.source = rec->key;
-    out->push_back(std::move(info));
-  }
-  grace_.Exit();
 }
 
 }  // namespace kvindex::index::internal

@@ -38,6 +38,7 @@
 #pragma once
 
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -46,7 +47,6 @@
 #include <string_view>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "shared/index/index_types.h"
 #include "shared/index/internal/block_locator.h"
 #include "shared/index/internal/chain_node.h"
@@ -54,6 +54,7 @@
 #include "shared/index/internal/memory.h"
 #include "shared/index/internal/node_arena.h"
 #include "shared/index/internal/read_sync.h"
+#include "shared/index/internal/source_table.h"
 #include "shared/model/source_key.h"
 #include "shared/model/tier.h"
 
@@ -67,14 +68,6 @@ struct ModelLimits {
   // The arena's hard limit (tests lower it); new entries stop max_chunks/64
   // chunks (at least one) below it.
   uint32_t max_chunks = NodeArena::kMaxChunks;
-};
-
-struct SourceRecord {
-  SourceKey key;
-  std::string digest_prefix;  // see entry_digest.h
-  uint32_t id = 0;
-  std::atomic<uint64_t> entries[kNumTiers] = {};
-  uint64_t total = 0;  // writer only
 };
 
 class ModelIndex {
@@ -94,15 +87,22 @@ class ModelIndex {
   // Writer. Set semantics: inserting a held entry or removing a missing one
   // changes nothing. A source beyond kMaxSources is not indexed (fail closed).
   void SetBlockSize(uint32_t block_size);
-  // Returns how many of `hashes` were not indexed: 0, or all from the first
-  // block that needed memory beyond the limits (those before it are indexed).
-  size_t Store(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes);
+  // Returns how many of `hashes` were not indexed for lack of memory: 0, or
+  // all from the first block that needed memory beyond the limits (those
+  // before it are indexed). *over_source_limit: nothing was indexed, the
+  // source would be one more than kMaxSources (counted).
+  size_t Store(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes,
+               bool* over_source_limit);
   // False when a split it needed could not be allocated: the source was
   // cleared from the model instead (it holds nothing it did not hold before).
   bool Remove(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes);
   void ClearSource(const SourceKey& source);
   void ClearWorker(std::string_view worker);
   void ForEachEntry(const std::function<void(const SourceKey&, Tier, uint64_t)>& fn) const;
+  // ForEachEntry's entries, one call per node and holder (`hashes` points
+  // into the node).
+  template <typename Fn>
+  void ForEachRun(const Fn& fn) const;
   // Writer: room for `blocks` more distinct blocks without a rebuild (a
   // checkpoint restore knows the count up front), within the limits.
   // Distinct blocks held.
@@ -141,11 +141,9 @@ class ModelIndex {
   // compaction) stop below the reserve that removals' splits may use.
   enum class Purpose { kNewEntries, kRemoval };
 
-  SourceRecord* FindSource(const SourceKey& source) const;
+  // The source's record, added (and the sources reranked) when new;
+  // nullptr past kMaxSources.
   SourceRecord* FindOrAddSource(const SourceKey& source);
-  // Writer, inside a seqlock bracket: ranks_ = every source's position in
-  // SourceKey order.
-  void Rerank();
   void CountDelta(SourceRecord* rec, Tier tier, int64_t delta);
   uint64_t DigestRange(const SourceRecord* rec, Tier tier, const ChainNode* node, uint32_t lo,
                        uint32_t hi) const;
@@ -216,22 +214,33 @@ class ModelIndex {
   // reader whose probe missed during an erase probes once more.
   std::atomic<uint64_t> erase_epoch_{0};
 
-  // Source ids: writer-side lookup plus a reader-visible id -> record array.
-  using IdMap =
-      absl::flat_hash_map<SourceKey, uint32_t, absl::Hash<SourceKey>, std::equal_to<SourceKey>,
-                          CountingAllocator<std::pair<const SourceKey, uint32_t>>>;
-  IdMap ids_;
-  std::vector<uint32_t, CountingAllocator<uint32_t>> free_ids_;
-  std::unique_ptr<std::atomic<SourceRecord*>[]> records_;
-  std::atomic<uint32_t> id_limit_{0};  // ids ever handed out (max id + 1)
-  // Position of each id's SourceKey among all sources (worker, then dp_rank):
-  // a query orders its rows by (longest desc, rank) without comparing strings.
-  std::unique_ptr<std::atomic<uint32_t>[]> ranks_;
+  // Source ids: records and ranks for readers (source_table.h).
+  SourceTable sources_;
 
   std::atomic<uint64_t> entries_[kNumTiers] = {};
   std::atomic<uint64_t> digest_{0};
   std::atomic<uint64_t> sources_with_entries_{0};
   std::atomic<uint64_t> over_source_limit_{0};  // stored events not indexed
 };
+
+template <typename Fn>
+void ModelIndex::ForEachRun(const Fn& fn) const {
+  for (const ChainNode* node : nodes_) {
+    const uint32_t b = node->begin.load(std::memory_order_relaxed);
+    const uint32_t e = node->end.load(std::memory_order_relaxed);
+    if (b == e) continue;
+    const std::span<const uint64_t> hashes(node->hashes() + b, e - b);
+    for (uint32_t g = 0; g < node->num_groups; ++g) {
+      const HolderGroup& hg = node->group(g);
+      for (int t = 0; t < kNumTiers; ++t) {
+        for (uint64_t bits = hg.tiers[t].load(std::memory_order_relaxed); bits != 0;
+             bits &= bits - 1) {
+          const uint32_t id = hg.group * kGroupBits + std::countr_zero(bits);
+          fn(sources_.record(id, std::memory_order_relaxed)->key, static_cast<Tier>(t), hashes);
+        }
+      }
+    }
+  }
+}
 
 }  // namespace kvindex::index::internal

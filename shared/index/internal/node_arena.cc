@@ -1,5 +1,7 @@
 #include "shared/index/internal/node_arena.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <bit>
 #include <cstdint>
@@ -9,20 +11,18 @@
 namespace kvindex::index::internal {
 
 NodeArena::NodeArena(MemoryCounter* memory, uint32_t max_chunks)
-    : memory_(memory),
-      max_chunks_(std::min(max_chunks, kMaxChunks)),
-      chunk_bases_(new std::atomic<char*>[max_chunks_]) {
-  for (uint32_t c = 0; c < max_chunks_; ++c)
-    chunk_bases_[c].store(nullptr, std::memory_order_relaxed);
-  memory_->Add(max_chunks_ * sizeof(char*));
+    : memory_(memory), max_chunks_(std::min(max_chunks, kMaxChunks)) {
+  // Without memory for its table the arena holds no chunk: every Allocate
+  // fails. The table's first page (512 chunks) is committed up front.
+  if (!chunk_bases_.Reserve(max_chunks_, memory_) || !chunk_bases_.EnsureSize(1)) max_chunks_ = 0;
 }
 
 NodeArena::~NodeArena() {
-  for (uint32_t c = 0; c < num_chunks_; ++c) {
+  // Chunk 0 is first_chunk_'s.
+  for (uint32_t c = 1; c < num_chunks_; ++c) {
     UnmapHugePages(chunk_bases_[c].load(std::memory_order_relaxed), kChunkBytes);
     memory_->Sub(kChunkBytes);
   }
-  memory_->Sub(max_chunks_ * sizeof(char*));
 }
 
 // Classes of 64-byte units: 1..2^S exactly, then 2^S per doubling
@@ -50,16 +50,47 @@ size_t NodeArena::ClassBytes(size_t requested) {
   return UnitsOf(ClassOf(units)) * kUnit;
 }
 
-bool NodeArena::NewChunk() {
-  char* chunk = static_cast<char*>(MapHugePages(kChunkBytes));
-  if (chunk == nullptr) return false;
+bool NodeArena::Grow(size_t bytes, uint32_t chunk_limit) {
+  if (num_chunks_ == 1 && first_chunk_.committed() < kChunkBytes) {
+    const size_t need = static_cast<size_t>(next_ - first_chunk_.data()) + bytes;
+    if (need <= kChunkBytes) {
+      if (!first_chunk_.Commit(need)) return false;
+      end_ = first_chunk_.data() + first_chunk_.committed();
+      // Full: from now on it is read like the others (khugepaged may
+      // collapse it into a huge page).
+      if (first_chunk_.committed() == kChunkBytes) {
+        madvise(first_chunk_.data(), kChunkBytes, MADV_HUGEPAGE);
+      }
+      return true;
+    }
+  }
+  return num_chunks_ < std::min(chunk_limit, max_chunks_) && NewChunk(bytes);
+}
+
+bool NodeArena::NewChunk(size_t bytes) {
+  if (!chunk_bases_.EnsureSize(num_chunks_ + 1)) return false;
+  char* chunk;
+  if (num_chunks_ == 0) {
+    // 4 KiB pages while it fills: a huge page would be 2 MiB from the
+    // first node on.
+    if (first_chunk_.data() == nullptr) {
+      if (!first_chunk_.Reserve(kChunkBytes, kChunkBytes, memory_)) return false;
+      madvise(first_chunk_.data(), kChunkBytes, MADV_NOHUGEPAGE);
+    }
+    if (!first_chunk_.Commit(kUnit + bytes)) return false;
+    chunk = first_chunk_.data();
+    end_ = chunk + first_chunk_.committed();
+  } else {
+    chunk = static_cast<char*>(MapHugePages(kChunkBytes));
+    if (chunk == nullptr) return false;
+    memory_->Add(kChunkBytes);
+    end_ = chunk + kChunkBytes;
+  }
   // Unit 0 records the chunk's index, so a freed block's reference is found
   // from its address (chunks are 2 MiB-aligned).
   *reinterpret_cast<uint32_t*>(chunk) = num_chunks_;
   chunk_bases_[num_chunks_++].store(chunk, std::memory_order_release);
-  memory_->Add(kChunkBytes);
   next_ = chunk + kUnit;
-  end_ = chunk + kChunkBytes;
   return true;
 }
 
@@ -87,7 +118,7 @@ void* NodeArena::Allocate(size_t requested, size_t* bytes, Ref* ref, uint32_t ch
   } else {
     // The rest of a chunk too small for this block is left unused (< 2 %).
     if (next_ == nullptr || static_cast<size_t>(end_ - next_) < *bytes) {
-      if (num_chunks_ >= std::min(chunk_limit, max_chunks_) || !NewChunk()) return nullptr;
+      if (!Grow(*bytes, chunk_limit)) return nullptr;
     }
     block = next_;
     next_ += *bytes;

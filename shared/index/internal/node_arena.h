@@ -9,6 +9,12 @@
 // the peak, reported as allocated. A block is named by a 27-bit reference
 // (chunk, unit), which the block locator stores instead of a pointer.
 //
+// A small model costs what it holds: the first chunk is committed as it fills
+// (4 KiB pages, doubling; huge pages advised once it is full) and the chunk
+// table as chunks are added, so a model with one node holds a few KiB, not a
+// prefaulted 2 MiB. The limits still count whole chunks (mapped_bytes), so
+// what fits under them does not change.
+//
 // Exhaustion is a value, not an exception: Allocate returns nullptr (and
 // changes nothing) when the block would need a chunk beyond the caller's
 // limit or beyond max_chunks, or when mapping one fails, so the model index
@@ -21,9 +27,9 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <vector>
 
+#include "shared/index/internal/growing_mapping.h"
 #include "shared/index/internal/memory.h"
 
 namespace kvindex::index::internal {
@@ -52,7 +58,7 @@ class NodeArena {
   void Free(void* block, size_t bytes);
 
   uint32_t max_chunks() const { return max_chunks_; }
-  // Chunks mapped: the arena's footprint (never shrinks).
+  // Chunks started, as whole chunks: what the limits count (never shrinks).
   size_t mapped_bytes() const { return size_t{num_chunks_} * kChunkBytes; }
   // Testing: after `skip` more calls, the next `n` Allocate calls fail as if
   // the arena were full.
@@ -75,13 +81,18 @@ class NodeArena {
   static size_t ClassOf(size_t units);
   static size_t UnitsOf(size_t cls);
   Ref RefOf(const void* block) const;
-  bool NewChunk();
+  // Room for a block of `bytes` at next_: more of the first chunk committed,
+  // or a new chunk (within `chunk_limit`).
+  bool Grow(size_t bytes, uint32_t chunk_limit);
+  bool NewChunk(size_t bytes);
 
   MemoryCounter* memory_;
-  const uint32_t max_chunks_;
+  uint32_t max_chunks_;
   uint32_t fail_skip_ = 0;
   uint32_t fail_next_ = 0;
-  std::unique_ptr<std::atomic<char*>[]> chunk_bases_;
+  // Chunk index -> base, committed as chunks are added.
+  GrowingArray<std::atomic<char*>> chunk_bases_;
+  GrowingMapping first_chunk_;  // chunk 0, committed as it fills
   uint32_t num_chunks_ = 0;
   char* next_ = nullptr;  // bump pointer in the newest chunk
   char* end_ = nullptr;
