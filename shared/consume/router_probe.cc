@@ -234,6 +234,10 @@ std::vector<prometheus::MetricFamily> RouterProbe::Collect() const {
             "Stored events not indexed because their model already holds 4096 sources (fail "
             "closed)",
             stats.events_over_source_limit);
+    refused("kvindex_router_index_events_over_model_limit_total",
+            "Stored events not indexed because the index already holds --max-models models (fail "
+            "closed)",
+            stats.events_over_model_limit);
     refused("kvindex_router_index_blocks_not_indexed_total",
             "Blocks of stored events not indexed because their model's index memory ran out "
             "(fail closed)",
