@@ -51,13 +51,13 @@ using Body = std::vector<Node>;
 
 struct Node {
   enum class Kind {
-    kText,        // text
-    kOutput,      // {{ expr }}
-    kIf,          // conditions[i] -> bodies[i]; else_body
-    kFor,         // for targets in expr [if filter]: body else else_body
-    kSet,         // set targets (or target.attr) = expr
-    kSetBlock,    // set target %}body{% endset
-    kMacro,       // macro name(params) body
+    kText,      // text
+    kOutput,    // {{ expr }}
+    kIf,        // conditions[i] -> bodies[i]; else_body
+    kFor,       // for targets in expr [if filter]: body else else_body
+    kSet,       // set targets (or target.attr) = expr
+    kSetBlock,  // set target %}body{% endset
+    kMacro,     // macro name(params) body
     kBreak,
     kContinue,
     kGeneration,  // transformers' {% generation %}: renders its body

@@ -14,34 +14,44 @@ namespace {
 using K = Value::Kind;
 
 constexpr std::string_view kFilters[] = {
-    "abs",   "capitalize", "count", "d",       "default", "first",      "float",      "indent", "int",
-    "items", "join",       "last",  "length",  "list",    "lower",      "map",        "reject", "rejectattr",
-    "replace", "reverse",  "select", "selectattr", "string", "sum",     "tojson",     "trim",   "upper"};
+    "abs",        "capitalize", "count",  "d",          "default", "first",   "float",
+    "indent",     "int",        "items",  "join",       "last",    "length",  "list",
+    "lower",      "map",        "reject", "rejectattr", "replace", "reverse", "select",
+    "selectattr", "string",     "sum",    "tojson",     "trim",    "upper"};
 constexpr std::string_view kTests[] = {
-    "defined", "undefined", "none",  "boolean", "true",     "false", "integer",  "float",  "number",
-    "string",  "mapping",   "iterable", "sequence", "callable", "eq", "equalto", "==",     "ne",
-    "!=",      "lt",        "lessthan", "<",    "le",       "<=",    "gt",       "greaterthan", ">",
-    "ge",      ">=",        "in",    "odd",     "even",     "divisibleby", "lower", "upper", "sameas"};
-constexpr std::string_view kStrMethods[] = {"strip", "lstrip", "rstrip", "split", "startswith", "endswith", "upper",
-                                            "lower", "replace", "find", "count", "join", "capitalize"};
+    "defined",  "undefined",   "none",        "boolean", "true",    "false",
+    "integer",  "float",       "number",      "string",  "mapping", "iterable",
+    "sequence", "callable",    "eq",          "equalto", "==",      "ne",
+    "!=",       "lt",          "lessthan",    "<",       "le",      "<=",
+    "gt",       "greaterthan", ">",           "ge",      ">=",      "in",
+    "odd",      "even",        "divisibleby", "lower",   "upper",   "sameas"};
+constexpr std::string_view kStrMethods[] = {
+    "strip", "lstrip",  "rstrip", "split", "startswith", "endswith",  "upper",
+    "lower", "replace", "find",   "count", "join",       "capitalize"};
 constexpr std::string_view kDictMethods[] = {"items", "keys", "values", "get"};
 // Attributes Python's str and list have that are not implemented here: using
 // one is refused rather than treated as undefined.
 constexpr std::string_view kOtherStrAttrs[] = {
-    "casefold", "center", "encode", "expandtabs", "format", "format_map", "index", "isalnum", "isalpha",
-    "isascii",  "isdecimal", "isdigit", "isidentifier", "islower", "isnumeric", "isprintable", "isspace",
-    "istitle",  "isupper", "ljust", "maketrans", "partition", "removeprefix", "removesuffix", "rfind", "rindex",
-    "rjust",    "rpartition", "rsplit", "splitlines", "swapcase", "title", "translate", "zfill"};
-constexpr std::string_view kOtherDictAttrs[] = {"clear", "copy", "fromkeys", "pop", "popitem", "setdefault", "update"};
-constexpr std::string_view kListAttrs[] = {"append", "clear", "copy",   "count", "extend", "index",
-                                           "insert", "pop",   "remove", "reverse", "sort"};
+    "casefold",     "center",  "encode",    "expandtabs",  "format",       "format_map",
+    "index",        "isalnum", "isalpha",   "isascii",     "isdecimal",    "isdigit",
+    "isidentifier", "islower", "isnumeric", "isprintable", "isspace",      "istitle",
+    "isupper",      "ljust",   "maketrans", "partition",   "removeprefix", "removesuffix",
+    "rfind",        "rindex",  "rjust",     "rpartition",  "rsplit",       "splitlines",
+    "swapcase",     "title",   "translate", "zfill"};
+constexpr std::string_view kOtherDictAttrs[] = {"clear",   "copy",       "fromkeys", "pop",
+                                                "popitem", "setdefault", "update"};
+constexpr std::string_view kListAttrs[] = {"append", "clear",   "copy",   "count",
+                                           "extend", "index",   "insert", "pop",
+                                           "remove", "reverse", "sort"};
 
 template <size_t N>
 bool In(const std::string_view (&list)[N], std::string_view name) {
   return std::find(std::begin(list), std::end(list), name) != std::end(list);
 }
 
-Status TypeError(std::string_view what) { return absl::InvalidArgumentError(absl::StrCat("TypeError: ", std::string(what))); }
+Status TypeError(std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("TypeError: ", std::string(what)));
+}
 
 Status Unimplemented(std::string_view what) {
   return absl::UnimplementedError(absl::StrCat("chat template: unsupported ", std::string(what)));
@@ -53,20 +63,24 @@ const Value* Arg(const CallArgs& args, size_t i, std::string_view name) {
   return args.Keyword(name);
 }
 
-Status CheckArgs(const CallArgs& args, std::string_view fn, std::initializer_list<std::string_view> names) {
+Status CheckArgs(const CallArgs& args, std::string_view fn,
+                 std::initializer_list<std::string_view> names) {
   if (args.positional.size() > names.size()) {
-    return TypeError(absl::StrCat(std::string(fn), "() takes at most ", names.size(), " arguments"));
+    return TypeError(
+        absl::StrCat(std::string(fn), "() takes at most ", names.size(), " arguments"));
   }
   for (const auto& [k, v] : args.keyword) {
     if (std::find(names.begin(), names.end(), k) == names.end()) {
-      return TypeError(absl::StrCat(std::string(fn), "() got an unexpected keyword argument '", k, "'"));
+      return TypeError(
+          absl::StrCat(std::string(fn), "() got an unexpected keyword argument '", k, "'"));
     }
   }
   return absl::OkStatus();
 }
 
 bool IsAscii(std::string_view s) {
-  return std::all_of(s.begin(), s.end(), [](char c) { return static_cast<unsigned char>(c) < 0x80; });
+  return std::all_of(s.begin(), s.end(),
+                     [](char c) { return static_cast<unsigned char>(c) < 0x80; });
 }
 
 StatusOr<std::string> AsciiCase(const std::string& s, bool upper, std::string_view fn) {
@@ -143,8 +157,9 @@ StatusOr<Value> Split(const std::string& s, const Value* sep, const Value* maxsp
   if (d.empty()) return absl::InvalidArgumentError("ValueError: empty separator");
   size_t pos = 0;
   while (true) {
-    const size_t hit = (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit) ? std::string::npos
-                                                                                           : s.find(d, pos);
+    const size_t hit = (maxsplit >= 0 && static_cast<int64_t>(parts.size()) >= maxsplit)
+                           ? std::string::npos
+                           : s.find(d, pos);
     if (hit == std::string::npos) {
       parts.push_back(Value::String(s.substr(pos)));
       break;
@@ -156,7 +171,8 @@ StatusOr<Value> Split(const std::string& s, const Value* sep, const Value* maxsp
 }
 
 // Python str.replace(old, new, count=-1).
-std::string Replace(const std::string& s, const std::string& old, const std::string& repl, int64_t count) {
+std::string Replace(const std::string& s, const std::string& old, const std::string& repl,
+                    int64_t count) {
   std::string out;
   int64_t done = 0;
   if (old.empty()) {
@@ -200,7 +216,8 @@ Status Range(const std::string& s, const Value* start, const Value* end, size_t*
       *out = dflt;
       return absl::OkStatus();
     }
-    if (v->kind() != K::kInt && v->kind() != K::kBool) return TypeError("slice indices must be integers or None");
+    if (v->kind() != K::kInt && v->kind() != K::kBool)
+      return TypeError("slice indices must be integers or None");
     int64_t x = v->int_value();
     if (x < 0) x = std::max<int64_t>(0, x + n);
     *out = std::min(x, n);
@@ -232,8 +249,10 @@ StatusOr<Value> StrMethod(const std::string& s, const std::string& name, const C
     return Split(s, Arg(args, 0, "sep"), Arg(args, 1, "maxsplit"));
   }
   if (name == "startswith" || name == "endswith") {
-    if (!args.keyword.empty()) return TypeError(absl::StrCat(name, "() takes no keyword arguments"));
-    if (args.positional.empty() || args.positional.size() > 3) return TypeError(absl::StrCat(name, "() takes 1 to 3 arguments"));
+    if (!args.keyword.empty())
+      return TypeError(absl::StrCat(name, "() takes no keyword arguments"));
+    if (args.positional.empty() || args.positional.size() > 3)
+      return TypeError(absl::StrCat(name, "() takes 1 to 3 arguments"));
     size_t b = 0;
     size_t e = 0;
     KVINDEX_RETURN_IF_ERROR(Range(s, Arg(args, 1, ""), Arg(args, 2, ""), &b, &e));
@@ -244,12 +263,14 @@ StatusOr<Value> StrMethod(const std::string& s, const std::string& name, const C
       options.push_back(*a0);
     }
     for (const Value& o : options) {
-      if (!o.is_string()) return TypeError(absl::StrCat(name, " first arg must be str or a tuple of str"));
+      if (!o.is_string())
+        return TypeError(absl::StrCat(name, " first arg must be str or a tuple of str"));
       if (e < b) continue;
       const std::string_view window(s.data() + b, e - b);
       const std::string& p = o.str();
       if (p.size() > window.size()) continue;
-      if (name == "startswith" ? window.substr(0, p.size()) == p : window.substr(window.size() - p.size()) == p) {
+      if (name == "startswith" ? window.substr(0, p.size()) == p
+                               : window.substr(window.size() - p.size()) == p) {
         return Value::Bool(true);
       }
     }
@@ -273,11 +294,14 @@ StatusOr<Value> StrMethod(const std::string& s, const std::string& name, const C
     if (old == nullptr || repl == nullptr || !old->is_string() || !repl->is_string()) {
       return TypeError("replace() needs two str arguments");
     }
-    if (count != nullptr && count->kind() != K::kInt) return TypeError("replace() count must be an int");
-    return Value::String(Replace(s, old->str(), repl->str(), count == nullptr ? -1 : count->int_value()));
+    if (count != nullptr && count->kind() != K::kInt)
+      return TypeError("replace() count must be an int");
+    return Value::String(
+        Replace(s, old->str(), repl->str(), count == nullptr ? -1 : count->int_value()));
   }
   if (name == "find" || name == "count") {
-    if (!args.keyword.empty()) return TypeError(absl::StrCat(name, "() takes no keyword arguments"));
+    if (!args.keyword.empty())
+      return TypeError(absl::StrCat(name, "() takes no keyword arguments"));
     if (args.positional.empty() || args.positional.size() > 3 || !a0->is_string()) {
       return TypeError(absl::StrCat(name, "() needs a str argument"));
     }
@@ -294,16 +318,20 @@ StatusOr<Value> StrMethod(const std::string& s, const std::string& name, const C
     }
     if (sub.empty()) return Value::Int(static_cast<int64_t>(CodePointCount(window)) + 1);
     int64_t n = 0;
-    for (size_t p = window.find(sub); p != std::string_view::npos; p = window.find(sub, p + sub.size())) ++n;
+    for (size_t p = window.find(sub); p != std::string_view::npos;
+         p = window.find(sub, p + sub.size()))
+      ++n;
     return Value::Int(n);
   }
   if (name == "join") {
-    if (!args.keyword.empty()) return TypeError(absl::StrCat(name, "() takes no keyword arguments"));
+    if (!args.keyword.empty())
+      return TypeError(absl::StrCat(name, "() takes no keyword arguments"));
     if (args.positional.size() != 1) return TypeError("join() takes exactly one argument");
     KVINDEX_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(*a0));
     std::string out;
     for (size_t i = 0; i < items.size(); ++i) {
-      if (!items[i].is_string()) return TypeError(absl::StrCat("sequence item ", i, ": expected str instance"));
+      if (!items[i].is_string())
+        return TypeError(absl::StrCat("sequence item ", i, ": expected str instance"));
       if (i > 0) out += s;
       out += items[i].str();
     }
@@ -323,7 +351,8 @@ StatusOr<Value> DictMethod(const Value& d, const std::string& name, const CallAr
     }
     return def == nullptr ? Value::None() : *def;
   }
-  if (!args.positional.empty() || !args.keyword.empty()) return TypeError(absl::StrCat(name, "() takes no arguments"));
+  if (!args.positional.empty() || !args.keyword.empty())
+    return TypeError(absl::StrCat(name, "() takes no arguments"));
   std::vector<Value> out;
   for (const auto& [k, v] : d.dict().entries) {
     if (name == "keys") {
@@ -345,17 +374,20 @@ Value Bound(const Value& obj, const std::string& name, bool is_dict) {
 }
 
 Value Refused(const std::string& what) {
-  return Value::Function(what, [what](CallArgs&) -> StatusOr<Value> { return Unimplemented(what); });
+  return Value::Function(what,
+                         [what](CallArgs&) -> StatusOr<Value> { return Unimplemented(what); });
 }
 
 StatusOr<Value> ToJson(const Value& value, const CallArgs& args) {
-  KVINDEX_RETURN_IF_ERROR(CheckArgs(args, "tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}));
+  KVINDEX_RETURN_IF_ERROR(
+      CheckArgs(args, "tojson", {"ensure_ascii", "indent", "separators", "sort_keys"}));
   JsonOptions o;
   if (const Value* v = Arg(args, 0, "ensure_ascii")) o.ensure_ascii = v->Truthy();
   if (const Value* v = Arg(args, 1, "indent"); v != nullptr && !v->is_none()) {
     o.has_indent = true;
     if (v->kind() == K::kInt) {
-      o.indent = std::string(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(v->int_value(), 1000))), ' ');
+      o.indent = std::string(
+          static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(v->int_value(), 1000))), ' ');
     } else if (v->is_string()) {
       o.indent = v->str();
     } else {
@@ -363,7 +395,8 @@ StatusOr<Value> ToJson(const Value& value, const CallArgs& args) {
     }
   }
   if (const Value* v = Arg(args, 2, "separators"); v != nullptr && !v->is_none()) {
-    if (!v->is_sequence() || v->items().size() != 2 || !v->items()[0].is_string() || !v->items()[1].is_string()) {
+    if (!v->is_sequence() || v->items().size() != 2 || !v->items()[0].is_string() ||
+        !v->items()[1].is_string()) {
       return TypeError("tojson separators must be a pair of strings");
     }
     o.has_separators = true;
@@ -384,7 +417,8 @@ StatusOr<Value> Indent(const Value& value, const CallArgs& args) {
     if (w->is_string()) {
       unit = w->str();
     } else if (w->kind() == K::kInt) {
-      unit = std::string(static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(w->int_value(), 1000))), ' ');
+      unit = std::string(
+          static_cast<size_t>(std::max<int64_t>(0, std::min<int64_t>(w->int_value(), 1000))), ' ');
     } else {
       return TypeError("indent width must be an int or a str");
     }
@@ -397,8 +431,8 @@ StatusOr<Value> Indent(const Value& value, const CallArgs& args) {
   for (size_t p = 0; p < s.size();) {
     const size_t start = p;
     const char32_t cp = NextCodePoint(s, p);
-    const bool sep = cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || cp == 0x1C || cp == 0x1D ||
-                     cp == 0x1E || cp == 0x85 || cp == 0x2028 || cp == 0x2029;
+    const bool sep = cp == '\n' || cp == '\r' || cp == 0x0B || cp == 0x0C || cp == 0x1C ||
+                     cp == 0x1D || cp == 0x1E || cp == 0x85 || cp == 0x2028 || cp == 0x2029;
     if (sep) {
       if (cp == '\r' && p < s.size() && s[p] == '\n') ++p;
       lines.push_back(std::move(cur));
@@ -429,7 +463,8 @@ StatusOr<Value> Indent(const Value& value, const CallArgs& args) {
 StatusOr<Value> ToInt(const Value& value, const CallArgs& args) {
   KVINDEX_RETURN_IF_ERROR(CheckArgs(args, "int", {"default", "base"}));
   const Value* def = Arg(args, 0, "default");
-  if (const Value* base = Arg(args, 1, "base"); base != nullptr && !(base->kind() == K::kInt && base->int_value() == 10)) {
+  if (const Value* base = Arg(args, 1, "base");
+      base != nullptr && !(base->kind() == K::kInt && base->int_value() == 10)) {
     return Unimplemented("int filter with a base other than 10");
   }
   const Value fallback = def == nullptr ? Value::Int(0) : *def;
@@ -475,7 +510,8 @@ StatusOr<Value> ToFloat(const Value& value, const CallArgs& args) {
   }
 }
 
-StatusOr<std::vector<Value>> SelectOrReject(const Value& value, const CallArgs& args, bool select, bool by_attr) {
+StatusOr<std::vector<Value>> SelectOrReject(const Value& value, const CallArgs& args, bool select,
+                                            bool by_attr) {
   KVINDEX_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
   if (!args.keyword.empty()) return Unimplemented("keyword arguments of select/reject filters");
   size_t next = 0;
@@ -485,7 +521,8 @@ StatusOr<std::vector<Value>> SelectOrReject(const Value& value, const CallArgs& 
       return TypeError("selectattr/rejectattr need an attribute name");
     }
     attr = args.positional[0].str();
-    if (attr.find('.') != std::string::npos) return Unimplemented("dotted attribute paths in selectattr/rejectattr");
+    if (attr.find('.') != std::string::npos)
+      return Unimplemented("dotted attribute paths in selectattr/rejectattr");
     next = 1;
   }
   std::string test;
@@ -494,7 +531,8 @@ StatusOr<std::vector<Value>> SelectOrReject(const Value& value, const CallArgs& 
     if (!args.positional[next].is_string()) return TypeError("the test name must be a string");
     test = args.positional[next].str();
     if (!IsKnownTest(test)) return Unimplemented(absl::StrCat("test '", test, "'"));
-    test_args.positional.assign(args.positional.begin() + static_cast<long>(next) + 1, args.positional.end());
+    test_args.positional.assign(args.positional.begin() + static_cast<long>(next) + 1,
+                                args.positional.end());
   }
   std::vector<Value> out;
   for (const Value& item : items) {
@@ -517,8 +555,10 @@ StatusOr<Value> Map(const Value& value, const CallArgs& args) {
   KVINDEX_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
   std::vector<Value> out;
   if (const Value* attr = args.Keyword("attribute")) {
-    if (!args.positional.empty() || !attr->is_string()) return TypeError("map(attribute=...) takes a name only");
-    if (attr->str().find('.') != std::string::npos) return Unimplemented("dotted attribute paths in map");
+    if (!args.positional.empty() || !attr->is_string())
+      return TypeError("map(attribute=...) takes a name only");
+    if (attr->str().find('.') != std::string::npos)
+      return Unimplemented("dotted attribute paths in map");
     const Value* def = args.Keyword("default");
     for (const Value& item : items) {
       KVINDEX_ASSIGN_OR_RETURN(Value v, GetAttr(item, attr->str()));
@@ -544,7 +584,8 @@ StatusOr<Value> Map(const Value& value, const CallArgs& args) {
 }  // namespace
 
 Status UndefinedError(const Value& undefined) {
-  return absl::InvalidArgumentError(absl::StrCat("UndefinedError: '", undefined.undefined_name(), "' is undefined"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("UndefinedError: '", undefined.undefined_name(), "' is undefined"));
 }
 
 bool IsKnownFilter(std::string_view name) { return In(kFilters, name); }
@@ -597,7 +638,8 @@ StatusOr<bool> Contains(const Value& haystack, const Value& needle) {
     case K::kUndefined:
       return false;
     default:
-      return TypeError(absl::StrCat("argument of type '", haystack.TypeName(), "' is not iterable"));
+      return TypeError(
+          absl::StrCat("argument of type '", haystack.TypeName(), "' is not iterable"));
   }
 }
 
@@ -637,7 +679,8 @@ StatusOr<Value> GetItem(const Value& obj, const Value& key) {
         if (const Value* v = d.Find(key.str())) return *v;
         return GetAttr(obj, key.str());
       }
-      if (key.is_number() && obj.kind() == K::kDict) return Unimplemented("dict lookup by a non-string key");
+      if (key.is_number() && obj.kind() == K::kDict)
+        return Unimplemented("dict lookup by a non-string key");
       return Value::Undefined("item");
     case K::kList:
     case K::kTuple:
@@ -663,12 +706,15 @@ StatusOr<Value> GetItem(const Value& obj, const Value& key) {
   }
 }
 
-StatusOr<Value> GetSlice(const Value& obj, const Value& start, const Value& stop, const Value& step) {
+StatusOr<Value> GetSlice(const Value& obj, const Value& start, const Value& stop,
+                         const Value& step) {
   if (obj.is_undefined()) return UndefinedError(obj);
-  if (!obj.is_sequence() && !obj.is_string()) return TypeError(absl::StrCat("'", obj.TypeName(), "' object is not subscriptable"));
+  if (!obj.is_sequence() && !obj.is_string())
+    return TypeError(absl::StrCat("'", obj.TypeName(), "' object is not subscriptable"));
   auto as_int = [](const Value& v, int64_t* out) -> Status {
     if (v.is_undefined() || v.is_none()) return absl::NotFoundError("");
-    if (v.kind() != K::kInt && v.kind() != K::kBool) return TypeError("slice indices must be integers or None");
+    if (v.kind() != K::kInt && v.kind() != K::kBool)
+      return TypeError("slice indices must be integers or None");
     *out = v.int_value();
     return absl::OkStatus();
   };
@@ -725,8 +771,10 @@ StatusOr<Value> ApplyFilter(std::string_view name, const Value& value, const Cal
     KVINDEX_RETURN_IF_ERROR(CheckArgs(args, "trim", {"chars"}));
     KVINDEX_ASSIGN_OR_RETURN(std::string s, PyStr(value));
     const Value* chars = Arg(args, 0, "chars");
-    if (chars != nullptr && !chars->is_none() && !chars->is_string()) return TypeError("trim chars must be a str");
-    return Value::String(PyStrip(s, (chars == nullptr || chars->is_none()) ? nullptr : &chars->str(), true, true));
+    if (chars != nullptr && !chars->is_none() && !chars->is_string())
+      return TypeError("trim chars must be a str");
+    return Value::String(
+        PyStrip(s, (chars == nullptr || chars->is_none()) ? nullptr : &chars->str(), true, true));
   }
   if (name == "length" || name == "count") {
     KVINDEX_RETURN_IF_ERROR(CheckArgs(args, name, {}));
@@ -737,7 +785,8 @@ StatusOr<Value> ApplyFilter(std::string_view name, const Value& value, const Cal
     KVINDEX_RETURN_IF_ERROR(CheckArgs(args, name, {"default_value", "boolean"}));
     const Value* def = Arg(args, 0, "default_value");
     const Value* boolean = Arg(args, 1, "boolean");
-    const bool use_default = value.is_undefined() || (boolean != nullptr && boolean->Truthy() && !value.Truthy());
+    const bool use_default =
+        value.is_undefined() || (boolean != nullptr && boolean->Truthy() && !value.Truthy());
     if (!use_default) return value;
     return def == nullptr ? Value::String("") : *def;
   }
@@ -745,7 +794,8 @@ StatusOr<Value> ApplyFilter(std::string_view name, const Value& value, const Cal
     KVINDEX_RETURN_IF_ERROR(CheckArgs(args, name, {}));
     if (value.is_undefined() && name == "last") return UndefinedError(value);
     KVINDEX_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
-    if (items.empty()) return Value::Undefined(absl::StrCat(std::string(name), " item of an empty sequence"));
+    if (items.empty())
+      return Value::Undefined(absl::StrCat(std::string(name), " item of an empty sequence"));
     return name == "first" ? items.front() : items.back();
   }
   if (name == "join") {
@@ -850,7 +900,8 @@ StatusOr<Value> ApplyFilter(std::string_view name, const Value& value, const Cal
         total = Value::Float(total.float_value() + item.float_value());
       } else {
         int64_t r = 0;
-        if (__builtin_add_overflow(total.int_value(), item.int_value(), &r)) return Unimplemented("integer overflow");
+        if (__builtin_add_overflow(total.int_value(), item.int_value(), &r))
+          return Unimplemented("integer overflow");
         total = Value::Int(r);
       }
     }
@@ -860,13 +911,15 @@ StatusOr<Value> ApplyFilter(std::string_view name, const Value& value, const Cal
 }
 
 StatusOr<bool> ApplyTest(std::string_view name, const Value& value, const CallArgs& args) {
-  const bool binary = name == "eq" || name == "equalto" || name == "==" || name == "ne" || name == "!=" ||
-                      name == "lt" || name == "lessthan" || name == "<" || name == "le" || name == "<=" ||
-                      name == "gt" || name == "greaterthan" || name == ">" || name == "ge" || name == ">=" ||
-                      name == "in" || name == "divisibleby" || name == "sameas";
+  const bool binary = name == "eq" || name == "equalto" || name == "==" || name == "ne" ||
+                      name == "!=" || name == "lt" || name == "lessthan" || name == "<" ||
+                      name == "le" || name == "<=" || name == "gt" || name == "greaterthan" ||
+                      name == ">" || name == "ge" || name == ">=" || name == "in" ||
+                      name == "divisibleby" || name == "sameas";
   if (!args.keyword.empty()) return Unimplemented("keyword arguments to a test");
   if (args.positional.size() != (binary ? 1u : 0u)) {
-    return TypeError(absl::StrCat("test '", std::string(name), "' takes ", binary ? 1 : 0, " argument(s)"));
+    return TypeError(
+        absl::StrCat("test '", std::string(name), "' takes ", binary ? 1 : 0, " argument(s)"));
   }
   if (name == "defined") return !value.is_undefined();
   if (name == "undefined") return value.is_undefined();
@@ -884,7 +937,8 @@ StatusOr<bool> ApplyTest(std::string_view name, const Value& value, const CallAr
   }
   if (name == "callable") return value.kind() == K::kCallable;
   if (name == "odd" || name == "even") {
-    if (value.kind() != K::kInt && value.kind() != K::kBool) return Unimplemented("odd/even of a non-integer");
+    if (value.kind() != K::kInt && value.kind() != K::kBool)
+      return Unimplemented("odd/even of a non-integer");
     const int64_t r = value.int_value() % 2;
     return name == "odd" ? r != 0 : r == 0;
   }
@@ -903,14 +957,17 @@ StatusOr<bool> ApplyTest(std::string_view name, const Value& value, const CallAr
   if (name == "ne" || name == "!=") return !PyEquals(value, other);
   if (name == "in") return Contains(other, value);
   if (name == "sameas") {
-    if ((value.is_none() || value.kind() == K::kBool) || (other.is_none() || other.kind() == K::kBool)) {
+    if ((value.is_none() || value.kind() == K::kBool) ||
+        (other.is_none() || other.kind() == K::kBool)) {
       return value.kind() == other.kind() && PyEquals(value, other);
     }
     return Unimplemented("sameas on objects other than None/True/False");
   }
   if (name == "divisibleby") {
-    if (value.kind() != K::kInt || other.kind() != K::kInt) return Unimplemented("divisibleby of non-integers");
-    if (other.int_value() == 0) return absl::InvalidArgumentError("ZeroDivisionError: integer modulo by zero");
+    if (value.kind() != K::kInt || other.kind() != K::kInt)
+      return Unimplemented("divisibleby of non-integers");
+    if (other.int_value() == 0)
+      return absl::InvalidArgumentError("ZeroDivisionError: integer modulo by zero");
     return value.int_value() % other.int_value() == 0;
   }
   bool less = false;

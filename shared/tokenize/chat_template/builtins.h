@@ -25,7 +25,8 @@ StatusOr<Value> GetAttr(const Value& obj, const std::string& name);
 // obj[key]: the key first, then (string keys) the attribute.
 StatusOr<Value> GetItem(const Value& obj, const Value& key);
 // obj[start:stop:step] (null Values = omitted) on lists, tuples and strings.
-StatusOr<Value> GetSlice(const Value& obj, const Value& start, const Value& stop, const Value& step);
+StatusOr<Value> GetSlice(const Value& obj, const Value& start, const Value& stop,
+                         const Value& step);
 
 // The items a for loop (or list()) visits: list/tuple items, dict keys,
 // string code points; undefined -> none.

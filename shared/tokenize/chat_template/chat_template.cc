@@ -13,35 +13,42 @@ StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source) {
   return t;
 }
 
-StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context, const RenderLimits& limits) const {
-  if (!context.is_object()) return absl::InvalidArgumentError("chat template context must be a JSON object");
+StatusOr<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context,
+                                           const RenderLimits& limits) const {
+  if (!context.is_object())
+    return absl::InvalidArgumentError("chat template context must be a JSON object");
   const Value ctx = Value::FromJson(context);
   return RenderTemplate(*body_, ctx.dict(), limits);
 }
 
-StatusOr<std::string> SelectTemplate(const nlohmann::ordered_json& config, bool has_tools) {
+StatusOr<std::string> SelectTemplate(const nlohmann::json& config, bool has_tools) {
   const auto it = config.find("chat_template");
   if (it == config.end() || it->is_null()) {
     return absl::FailedPreconditionError("tokenizer_config.json has no chat_template");
   }
   if (it->is_string()) return it->get<std::string>();
-  if (!it->is_array()) return absl::InvalidArgumentError("chat_template must be a string or a list of {name, template}");
-  const nlohmann::ordered_json* chosen = nullptr;
+  if (!it->is_array())
+    return absl::InvalidArgumentError(
+        "chat_template must be a string or a list of {name, template}");
+  const nlohmann::json* chosen = nullptr;
   for (const auto& entry : *it) {
-    if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") || !entry["name"].is_string() ||
-        !entry["template"].is_string()) {
-      return absl::InvalidArgumentError("chat_template list entries must be {name, template} strings");
+    if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") ||
+        !entry["name"].is_string() || !entry["template"].is_string()) {
+      return absl::InvalidArgumentError(
+          "chat_template list entries must be {name, template} strings");
     }
     if (entry["name"] == "tool_use" && has_tools) return entry["template"].get<std::string>();
     if (entry["name"] == "default") chosen = &entry;
   }
   if (chosen == nullptr) {
-    return absl::FailedPreconditionError("tokenizer_config.json has named chat templates but no 'default'");
+    return absl::FailedPreconditionError(
+        "tokenizer_config.json has named chat templates but no 'default'");
   }
   return (*chosen)["template"].get<std::string>();
 }
 
-nlohmann::ordered_json ChatContext(const nlohmann::ordered_json& config, const nlohmann::ordered_json& messages,
+nlohmann::ordered_json ChatContext(const nlohmann::json& config,
+                                   const nlohmann::ordered_json& messages,
                                    bool add_generation_prompt, const nlohmann::ordered_json& tools,
                                    const nlohmann::ordered_json& extra) {
   nlohmann::ordered_json ctx = nlohmann::ordered_json::object();
@@ -56,16 +63,19 @@ nlohmann::ordered_json ChatContext(const nlohmann::ordered_json& config, const n
     const auto it = config.find(key);
     if (it == config.end()) continue;
     if (it->is_string() && !it->get<std::string>().empty()) {
-      ctx[key] = *it;
+      ctx[key] = it->get<std::string>();
     } else if (it->is_object() && it->contains("content") && (*it)["content"].is_string()) {
-      ctx[key] = (*it)["content"];
+      ctx[key] = (*it)["content"].get<std::string>();
     }
   }
-  if (const auto it = config.find("additional_special_tokens"); it != config.end() && it->is_array() && !it->empty()) {
+  if (const auto it = config.find("additional_special_tokens");
+      it != config.end() && it->is_array() && !it->empty()) {
     nlohmann::ordered_json list = nlohmann::ordered_json::array();
     for (const auto& t : *it) {
-      if (t.is_string()) list.push_back(t);
-      if (t.is_object() && t.contains("content")) list.push_back(t["content"]);
+      if (t.is_string()) list.push_back(t.get<std::string>());
+      if (t.is_object() && t.contains("content") && t["content"].is_string()) {
+        list.push_back(t["content"].get<std::string>());
+      }
     }
     ctx["additional_special_tokens"] = list;
   }
@@ -75,8 +85,9 @@ nlohmann::ordered_json ChatContext(const nlohmann::ordered_json& config, const n
   return ctx;
 }
 
-StatusOr<std::string> RenderChat(const nlohmann::ordered_json& tokenizer_config, const nlohmann::ordered_json& messages,
-                                 bool add_generation_prompt, const nlohmann::ordered_json& tools,
+StatusOr<std::string> RenderChat(const nlohmann::json& tokenizer_config,
+                                 const nlohmann::ordered_json& messages, bool add_generation_prompt,
+                                 const nlohmann::ordered_json& tools,
                                  const nlohmann::ordered_json& extra) {
   const bool has_tools = !tools.is_null();
   KVINDEX_ASSIGN_OR_RETURN(std::string source, SelectTemplate(tokenizer_config, has_tools));

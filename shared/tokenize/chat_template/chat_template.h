@@ -35,7 +35,8 @@ class ChatTemplate {
   // follows kRaisedPrefix) or failed as Jinja2 would (undefined attribute of
   // an undefined value, a type error). Unimplemented: the data led to an
   // operation outside the subset (for example upper() of non-ASCII text).
-  StatusOr<std::string> Render(const nlohmann::ordered_json& context, const RenderLimits& limits = {}) const;
+  StatusOr<std::string> Render(const nlohmann::ordered_json& context,
+                               const RenderLimits& limits = {}) const;
 
  private:
   std::shared_ptr<const std::vector<Node>> body_;
@@ -49,19 +50,22 @@ class ChatTemplate {
 // (vLLM's chat_template_kwargs, e.g. enable_thinking) over them.
 // chat_template may be a string or a list of {name, template}: "default", or
 // "tool_use" when tools are given and such a template exists.
-// FailedPrecondition when the config has no chat template.
-StatusOr<std::string> RenderChat(const nlohmann::ordered_json& tokenizer_config,
-                                 const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                 const nlohmann::ordered_json& tools = nullptr,
-                                 const nlohmann::ordered_json& extra = nlohmann::ordered_json::object());
+// FailedPrecondition when the config has no chat template. The config is a
+// plain (sorted-map) nlohmann::json: only chat_template and the special
+// tokens are read, and a large added_tokens_decoder parses fast that way;
+// messages, tools and extra keep their key order (tojson shows it).
+StatusOr<std::string> RenderChat(
+    const nlohmann::json& tokenizer_config, const nlohmann::ordered_json& messages,
+    bool add_generation_prompt, const nlohmann::ordered_json& tools = nullptr,
+    const nlohmann::ordered_json& extra = nlohmann::ordered_json::object());
 
 // The template source RenderChat would use (same selection rules).
-StatusOr<std::string> SelectTemplate(const nlohmann::ordered_json& tokenizer_config, bool has_tools);
+StatusOr<std::string> SelectTemplate(const nlohmann::json& tokenizer_config, bool has_tools);
 
 // The context RenderChat renders with.
-nlohmann::ordered_json ChatContext(const nlohmann::ordered_json& tokenizer_config,
-                                   const nlohmann::ordered_json& messages, bool add_generation_prompt,
-                                   const nlohmann::ordered_json& tools = nullptr,
-                                   const nlohmann::ordered_json& extra = nlohmann::ordered_json::object());
+nlohmann::ordered_json ChatContext(
+    const nlohmann::json& tokenizer_config, const nlohmann::ordered_json& messages,
+    bool add_generation_prompt, const nlohmann::ordered_json& tools = nullptr,
+    const nlohmann::ordered_json& extra = nlohmann::ordered_json::object());
 
 }  // namespace kvindex::chat_template

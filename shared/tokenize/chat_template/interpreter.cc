@@ -15,8 +15,12 @@ using NK = Node::Kind;
 
 enum class Flow { kNormal, kBreak, kContinue };
 
-Status TypeError(std::string_view what) { return absl::InvalidArgumentError(absl::StrCat("TypeError: ", std::string(what))); }
-Status Overflow() { return absl::UnimplementedError("chat template: unsupported integer beyond 64 bits"); }
+Status TypeError(std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("TypeError: ", std::string(what)));
+}
+Status Overflow() {
+  return absl::UnimplementedError("chat template: unsupported integer beyond 64 bits");
+}
 
 StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b) {
   if (op == "~") {
@@ -26,7 +30,8 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
   }
   if (a.is_undefined()) return UndefinedError(a);
   if (b.is_undefined()) return UndefinedError(b);
-  const bool ints = (a.kind() == K::kInt || a.kind() == K::kBool) && (b.kind() == K::kInt || b.kind() == K::kBool);
+  const bool ints = (a.kind() == K::kInt || a.kind() == K::kBool) &&
+                    (b.kind() == K::kInt || b.kind() == K::kBool);
   const bool nums = a.is_number() && b.is_number();
   const int64_t x = a.int_value();
   const int64_t y = b.int_value();
@@ -55,7 +60,9 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
       return Value::Int(r);
     }
     if (nums) return Value::Float(a.float_value() * b.float_value());
-    const Value* seq = a.is_string() || a.is_sequence() ? &a : (b.is_string() || b.is_sequence()) ? &b : nullptr;
+    const Value* seq = a.is_string() || a.is_sequence()     ? &a
+                       : (b.is_string() || b.is_sequence()) ? &b
+                                                            : nullptr;
     const Value* count = seq == &a ? &b : &a;
     if (seq != nullptr && (count->kind() == K::kInt || count->kind() == K::kBool)) {
       const int64_t n = std::max<int64_t>(0, count->int_value());
@@ -69,17 +76,20 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
         return Value::String(std::move(out));
       }
       std::vector<Value> out;
-      for (int64_t i = 0; i < n; ++i) out.insert(out.end(), seq->items().begin(), seq->items().end());
+      for (int64_t i = 0; i < n; ++i)
+        out.insert(out.end(), seq->items().begin(), seq->items().end());
       return seq->kind() == K::kTuple ? Value::Tuple(std::move(out)) : Value::List(std::move(out));
     }
   } else if (op == "/") {
     if (nums) {
-      if (b.float_value() == 0) return absl::InvalidArgumentError("ZeroDivisionError: division by zero");
+      if (b.float_value() == 0)
+        return absl::InvalidArgumentError("ZeroDivisionError: division by zero");
       return Value::Float(a.float_value() / b.float_value());
     }
   } else if (op == "//" || op == "%") {
     if (ints) {
-      if (y == 0) return absl::InvalidArgumentError("ZeroDivisionError: integer division or modulo by zero");
+      if (y == 0)
+        return absl::InvalidArgumentError("ZeroDivisionError: integer division or modulo by zero");
       if (x == INT64_MIN && y == -1) return Overflow();
       int64_t q = x / y;
       int64_t m = x % y;
@@ -92,7 +102,8 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
     if (nums) {
       const double fx = a.float_value();
       const double fy = b.float_value();
-      if (fy == 0) return absl::InvalidArgumentError("ZeroDivisionError: float division or modulo by zero");
+      if (fy == 0)
+        return absl::InvalidArgumentError("ZeroDivisionError: float division or modulo by zero");
       double m = std::fmod(fx, fy);
       double div = (fx - m) / fy;
       if (m != 0 && ((m < 0) != (fy < 0))) {
@@ -105,7 +116,8 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
       if (div == 0) floordiv = std::copysign(0.0, fx / fy);
       return Value::Float(floordiv);
     }
-    if (op == "%" && a.is_string()) return absl::UnimplementedError("chat template: unsupported printf-style '%' formatting");
+    if (op == "%" && a.is_string())
+      return absl::UnimplementedError("chat template: unsupported printf-style '%' formatting");
   } else if (op == "**") {
     if (ints && y >= 0) {
       int64_t acc = 1;
@@ -118,7 +130,8 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
     }
     if (nums) return absl::UnimplementedError("chat template: unsupported float power");
   }
-  return TypeError(absl::StrCat("unsupported operand type(s) for ", op, ": '", a.TypeName(), "' and '", b.TypeName(), "'"));
+  return TypeError(absl::StrCat("unsupported operand type(s) for ", op, ": '", a.TypeName(),
+                                "' and '", b.TypeName(), "'"));
 }
 
 class Renderer {
@@ -185,7 +198,8 @@ class Renderer {
         if (fmt.empty()) return Value::String("");
         std::string buf(256 + fmt.size() * 8, '\0');
         const size_t n = std::strftime(buf.data(), buf.size(), fmt.c_str(), &tm);
-        if (n == 0) return absl::UnimplementedError("chat template: unsupported strftime_now format");
+        if (n == 0)
+          return absl::UnimplementedError("chat template: unsupported strftime_now format");
         buf.resize(n);
         return Value::String(std::move(buf));
       });
@@ -195,10 +209,12 @@ class Renderer {
       return Value::Function(name, [ns](CallArgs& args) -> StatusOr<Value> {
         Dict d;
         for (const Value& p : args.positional) {
-          if (!p.is_dict()) return TypeError("namespace()/dict() positional argument must be a dict");
+          if (!p.is_dict())
+            return TypeError("namespace()/dict() positional argument must be a dict");
           for (const auto& [k, v] : p.dict().entries) d.Set(k, v);
         }
-        if (args.positional.size() > 1) return TypeError("namespace()/dict() takes at most one positional argument");
+        if (args.positional.size() > 1)
+          return TypeError("namespace()/dict() takes at most one positional argument");
         for (const auto& [k, v] : args.keyword) d.Set(k, v);
         return ns ? Value::Namespace(std::move(d)) : Value::MakeDict(std::move(d));
       });
@@ -207,10 +223,12 @@ class Renderer {
       return Value::Function(name, [](CallArgs& args) -> StatusOr<Value> {
         int64_t v[3] = {0, 0, 1};
         const size_t n = args.positional.size();
-        if (n < 1 || n > 3 || !args.keyword.empty()) return TypeError("range expected 1 to 3 integer arguments");
+        if (n < 1 || n > 3 || !args.keyword.empty())
+          return TypeError("range expected 1 to 3 integer arguments");
         for (size_t i = 0; i < n; ++i) {
           const Value& a = args.positional[i];
-          if (a.kind() != K::kInt && a.kind() != K::kBool) return TypeError("range() integer arguments expected");
+          if (a.kind() != K::kInt && a.kind() != K::kBool)
+            return TypeError("range() integer arguments expected");
         }
         if (n == 1) {
           v[1] = args.positional[0].int_value();
@@ -219,10 +237,12 @@ class Renderer {
           v[1] = args.positional[1].int_value();
           if (n == 3) v[2] = args.positional[2].int_value();
         }
-        if (v[2] == 0) return absl::InvalidArgumentError("ValueError: range() arg 3 must not be zero");
+        if (v[2] == 0)
+          return absl::InvalidArgumentError("ValueError: range() arg 3 must not be zero");
         std::vector<Value> out;
         for (int64_t i = v[0]; v[2] > 0 ? i < v[1] : i > v[1]; i += v[2]) {
-          if (out.size() >= 100000) return absl::ResourceExhaustedError("chat template: range too long");
+          if (out.size() >= 100000)
+            return absl::ResourceExhaustedError("chat template: range too long");
           out.push_back(Value::Int(i));
           if ((v[2] > 0 && i > INT64_MAX - v[2]) || (v[2] < 0 && i < INT64_MIN - v[2])) break;
         }
@@ -231,14 +251,16 @@ class Renderer {
     }
     if (name == "lipsum" || name == "cycler" || name == "joiner") {
       return Value::Function(name, [name](CallArgs&) -> StatusOr<Value> {
-        return absl::UnimplementedError(absl::StrCat("chat template: unsupported global function '", name, "'"));
+        return absl::UnimplementedError(
+            absl::StrCat("chat template: unsupported global function '", name, "'"));
       });
     }
     return Value::Undefined(name);
   }
 
   Status Step() {
-    if (++steps_ > limits_.max_steps) return absl::ResourceExhaustedError("chat template: too many steps");
+    if (++steps_ > limits_.max_steps)
+      return absl::ResourceExhaustedError("chat template: too many steps");
     return absl::OkStatus();
   }
 
@@ -275,7 +297,8 @@ class Renderer {
         for (size_t i = 0; i + 1 < e.children.size(); i += 2) {
           KVINDEX_ASSIGN_OR_RETURN(Value k, Eval(*e.children[i]));
           KVINDEX_ASSIGN_OR_RETURN(Value v, Eval(*e.children[i + 1]));
-          if (!k.is_string()) return absl::UnimplementedError("chat template: unsupported non-string dict key");
+          if (!k.is_string())
+            return absl::UnimplementedError("chat template: unsupported non-string dict key");
           d.Set(k.str(), std::move(v));
         }
         return Value::MakeDict(std::move(d));
@@ -303,7 +326,8 @@ class Renderer {
         KVINDEX_ASSIGN_OR_RETURN(Value fn, Eval(*e.children[0]));
         KVINDEX_ASSIGN_OR_RETURN(CallArgs args, EvalArgs(e, 1));
         if (fn.is_undefined()) return UndefinedError(fn);
-        if (fn.kind() != K::kCallable) return TypeError(absl::StrCat("'", fn.TypeName(), "' object is not callable"));
+        if (fn.kind() != K::kCallable)
+          return TypeError(absl::StrCat("'", fn.TypeName(), "' object is not callable"));
         return fn.callable().fn(args);
       }
       case EK::kFilter: {
@@ -321,14 +345,15 @@ class Renderer {
       case EK::kPos: {
         KVINDEX_ASSIGN_OR_RETURN(Value v, Eval(*e.children[0]));
         if (v.is_undefined()) return UndefinedError(v);
-        if (v.kind() == K::kFloat) return Value::Float(e.kind == EK::kNeg ? -v.float_value() : v.float_value());
+        if (v.kind() == K::kFloat)
+          return Value::Float(e.kind == EK::kNeg ? -v.float_value() : v.float_value());
         if (v.kind() == K::kInt || v.kind() == K::kBool) {
           if (e.kind == EK::kPos) return Value::Int(v.int_value());
           if (v.int_value() == INT64_MIN) return Overflow();
           return Value::Int(-v.int_value());
         }
-        return TypeError(absl::StrCat("bad operand type for unary ", e.kind == EK::kNeg ? "-" : "+", ": '",
-                                      v.TypeName(), "'"));
+        return TypeError(absl::StrCat("bad operand type for unary ", e.kind == EK::kNeg ? "-" : "+",
+                                      ": '", v.TypeName(), "'"));
       }
       case EK::kNot: {
         KVINDEX_ASSIGN_OR_RETURN(Value v, Eval(*e.children[0]));
@@ -400,8 +425,8 @@ class Renderer {
     }
     KVINDEX_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
     if (items.size() != targets.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("ValueError: cannot unpack ", items.size(), " values into ", targets.size(), " names"));
+      return absl::InvalidArgumentError(absl::StrCat("ValueError: cannot unpack ", items.size(),
+                                                     " values into ", targets.size(), " names"));
     }
     for (size_t i = 0; i < targets.size(); ++i) Store(targets[i], std::move(items[i]));
     return absl::OkStatus();
@@ -440,7 +465,8 @@ class Renderer {
         if (!n.attr.empty()) {
           const Value ns = Lookup(n.targets[0]);
           if (ns.kind() != K::kNamespace) {
-            return absl::InvalidArgumentError("TemplateRuntimeError: cannot assign attribute on non-namespace object");
+            return absl::InvalidArgumentError(
+                "TemplateRuntimeError: cannot assign attribute on non-namespace object");
           }
           ns.mutable_namespace().Set(n.attr, std::move(v));
           return Flow::kNormal;
@@ -457,7 +483,8 @@ class Renderer {
       }
       case NK::kMacro: {
         const Node* node = &n;
-        Store(n.text, Value::Function(n.text, [this, node](CallArgs& args) { return CallMacro(*node, args); }));
+        Store(n.text, Value::Function(
+                          n.text, [this, node](CallArgs& args) { return CallMacro(*node, args); }));
         return Flow::kNormal;
       }
       case NK::kBreak:
@@ -505,8 +532,10 @@ class Renderer {
       loop.Set("length", Value::Int(length));
       loop.Set("depth", Value::Int(1));
       loop.Set("depth0", Value::Int(0));
-      loop.Set("previtem", i > 0 ? items[static_cast<size_t>(i - 1)] : Value::Undefined("loop.previtem"));
-      loop.Set("nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)] : Value::Undefined("loop.nextitem"));
+      loop.Set("previtem",
+               i > 0 ? items[static_cast<size_t>(i - 1)] : Value::Undefined("loop.previtem"));
+      loop.Set("nextitem", i + 1 < length ? items[static_cast<size_t>(i + 1)]
+                                          : Value::Undefined("loop.nextitem"));
       loop.Set("cycle", Value::Function("cycle", [i](CallArgs& args) -> StatusOr<Value> {
                  if (args.positional.empty()) return TypeError("no items for cycling given");
                  return args.positional[static_cast<size_t>(i) % args.positional.size()];
@@ -528,14 +557,17 @@ class Renderer {
   }
 
   StatusOr<Value> CallMacro(const Node& n, CallArgs& args) {
-    if (call_depth_ >= limits_.max_call_depth) return absl::ResourceExhaustedError("chat template: macro recursion too deep");
+    if (call_depth_ >= limits_.max_call_depth)
+      return absl::ResourceExhaustedError("chat template: macro recursion too deep");
     if (args.positional.size() > n.params.size()) {
-      return TypeError(absl::StrCat("macro '", n.text, "' takes not more than ", n.params.size(), " argument(s)"));
+      return TypeError(absl::StrCat("macro '", n.text, "' takes not more than ", n.params.size(),
+                                    " argument(s)"));
     }
     for (const auto& [k, v] : args.keyword) {
       bool known = false;
       for (const auto& p : n.params) known = known || p.first == k;
-      if (!known) return TypeError(absl::StrCat("macro '", n.text, "' takes no keyword argument '", k, "'"));
+      if (!known)
+        return TypeError(absl::StrCat("macro '", n.text, "' takes no keyword argument '", k, "'"));
     }
     const size_t saved_base = base_;
     const int saved_loop_depth = loop_depth_;
@@ -585,7 +617,8 @@ class Renderer {
 
 }  // namespace
 
-StatusOr<std::string> RenderTemplate(const Body& body, const Dict& context, const RenderLimits& limits) {
+StatusOr<std::string> RenderTemplate(const Body& body, const Dict& context,
+                                     const RenderLimits& limits) {
   Renderer renderer(context, limits);
   return renderer.Run(body);
 }

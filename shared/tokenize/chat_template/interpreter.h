@@ -25,6 +25,7 @@ struct RenderLimits {
 // message starts with this prefix followed by msg.
 inline constexpr char kRaisedPrefix[] = "raise_exception: ";
 
-StatusOr<std::string> RenderTemplate(const Body& body, const Dict& context, const RenderLimits& limits = {});
+StatusOr<std::string> RenderTemplate(const Body& body, const Dict& context,
+                                     const RenderLimits& limits = {});
 
 }  // namespace kvindex::chat_template

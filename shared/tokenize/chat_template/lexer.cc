@@ -40,9 +40,7 @@ size_t SkipSpace(std::string_view s, size_t pos) {
   return pos;
 }
 
-bool AllSpace(std::string_view s) {
-  return SkipSpace(s, 0) == s.size();
-}
+bool AllSpace(std::string_view s) { return SkipSpace(s, 0) == s.size(); }
 
 // Python's rstrip() (Unicode whitespace).
 std::string_view RStripSpace(std::string_view s) {
@@ -63,11 +61,13 @@ Status DecodeString(std::string_view body, int line, std::string& out) {
       char32_t v = 0;
       for (size_t k = 1; k <= n; ++k) {
         if (i + k >= body.size() || !std::isxdigit(static_cast<unsigned char>(body[i + k]))) {
-          return absl::InvalidArgumentError(absl::StrCat("line ", line, ": truncated \\", std::string(1, e), " escape"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("line ", line, ": truncated \\", std::string(1, e), " escape"));
         }
         const char h = body[i + k];
-        v = v * 16 + static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0'
-                                                                                        : (std::tolower(h) - 'a' + 10));
+        v = v * 16 + static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(h))
+                                               ? h - '0'
+                                               : (std::tolower(h) - 'a' + 10));
       }
       i += n;
       return v;
@@ -110,17 +110,20 @@ Status DecodeString(std::string_view body, int line, std::string& out) {
       case 'U': {
         KVINDEX_ASSIGN_OR_RETURN(char32_t cp, hex(e == 'x' ? 2 : e == 'u' ? 4 : 8));
         if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) {
-          return absl::UnimplementedError(absl::StrCat("line ", line, ": string escape of a surrogate or out-of-range code point"));
+          return absl::UnimplementedError(absl::StrCat(
+              "line ", line, ": string escape of a surrogate or out-of-range code point"));
         }
         AppendUtf8(out, cp);
         break;
       }
       case 'N':
-        return absl::UnimplementedError(absl::StrCat("line ", line, ": \\N{...} escapes in string literals"));
+        return absl::UnimplementedError(
+            absl::StrCat("line ", line, ": \\N{...} escapes in string literals"));
       default:
         if (e >= '0' && e <= '7') {
           char32_t v = static_cast<char32_t>(e - '0');
-          for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7'; ++k) {
+          for (int k = 0; k < 2 && i + 1 < body.size() && body[i + 1] >= '0' && body[i + 1] <= '7';
+               ++k) {
             v = v * 8 + static_cast<char32_t>(body[++i] - '0');
           }
           AppendUtf8(out, v);
@@ -169,7 +172,8 @@ class Lexer {
         }
       }
       if (!text.empty()) Emit(Token::Kind::kData, std::string(text));
-      line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(pos), src_.begin() + static_cast<long>(tag), '\n'));
+      line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(pos),
+                                           src_.begin() + static_cast<long>(tag), '\n'));
       pos = tag + 2 + ((sign == '-' || sign == '+') ? 1 : 0);
       if (kind == '#') {
         KVINDEX_RETURN_IF_ERROR(Comment(pos, line_starting));
@@ -182,14 +186,18 @@ class Lexer {
   }
 
  private:
-  void Emit(Token::Kind kind, std::string text) { tokens_.push_back(Token{kind, std::move(text), line_}); }
+  void Emit(Token::Kind kind, std::string text) {
+    tokens_.push_back(Token{kind, std::move(text), line_});
+  }
 
   Status Comment(size_t& pos, bool& line_starting) {
     const size_t end = src_.find("#}", pos);
     if (end == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("line ", line_, ": missing end of comment tag"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("line ", line_, ": missing end of comment tag"));
     }
-    line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(pos), src_.begin() + static_cast<long>(end), '\n'));
+    line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(pos),
+                                         src_.begin() + static_cast<long>(end), '\n'));
     const char before = end > pos ? src_[end - 1] : '\0';
     size_t after = end + 2;
     if (before == '-') {
@@ -198,7 +206,8 @@ class Lexer {
       ++after;
     }
     line_starting = src_[after - 1] == '\n';
-    line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(end), src_.begin() + static_cast<long>(after), '\n'));
+    line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(end),
+                                         src_.begin() + static_cast<long>(after), '\n'));
     pos = after;
     return absl::OkStatus();
   }
@@ -209,11 +218,12 @@ class Lexer {
     while (true) {
       // Whitespace inside a tag.
       const size_t skipped = SkipSpace(src_, pos);
-      line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(pos), src_.begin() + static_cast<long>(skipped), '\n'));
+      line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(pos),
+                                           src_.begin() + static_cast<long>(skipped), '\n'));
       pos = skipped;
       if (pos >= src_.size()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("line ", line_, ": unexpected end of template inside ", block ? "{% %}" : "{{ }}"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "line ", line_, ": unexpected end of template inside ", block ? "{% %}" : "{{ }}"));
       }
       const std::string_view rest(src_.data() + pos, src_.size() - pos);
       if (depth == 0) {
@@ -231,7 +241,8 @@ class Lexer {
         if (end != std::string_view::npos) {
           Emit(block ? Token::Kind::kBlockEnd : Token::Kind::kVarEnd, "");
           line_starting = src_[end - 1] == '\n';
-          line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(pos), src_.begin() + static_cast<long>(end), '\n'));
+          line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(pos),
+                                               src_.begin() + static_cast<long>(end), '\n'));
           pos = end;
           return absl::OkStatus();
         }
@@ -241,7 +252,9 @@ class Lexer {
         KVINDEX_RETURN_IF_ERROR(Number(pos));
       } else if (std::isalpha(static_cast<unsigned char>(c)) || c == '_') {
         size_t e = pos;
-        while (e < src_.size() && (std::isalnum(static_cast<unsigned char>(src_[e])) || src_[e] == '_')) ++e;
+        while (e < src_.size() &&
+               (std::isalnum(static_cast<unsigned char>(src_[e])) || src_[e] == '_'))
+          ++e;
         Emit(Token::Kind::kName, src_.substr(pos, e - pos));
         pos = e;
       } else if (c == '\'' || c == '"') {
@@ -251,17 +264,20 @@ class Lexer {
           ++e;
         }
         if (e >= src_.size()) {
-          return absl::InvalidArgumentError(absl::StrCat("line ", line_, ": unterminated string literal"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("line ", line_, ": unterminated string literal"));
         }
         std::string decoded;
-        KVINDEX_RETURN_IF_ERROR(DecodeString(std::string_view(src_).substr(pos + 1, e - pos - 1), line_, decoded));
+        KVINDEX_RETURN_IF_ERROR(
+            DecodeString(std::string_view(src_).substr(pos + 1, e - pos - 1), line_, decoded));
         Emit(Token::Kind::kString, std::move(decoded));
-        line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(pos), src_.begin() + static_cast<long>(e), '\n'));
+        line_ += static_cast<int>(std::count(src_.begin() + static_cast<long>(pos),
+                                             src_.begin() + static_cast<long>(e), '\n'));
         pos = e + 1;
       } else {
-        static constexpr std::string_view kOps[] = {"//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~",
-                                                    "[",  "]",  "(",  ")",  "{",  "}",  "<", ">", "=", ".", ":", "|",
-                                                    ",",  ";"};
+        static constexpr std::string_view kOps[] = {
+            "//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[",
+            "]",  "(",  ")",  "{",  "}",  "<",  ">", "=", ".", ":", "|", ",", ";"};
         std::string_view op;
         for (const auto candidate : kOps) {
           if (rest.substr(0, candidate.size()) == candidate) {
@@ -270,11 +286,14 @@ class Lexer {
           }
         }
         if (op.empty()) {
-          return absl::InvalidArgumentError(absl::StrCat("line ", line_, ": unexpected character '", std::string(rest.substr(0, 1)), "'"));
+          return absl::InvalidArgumentError(absl::StrCat("line ", line_, ": unexpected character '",
+                                                         std::string(rest.substr(0, 1)), "'"));
         }
         if (op == "(" || op == "[" || op == "{") ++depth;
         if (op == ")" || op == "]" || op == "}") {
-          if (depth == 0) return absl::InvalidArgumentError(absl::StrCat("line ", line_, ": unexpected '", std::string(op), "'"));
+          if (depth == 0)
+            return absl::InvalidArgumentError(
+                absl::StrCat("line ", line_, ": unexpected '", std::string(op), "'"));
           --depth;
         }
         Emit(Token::Kind::kOp, std::string(op));
@@ -287,16 +306,20 @@ class Lexer {
     size_t e = pos;
     auto digits = [&] {
       while (e < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[e])) ||
-                                 (src_[e] == '_' && e + 1 < src_.size() && std::isdigit(static_cast<unsigned char>(src_[e + 1]))))) {
+                                 (src_[e] == '_' && e + 1 < src_.size() &&
+                                  std::isdigit(static_cast<unsigned char>(src_[e + 1]))))) {
         ++e;
       }
     };
-    if (src_[pos] == '0' && pos + 1 < src_.size() && std::strchr("xXoObB", src_[pos + 1]) != nullptr) {
-      return absl::UnimplementedError(absl::StrCat("line ", line_, ": binary, octal or hex integer literals"));
+    if (src_[pos] == '0' && pos + 1 < src_.size() &&
+        std::strchr("xXoObB", src_[pos + 1]) != nullptr) {
+      return absl::UnimplementedError(
+          absl::StrCat("line ", line_, ": binary, octal or hex integer literals"));
     }
     digits();
     bool is_float = false;
-    if (e + 1 < src_.size() && src_[e] == '.' && std::isdigit(static_cast<unsigned char>(src_[e + 1]))) {
+    if (e + 1 < src_.size() && src_[e] == '.' &&
+        std::isdigit(static_cast<unsigned char>(src_[e + 1]))) {
       is_float = true;
       ++e;
       digits();

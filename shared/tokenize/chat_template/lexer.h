@@ -14,7 +14,19 @@
 namespace kvindex::chat_template {
 
 struct Token {
-  enum class Kind { kData, kVarBegin, kVarEnd, kBlockBegin, kBlockEnd, kName, kString, kInt, kFloat, kOp, kEof };
+  enum class Kind {
+    kData,
+    kVarBegin,
+    kVarEnd,
+    kBlockBegin,
+    kBlockEnd,
+    kName,
+    kString,
+    kInt,
+    kFloat,
+    kOp,
+    kEof
+  };
   Kind kind;
   std::string text;  // data, name, decoded string literal, literal digits, operator
   int line = 1;

@@ -13,7 +13,8 @@ namespace {
 using TK = Token::Kind;
 
 Status Unsupported(int line, std::string_view what) {
-  return absl::UnimplementedError(absl::StrCat("chat template line ", line, ": unsupported ", std::string(what)));
+  return absl::UnimplementedError(
+      absl::StrCat("chat template line ", line, ": unsupported ", std::string(what)));
 }
 
 class Parser {
@@ -37,20 +38,24 @@ class Parser {
     return Peek(ahead).kind == TK::kName && Peek(ahead).text == name;
   }
   Status Error(std::string_view what) const {
-    return absl::InvalidArgumentError(absl::StrCat("chat template line ", Peek().line, ": ", std::string(what)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat template line ", Peek().line, ": ", std::string(what)));
   }
   Status ExpectOp(std::string_view op) {
-    if (!IsOp(op)) return Error(absl::StrCat("expected '", std::string(op), "', got '", Peek().text, "'"));
+    if (!IsOp(op))
+      return Error(absl::StrCat("expected '", std::string(op), "', got '", Peek().text, "'"));
     ++i_;
     return absl::OkStatus();
   }
   Status ExpectBlockEnd() {
-    if (Peek().kind != TK::kBlockEnd) return Error(absl::StrCat("expected end of statement, got '", Peek().text, "'"));
+    if (Peek().kind != TK::kBlockEnd)
+      return Error(absl::StrCat("expected end of statement, got '", Peek().text, "'"));
     ++i_;
     return absl::OkStatus();
   }
   StatusOr<std::string> ExpectName() {
-    if (Peek().kind != TK::kName) return Error(absl::StrCat("expected a name, got '", Peek().text, "'"));
+    if (Peek().kind != TK::kName)
+      return Error(absl::StrCat("expected a name, got '", Peek().text, "'"));
     return Next().text;
   }
 
@@ -61,7 +66,9 @@ class Parser {
       const Token& tok = Peek();
       switch (tok.kind) {
         case TK::kEof:
-          if (!ends.empty()) return Error(absl::StrCat("unexpected end of template, expected '", std::string(ends[0]), "'"));
+          if (!ends.empty())
+            return Error(
+                absl::StrCat("unexpected end of template, expected '", std::string(ends[0]), "'"));
           return absl::OkStatus();
         case TK::kData: {
           Node n{Node::Kind::kText};
@@ -76,7 +83,8 @@ class Parser {
           Node n{Node::Kind::kOutput};
           n.line = tok.line;
           KVINDEX_ASSIGN_OR_RETURN(n.expr, ParseTuple(true));
-          if (Peek().kind != TK::kVarEnd) return Error(absl::StrCat("expected '}}', got '", Peek().text, "'"));
+          if (Peek().kind != TK::kVarEnd)
+            return Error(absl::StrCat("expected '}}', got '", Peek().text, "'"));
           ++i_;
           body.push_back(std::move(n));
           break;
@@ -169,7 +177,8 @@ class Parser {
         KVINDEX_ASSIGN_OR_RETURN(n.expr, ParseTuple(true));
       } else {
         if (IsOp("|")) return Unsupported(line, "filtered block set ('{% set x | filter %}')");
-        if (n.targets.size() != 1 || !n.attr.empty()) return Error("block set needs one plain name");
+        if (n.targets.size() != 1 || !n.attr.empty())
+          return Error("block set needs one plain name");
         n.kind = Node::Kind::kSetBlock;
         KVINDEX_RETURN_IF_ERROR(ExpectBlockEnd());
         KVINDEX_RETURN_IF_ERROR(ParseBody({"endset"}, n.body, end));
@@ -200,12 +209,13 @@ class Parser {
       n.kind = Node::Kind::kGeneration;
       KVINDEX_RETURN_IF_ERROR(ExpectBlockEnd());
       KVINDEX_RETURN_IF_ERROR(ParseBody({"endgeneration"}, n.body, end));
-    } else if (name == "call" || name == "filter" || name == "with" || name == "include" || name == "import" ||
-               name == "from" || name == "extends" || name == "block" || name == "raw" || name == "autoescape" ||
-               name == "do" || name == "trans") {
+    } else if (name == "call" || name == "filter" || name == "with" || name == "include" ||
+               name == "import" || name == "from" || name == "extends" || name == "block" ||
+               name == "raw" || name == "autoescape" || name == "do" || name == "trans") {
       return Unsupported(line, absl::StrCat("statement '", name, "'"));
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("chat template line ", line, ": unknown statement '", name, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("chat template line ", line, ": unknown statement '", name, "'"));
     }
     KVINDEX_RETURN_IF_ERROR(ExpectBlockEnd());
     body.push_back(std::move(n));
@@ -229,7 +239,8 @@ class Parser {
     tuple->children.push_back(std::move(first));
     while (IsOp(",")) {
       ++i_;
-      if (Peek().kind == TK::kVarEnd || Peek().kind == TK::kBlockEnd || IsOp(")") || IsName("in")) break;
+      if (Peek().kind == TK::kVarEnd || Peek().kind == TK::kBlockEnd || IsOp(")") || IsName("in"))
+        break;
       KVINDEX_ASSIGN_OR_RETURN(ExprPtr item, ParseExpression(with_condexpr));
       tuple->children.push_back(std::move(item));
     }
@@ -606,8 +617,9 @@ class Parser {
         e->children.push_back(std::move(node));
         if (IsOp("(")) {
           KVINDEX_RETURN_IF_ERROR(ParseArgs(*e));
-        } else if ((Peek().kind == TK::kName || Peek().kind == TK::kString || Peek().kind == TK::kInt ||
-                    Peek().kind == TK::kFloat || IsOp("[") || IsOp("{")) &&
+        } else if ((Peek().kind == TK::kName || Peek().kind == TK::kString ||
+                    Peek().kind == TK::kInt || Peek().kind == TK::kFloat || IsOp("[") ||
+                    IsOp("{")) &&
                    !IsName("else") && !IsName("or") && !IsName("and")) {
           if (IsName("is")) return Error("cannot chain multiple tests with 'is'");
           KVINDEX_ASSIGN_OR_RETURN(ExprPtr arg, ParsePrimary());

@@ -8,6 +8,10 @@
 //       writes one JSON line per case: {"ok": RENDERING} or
 //       {"error": CODE, "message": TEXT} (CODE: "raised" for
 //       raise_exception, "unsupported", "invalid", ...).
+//   kvindex_chat_template_render --chat-batch
+//       the same through RenderChat: JSON lines {"config": tokenizer_config,
+//       "messages": [...], "add_generation_prompt": bool, "tools": [...] or
+//       null, "extra": {...}}.
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -30,10 +34,12 @@ kvindex::StatusOr<std::string> RenderOne(const std::string& source, const json& 
 
 std::string Code(const absl::Status& s) {
   if (absl::IsInvalidArgument(s) &&
-      s.message().substr(0, sizeof(kvindex::chat_template::kRaisedPrefix) - 1) == kvindex::chat_template::kRaisedPrefix) {
+      s.message().substr(0, sizeof(kvindex::chat_template::kRaisedPrefix) - 1) ==
+          kvindex::chat_template::kRaisedPrefix) {
     return "raised";
   }
   if (absl::IsUnimplemented(s)) return "unsupported";
+  if (absl::IsFailedPrecondition(s)) return "no-template";
   if (absl::IsInvalidArgument(s)) return "invalid";
   if (absl::IsResourceExhausted(s)) return "limit";
   return "other";
@@ -51,14 +57,20 @@ bool ReadFile(const char* path, std::string& out) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc == 2 && std::string(argv[1]) == "--batch") {
+  const bool chat = argc == 2 && std::string(argv[1]) == "--chat-batch";
+  if (chat || (argc == 2 && std::string(argv[1]) == "--batch")) {
     std::string line;
     while (std::getline(std::cin, line)) {
       if (line.empty()) continue;
       json out;
       try {
         const json c = json::parse(line);
-        auto r = RenderOne(c.at("template").get<std::string>(), c.at("context"));
+        const nlohmann::json config =
+            chat ? nlohmann::json::parse(c.at("config").dump()) : nlohmann::json();
+        auto r = chat ? kvindex::chat_template::RenderChat(
+                            config, c.at("messages"), c.value("add_generation_prompt", false),
+                            c.value("tools", json()), c.value("extra", json::object()))
+                      : RenderOne(c.at("template").get<std::string>(), c.at("context"));
         if (r.ok()) {
           out["ok"] = *r;
         } else {

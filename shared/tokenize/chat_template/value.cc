@@ -248,8 +248,8 @@ Status PyLess(const Value& a, const Value& b, bool* less) {
     *less = x.size() < y.size();
     return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("'<' not supported between instances of '", a.TypeName(), "' and '", b.TypeName(), "'"));
+  return absl::InvalidArgumentError(absl::StrCat("'<' not supported between instances of '",
+                                                 a.TypeName(), "' and '", b.TypeName(), "'"));
 }
 
 std::string PyFloatRepr(double f) {
@@ -278,7 +278,8 @@ std::string PyFloatRepr(double f) {
   } else if (decpt <= 0) {
     absl::StrAppend(&out, "0.", std::string(static_cast<size_t>(-decpt), '0'), digits);
   } else if (static_cast<size_t>(decpt) >= digits.size()) {
-    absl::StrAppend(&out, digits, std::string(static_cast<size_t>(decpt) - digits.size(), '0'), ".0");
+    absl::StrAppend(&out, digits, std::string(static_cast<size_t>(decpt) - digits.size(), '0'),
+                    ".0");
   } else {
     absl::StrAppend(&out, digits.substr(0, static_cast<size_t>(decpt)), ".",
                     digits.substr(static_cast<size_t>(decpt)));
@@ -296,7 +297,8 @@ StatusOr<std::string> PyReprString(const std::string& s) {
   for (const char ch : s) {
     const auto c = static_cast<unsigned char>(ch);
     if (c >= 0x80) {
-      return absl::UnimplementedError("Python repr() of a non-ASCII string (printing a list or dict holding one)");
+      return absl::UnimplementedError(
+          "Python repr() of a non-ASCII string (printing a list or dict holding one)");
     }
     if (ch == quote || ch == '\\') {
       out.push_back('\\');
@@ -491,7 +493,8 @@ Status JsonDump(const Value& value, const JsonOptions& o, int level, std::string
       std::vector<const std::pair<std::string, Value>*> entries;
       for (const auto& e : value.dict().entries) entries.push_back(&e);
       if (o.sort_keys) {
-        std::stable_sort(entries.begin(), entries.end(), [](auto* a, auto* b) { return a->first < b->first; });
+        std::stable_sort(entries.begin(), entries.end(),
+                         [](auto* a, auto* b) { return a->first < b->first; });
       }
       out.push_back('{');
       for (size_t i = 0; i < entries.size(); ++i) {

@@ -45,7 +45,19 @@ struct Callable {
 
 class Value {
  public:
-  enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kTuple, kDict, kNamespace, kCallable };
+  enum class Kind {
+    kUndefined,
+    kNone,
+    kBool,
+    kInt,
+    kFloat,
+    kString,
+    kList,
+    kTuple,
+    kDict,
+    kNamespace,
+    kCallable
+  };
 
   Value() = default;  // undefined
   static Value Undefined(std::string name);
@@ -65,13 +77,17 @@ class Value {
   bool is_undefined() const { return kind_ == Kind::kUndefined; }
   bool is_none() const { return kind_ == Kind::kNone; }
   bool is_string() const { return kind_ == Kind::kString; }
-  bool is_number() const { return kind_ == Kind::kBool || kind_ == Kind::kInt || kind_ == Kind::kFloat; }
+  bool is_number() const {
+    return kind_ == Kind::kBool || kind_ == Kind::kInt || kind_ == Kind::kFloat;
+  }
   bool is_sequence() const { return kind_ == Kind::kList || kind_ == Kind::kTuple; }
   bool is_dict() const { return kind_ == Kind::kDict; }
 
   bool bool_value() const { return b_; }
   int64_t int_value() const { return kind_ == Kind::kBool ? (b_ ? 1 : 0) : i_; }
-  double float_value() const { return kind_ == Kind::kFloat ? f_ : static_cast<double>(int_value()); }
+  double float_value() const {
+    return kind_ == Kind::kFloat ? f_ : static_cast<double>(int_value());
+  }
   const std::string& str() const { return *s_; }
   const std::vector<Value>& items() const { return *list_; }
   const Dict& dict() const { return *dict_; }
