@@ -370,8 +370,11 @@ StatusOr<std::string> PyStr(const Value& value) {
       return out;
     }
     case K::kNamespace:
+      return absl::UnimplementedError("chat template: unsupported printing of a namespace object");
     case K::kCallable:
-      return absl::UnimplementedError(absl::StrCat("printing a ", value.TypeName(), " object"));
+      return absl::UnimplementedError(
+          absl::StrCat("chat template: unsupported printing of a function object (",
+                       value.callable().name, ")"));
   }
   return std::string();
 }
