@@ -112,6 +112,8 @@ StatusOr<int64_t> Length(const Value& v) {
       return static_cast<int64_t>(CodePointCount(v.str()));
     case K::kList:
     case K::kTuple:
+      if (v.lazy() == Value::Lazy::kGenerator)
+        return TypeError("object of type 'generator' has no len()");
       return static_cast<int64_t>(v.items().size());
     case K::kDict:
       return static_cast<int64_t>(v.dict().entries.size());
@@ -363,7 +365,7 @@ StatusOr<Value> DictMethod(const Value& d, const std::string& name, const CallAr
       out.push_back(Value::Tuple({Value::String(k), v}));
     }
   }
-  return Value::List(std::move(out));
+  return Value::LazyList(std::move(out), Value::Lazy::kDictView);
 }
 
 Value Bound(const Value& obj, const std::string& name, bool is_dict) {
@@ -411,7 +413,9 @@ StatusOr<Value> ToJson(const Value& value, const CallArgs& args) {
 // Jinja2's indent filter: Python splitlines() separators.
 StatusOr<Value> Indent(const Value& value, const CallArgs& args) {
   KVINDEX_RETURN_IF_ERROR(CheckArgs(args, "indent", {"width", "first", "blank"}));
-  KVINDEX_ASSIGN_OR_RETURN(std::string s, PyStr(value));
+  if (!value.is_string())
+    return TypeError(absl::StrCat("indent: can only indent a str, not ", value.TypeName()));
+  std::string s = value.str();
   std::string unit(4, ' ');
   if (const Value* w = Arg(args, 0, "width")) {
     if (w->is_string()) {
@@ -461,6 +465,7 @@ StatusOr<Value> Indent(const Value& value, const CallArgs& args) {
 }
 
 StatusOr<Value> ToInt(const Value& value, const CallArgs& args) {
+  if (value.is_undefined()) return UndefinedError(value);
   KVINDEX_RETURN_IF_ERROR(CheckArgs(args, "int", {"default", "base"}));
   const Value* def = Arg(args, 0, "default");
   if (const Value* base = Arg(args, 1, "base");
@@ -495,6 +500,7 @@ StatusOr<Value> ToInt(const Value& value, const CallArgs& args) {
 }
 
 StatusOr<Value> ToFloat(const Value& value, const CallArgs& args) {
+  if (value.is_undefined()) return UndefinedError(value);
   KVINDEX_RETURN_IF_ERROR(CheckArgs(args, "float", {"default"}));
   const Value* def = Arg(args, 0, "default");
   const Value fallback = def == nullptr ? Value::Float(0.0) : *def;
@@ -510,9 +516,21 @@ StatusOr<Value> ToFloat(const Value& value, const CallArgs& args) {
   }
 }
 
+// Python evaluates map/select/reject/items lazily: an error in them surfaces
+// only if the result is consumed. Failing eagerly could refuse a template
+// Jinja2 renders, so such input is Unimplemented rather than InvalidArgument.
+StatusOr<std::vector<Value>> IterateLazily(const Value& value, std::string_view filter) {
+  auto items = Iterate(value);
+  if (!items.ok()) {
+    return Unimplemented(absl::StrCat("lazy filter '", std::string(filter), "' on a non-iterable ",
+                                      value.TypeName()));
+  }
+  return items;
+}
+
 StatusOr<std::vector<Value>> SelectOrReject(const Value& value, const CallArgs& args, bool select,
                                             bool by_attr) {
-  KVINDEX_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+  KVINDEX_ASSIGN_OR_RETURN(std::vector<Value> items, IterateLazily(value, "select/reject"));
   if (!args.keyword.empty()) return Unimplemented("keyword arguments of select/reject filters");
   size_t next = 0;
   std::string attr;
@@ -552,7 +570,7 @@ StatusOr<std::vector<Value>> SelectOrReject(const Value& value, const CallArgs& 
 }
 
 StatusOr<Value> Map(const Value& value, const CallArgs& args) {
-  KVINDEX_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+  KVINDEX_ASSIGN_OR_RETURN(std::vector<Value> items, IterateLazily(value, "map"));
   std::vector<Value> out;
   if (const Value* attr = args.Keyword("attribute")) {
     if (!args.positional.empty() || !attr->is_string())
@@ -565,7 +583,7 @@ StatusOr<Value> Map(const Value& value, const CallArgs& args) {
       if (v.is_undefined() && def != nullptr) v = *def;
       out.push_back(std::move(v));
     }
-    return Value::List(std::move(out));
+    return Value::LazyList(std::move(out), Value::Lazy::kGenerator);
   }
   if (args.positional.empty() || !args.positional[0].is_string() || !args.keyword.empty()) {
     return TypeError("map needs a filter name or attribute=");
@@ -578,7 +596,7 @@ StatusOr<Value> Map(const Value& value, const CallArgs& args) {
     KVINDEX_ASSIGN_OR_RETURN(Value v, ApplyFilter(filter, item, rest));
     out.push_back(std::move(v));
   }
-  return Value::List(std::move(out));
+  return Value::LazyList(std::move(out), Value::Lazy::kGenerator);
 }
 
 }  // namespace
@@ -633,6 +651,10 @@ StatusOr<bool> Contains(const Value& haystack, const Value& needle) {
       }
       return false;
     case K::kDict:
+      if (needle.kind() == K::kList || needle.is_dict() || needle.kind() == K::kNamespace) {
+        return TypeError(absl::StrCat("unhashable type: '", needle.TypeName(), "'"));
+      }
+      if (needle.kind() == K::kTuple) return Unimplemented("tuple key lookup in a dict");
       if (!needle.is_string()) return false;
       return haystack.dict().Find(needle.str()) != nullptr;
     case K::kUndefined:
@@ -685,6 +707,7 @@ StatusOr<Value> GetItem(const Value& obj, const Value& key) {
     case K::kList:
     case K::kTuple:
     case K::kString: {
+      if (obj.lazy() != Value::Lazy::kNo) return Value::Undefined("item");
       if (key.is_string()) return GetAttr(obj, key.str());
       if (key.kind() != K::kInt && key.kind() != K::kBool) return Value::Undefined("item");
       int64_t i = key.int_value();
@@ -709,6 +732,7 @@ StatusOr<Value> GetItem(const Value& obj, const Value& key) {
 StatusOr<Value> GetSlice(const Value& obj, const Value& start, const Value& stop,
                          const Value& step) {
   if (obj.is_undefined()) return UndefinedError(obj);
+  if (obj.lazy() != Value::Lazy::kNo) return Value::Undefined("slice");
   if (!obj.is_sequence() && !obj.is_string())
     return TypeError(absl::StrCat("'", obj.TypeName(), "' object is not subscriptable"));
   auto as_int = [](const Value& v, int64_t* out) -> Status {
@@ -792,7 +816,9 @@ StatusOr<Value> ApplyFilter(std::string_view name, const Value& value, const Cal
   }
   if (name == "first" || name == "last") {
     KVINDEX_RETURN_IF_ERROR(CheckArgs(args, name, {}));
-    if (value.is_undefined() && name == "last") return UndefinedError(value);
+    if (name == "last" && value.lazy() == Value::Lazy::kGenerator) {
+      return TypeError("'generator' object is not reversible");
+    }
     KVINDEX_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
     if (items.empty())
       return Value::Undefined(absl::StrCat(std::string(name), " item of an empty sequence"));
@@ -822,9 +848,10 @@ StatusOr<Value> ApplyFilter(std::string_view name, const Value& value, const Cal
   }
   if (name == "items") {
     KVINDEX_RETURN_IF_ERROR(CheckArgs(args, name, {}));
-    if (value.is_undefined()) return Value::List({});
-    if (!value.is_dict()) return TypeError("Can only get item pairs from a mapping.");
-    return DictMethod(value, "items", args);
+    if (value.is_undefined()) return Value::LazyList({}, Value::Lazy::kGenerator);
+    if (!value.is_dict()) return Unimplemented("lazy filter 'items' on a non-mapping");
+    KVINDEX_ASSIGN_OR_RETURN(Value items, DictMethod(value, "items", args));
+    return Value::LazyList(items.items(), Value::Lazy::kGenerator);
   }
   if (name == "list") {
     KVINDEX_RETURN_IF_ERROR(CheckArgs(args, name, {}));
@@ -865,9 +892,16 @@ StatusOr<Value> ApplyFilter(std::string_view name, const Value& value, const Cal
   if (name == "reverse") {
     KVINDEX_RETURN_IF_ERROR(CheckArgs(args, name, {}));
     if (value.is_string()) return GetSlice(value, Value::None(), Value::None(), Value::Int(-1));
-    KVINDEX_ASSIGN_OR_RETURN(std::vector<Value> items, Iterate(value));
+    if (!value.is_sequence() && !value.is_dict())
+      return Unimplemented("reverse filter on this type");
+    std::vector<Value> items;
+    if (value.is_dict()) {
+      for (const auto& [k, v] : value.dict().entries) items.push_back(Value::String(k));
+    } else {
+      items = value.items();
+    }
     std::reverse(items.begin(), items.end());
-    return Value::List(std::move(items));
+    return Value::LazyList(std::move(items), Value::Lazy::kGenerator);
   }
   if (name == "abs") {
     KVINDEX_RETURN_IF_ERROR(CheckArgs(args, name, {}));
@@ -886,7 +920,7 @@ StatusOr<Value> ApplyFilter(std::string_view name, const Value& value, const Cal
     KVINDEX_ASSIGN_OR_RETURN(std::vector<Value> items,
                              SelectOrReject(value, args, name == "select" || name == "selectattr",
                                             name == "selectattr" || name == "rejectattr"));
-    return Value::List(std::move(items));
+    return Value::LazyList(std::move(items), Value::Lazy::kGenerator);
   }
   if (name == "sum") {
     KVINDEX_RETURN_IF_ERROR(CheckArgs(args, name, {"attribute", "start"}));
@@ -932,8 +966,11 @@ StatusOr<bool> ApplyTest(std::string_view name, const Value& value, const CallAr
   if (name == "number") return value.is_number();
   if (name == "string") return value.is_string();
   if (name == "mapping") return value.is_dict();
-  if (name == "iterable" || name == "sequence") {
+  if (name == "iterable")
     return value.is_undefined() || value.is_string() || value.is_sequence() || value.is_dict();
+  if (name == "sequence") {
+    return value.is_undefined() || value.is_string() || value.is_dict() ||
+           (value.is_sequence() && value.lazy() == Value::Lazy::kNo);
   }
   if (name == "callable") return value.kind() == K::kCallable;
   if (name == "odd" || name == "even") {

@@ -114,6 +114,11 @@ constexpr Case kCases[] = {
     {"dict_literal_and_attr_fallback",
      "{{ {'a': 1}['a'] }}{{ {'a': 1}.a }}{{ m.role }}{{ m['content'] }}{{ m.missing is defined }}",
      "{\"m\": {\"role\": \"user\", \"content\": \"c\"}}", "11usercFalse"},
+    {"scope_assigned_later_and_generators",
+     "{% for i in [1] %}[{{ s }}]{% endfor %}{% set s = 'ab' %}{{ s }}[{{ t }}]{{ 'y' if ([] | "
+     "select) else 'n' "
+     "}}{{ [1] | map('string') | list }}",
+     "{\"s\": \"CTX\", \"t\": \"T\"}", "[]ab[T]y['1']"},
 };
 
 TEST(ChatTemplateTest, MatchesJinja2) {
@@ -161,6 +166,8 @@ TEST(ChatTemplateTest, RefusesUnsupportedOperationsAtRenderTime) {
       {"{{ [s] }}", "repr() of a non-ASCII string"},
       {"{{ 9223372036854775807 + 1 }}", "beyond 64 bits"},
       {"{{ '%s' % s }}", "printf-style"},
+      {"{{ [1] | map('string') }}", "generator"},
+      {"{{ {'a': 1}.items() }}", "dict view"},
       {"{{ lipsum() }}", "global function 'lipsum'"},
   };
   for (const auto& [source, what] : kRefused) {

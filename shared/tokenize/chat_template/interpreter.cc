@@ -1,7 +1,9 @@
 #include "shared/tokenize/chat_template/interpreter.h"
 
+#include <algorithm>
 #include <cmath>
 #include <ctime>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "shared/tokenize/chat_template/builtins.h"
@@ -28,8 +30,19 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
     KVINDEX_ASSIGN_OR_RETURN(std::string y, PyStr(b));
     return Value::String(x + y);
   }
+  if (op == "%" && a.is_string()) {
+    return absl::UnimplementedError("chat template: unsupported printf-style '%' formatting");
+  }
   if (a.is_undefined()) return UndefinedError(a);
   if (b.is_undefined()) return UndefinedError(b);
+  if (a.lazy() == Value::Lazy::kDictView || b.lazy() == Value::Lazy::kDictView) {
+    return absl::UnimplementedError(
+        "chat template: unsupported arithmetic on a dict view (Python set operations)");
+  }
+  if (a.lazy() != Value::Lazy::kNo || b.lazy() != Value::Lazy::kNo) {
+    return TypeError(
+        absl::StrCat("unsupported operand for ", op, " with a generator or dict view"));
+  }
   const bool ints = (a.kind() == K::kInt || a.kind() == K::kBool) &&
                     (b.kind() == K::kInt || b.kind() == K::kBool);
   const bool nums = a.is_number() && b.is_number();
@@ -136,11 +149,10 @@ StatusOr<Value> Arithmetic(const std::string& op, const Value& a, const Value& b
 
 class Renderer {
  public:
-  Renderer(const Dict& context, const RenderLimits& limits) : context_(context), limits_(limits) {
-    frames_.emplace_back();
-  }
+  Renderer(const Dict& context, const RenderLimits& limits) : context_(context), limits_(limits) {}
 
   StatusOr<std::string> Run(const Body& body) {
+    frames_.push_back(Frame{{}, &AssignedIn(body)});
     std::string out;
     KVINDEX_ASSIGN_OR_RETURN(Flow flow, ExecBody(body, out));
     (void)flow;
@@ -148,18 +160,81 @@ class Renderer {
   }
 
  private:
-  using Frame = std::vector<std::pair<std::string, Value>>;
+  // One scope: its variables and the names its body assigns. Jinja2 makes
+  // a name assigned anywhere in a scope local to it: a nested scope (loop
+  // body, macro) reading it before the assignment gets undefined, not the
+  // context's value (the scope itself still reads the outer value first).
+  struct Frame {
+    std::vector<std::pair<std::string, Value>> vars;
+    const std::vector<std::string>* assigned = nullptr;
+  };
 
-  Value Lookup(const std::string& name) const {
-    for (size_t i = frames_.size(); i-- > base_;) {
-      for (const auto& [k, v] : frames_[i]) {
-        if (k == name) return v;
+  static void CollectAssigned(const Body& body, std::vector<std::string>& out) {
+    for (const Node& n : body) {
+      switch (n.kind) {
+        case NK::kSet:
+          if (n.attr.empty()) out.insert(out.end(), n.targets.begin(), n.targets.end());
+          break;
+        case NK::kSetBlock:
+          out.push_back(n.targets[0]);
+          break;
+        case NK::kMacro:
+          out.push_back(n.text);
+          break;
+        case NK::kIf:
+          for (const Body& b : n.bodies) CollectAssigned(b, out);
+          CollectAssigned(n.else_body, out);
+          break;
+        case NK::kFor:
+          CollectAssigned(n.else_body, out);
+          break;
+        case NK::kGeneration:
+          CollectAssigned(n.body, out);
+          break;
+        default:
+          break;
       }
     }
-    if (base_ > 0) {
-      for (const auto& [k, v] : frames_[0]) {
-        if (k == name) return v;
+  }
+
+  const std::vector<std::string>& AssignedIn(const Body& body) {
+    auto it = assigned_.find(&body);
+    if (it == assigned_.end()) {
+      std::vector<std::string> names;
+      CollectAssigned(body, names);
+      it = assigned_.emplace(&body, std::move(names)).first;
+    }
+    return it->second;
+  }
+
+  static bool Assigns(const Frame& f, const std::string& name) {
+    return f.assigned != nullptr &&
+           std::find(f.assigned->begin(), f.assigned->end(), name) != f.assigned->end();
+  }
+
+  Value Lookup(const std::string& name) const {
+    const size_t innermost = frames_.size() - 1;
+    auto scan = [&](size_t i, bool* found) -> Value {
+      for (const auto& [k, v] : frames_[i].vars) {
+        if (k == name) {
+          *found = true;
+          return v;
+        }
       }
+      if (i != innermost && Assigns(frames_[i], name)) {
+        *found = true;
+        return Value::Undefined(name);
+      }
+      return Value();
+    };
+    bool found = false;
+    for (size_t i = frames_.size(); i-- > base_;) {
+      Value v = scan(i, &found);
+      if (found) return v;
+    }
+    if (base_ > 0) {
+      Value v = scan(0, &found);
+      if (found) return v;
     }
     if (const Value* v = context_.Find(name)) return *v;
     return Global(name);
@@ -167,13 +242,13 @@ class Renderer {
 
   void Store(const std::string& name, Value value) {
     Frame& f = frames_.back();
-    for (auto& [k, v] : f) {
+    for (auto& [k, v] : f.vars) {
       if (k == name) {
         v = std::move(value);
         return;
       }
     }
-    f.emplace_back(name, std::move(value));
+    f.vars.emplace_back(name, std::move(value));
   }
 
   Value Global(const std::string& name) const {
@@ -540,7 +615,7 @@ class Renderer {
                  if (args.positional.empty()) return TypeError("no items for cycling given");
                  return args.positional[static_cast<size_t>(i) % args.positional.size()];
                }));
-      frames_.emplace_back();
+      frames_.push_back(Frame{{}, &AssignedIn(n.body)});
       Store("loop", Value::MakeDict(std::move(loop)));
       Status assigned = Assign(n.targets, items[static_cast<size_t>(i)]);
       StatusOr<Flow> flow = assigned.ok() ? ExecBody(n.body, out) : StatusOr<Flow>(assigned);
@@ -571,7 +646,7 @@ class Renderer {
     }
     const size_t saved_base = base_;
     const int saved_loop_depth = loop_depth_;
-    frames_.emplace_back();
+    frames_.push_back(Frame{{}, &AssignedIn(n.body)});
     base_ = frames_.size() - 1;
     loop_depth_ = 0;
     ++call_depth_;
@@ -609,6 +684,7 @@ class Renderer {
   const Dict& context_;
   const RenderLimits& limits_;
   std::vector<Frame> frames_;
+  std::unordered_map<const Body*, std::vector<std::string>> assigned_;
   size_t base_ = 0;
   size_t steps_ = 0;
   int loop_depth_ = 0;

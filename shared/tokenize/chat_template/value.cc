@@ -74,6 +74,12 @@ Value Value::List(std::vector<Value> items) {
   v.list_ = std::make_shared<const std::vector<Value>>(std::move(items));
   return v;
 }
+Value Value::LazyList(std::vector<Value> items, Lazy lazy) {
+  Value v = List(std::move(items));
+  v.lazy_ = lazy;
+  return v;
+}
+
 Value Value::Tuple(std::vector<Value> items) {
   Value v = List(std::move(items));
   v.kind_ = Kind::kTuple;
@@ -146,7 +152,7 @@ bool Value::Truthy() const {
       return !s_->empty();
     case Kind::kList:
     case Kind::kTuple:
-      return !list_->empty();
+      return lazy_ == Lazy::kGenerator || !list_->empty();  // a generator object is always true
     case Kind::kDict:
       return !dict_->entries.empty();
     case Kind::kNamespace:
@@ -190,8 +196,8 @@ bool PyEquals(const Value& a, const Value& b) {
     if (a.kind() == K::kFloat || b.kind() == K::kFloat) return a.float_value() == b.float_value();
     return a.int_value() == b.int_value();
   }
-  if (a.kind() != b.kind()) {
-    return false;  // list vs tuple too: Python says [1] != (1,)
+  if (a.kind() != b.kind() || a.lazy() != Value::Lazy::kNo || b.lazy() != Value::Lazy::kNo) {
+    return false;  // list vs tuple too: Python says [1] != (1,); generators compare by identity
   }
   switch (a.kind()) {
     case K::kUndefined:
@@ -226,6 +232,10 @@ bool PyEquals(const Value& a, const Value& b) {
 
 Status PyLess(const Value& a, const Value& b, bool* less) {
   using K = Value::Kind;
+  if (a.lazy() != Value::Lazy::kNo || b.lazy() != Value::Lazy::kNo) {
+    return absl::InvalidArgumentError(
+        "TypeError: ordering comparison with a generator or dict view");
+  }
   if (a.is_number() && b.is_number()) {
     if (a.kind() == K::kFloat || b.kind() == K::kFloat) {
       *less = a.float_value() < b.float_value();
@@ -345,6 +355,11 @@ StatusOr<std::string> PyStr(const Value& value) {
       return value.str();
     case K::kList:
     case K::kTuple: {
+      if (value.lazy() != Value::Lazy::kNo) {
+        return absl::UnimplementedError(
+            "chat template: unsupported printing of a generator, iterator or dict view (Python "
+            "prints its repr)");
+      }
       const bool tuple = value.kind() == K::kTuple;
       std::string out(tuple ? "(" : "[");
       for (size_t i = 0; i < value.items().size(); ++i) {
@@ -474,6 +489,10 @@ Status JsonDump(const Value& value, const JsonOptions& o, int level, std::string
       return absl::OkStatus();
     case K::kList:
     case K::kTuple: {
+      if (value.lazy() != Value::Lazy::kNo) {
+        return absl::InvalidArgumentError(
+            "TypeError: tojson: a generator or dict view is not JSON serializable");
+      }
       if (value.items().empty()) {
         out += "[]";
         return absl::OkStatus();

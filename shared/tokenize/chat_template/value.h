@@ -68,6 +68,13 @@ class Value {
   static Value String(std::string s);
   static Value List(std::vector<Value> items);
   static Value Tuple(std::vector<Value> items);
+  // What Python would hold as a lazy object rather than a list: a generator
+  // or iterator (the map/select/reject/items/reverse filters) or a dict view
+  // (dict.items(), keys(), values()). It iterates like a list, but printing
+  // it (Python shows "<generator object ...>") is refused, and len(),
+  // indexing, + and tojson behave as Python's do on such objects.
+  enum class Lazy { kNo, kGenerator, kDictView };
+  static Value LazyList(std::vector<Value> items, Lazy lazy);
   static Value MakeDict(Dict dict);
   static Value Namespace(Dict dict);
   static Value Function(std::string name, NativeFunction fn);
@@ -82,6 +89,7 @@ class Value {
   }
   bool is_sequence() const { return kind_ == Kind::kList || kind_ == Kind::kTuple; }
   bool is_dict() const { return kind_ == Kind::kDict; }
+  Lazy lazy() const { return lazy_; }
 
   bool bool_value() const { return b_; }
   int64_t int_value() const { return kind_ == Kind::kBool ? (b_ ? 1 : 0) : i_; }
@@ -103,6 +111,7 @@ class Value {
 
  private:
   Kind kind_ = Kind::kUndefined;
+  Lazy lazy_ = Lazy::kNo;
   bool b_ = false;
   int64_t i_ = 0;
   double f_ = 0;
