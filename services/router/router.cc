@@ -175,6 +175,16 @@ Status Router::Start() {
     for (const auto& [model, unused] : context.configured_models) seen |= model == spec.model;
     if (!seen) context.configured_models.emplace_back(spec.model, spec.block_size);
   }
+  if (!options_.epp.listen.empty()) {
+    // The endpoint picker (--epp): the same index and readiness as the API.
+    epp::EppOptions epp_options = options_.epp;
+    std::vector<epp::Endpoint> from_sources = epp::EndpointsFromSources(options_.agent.sources);
+    epp_options.static_endpoints.insert(epp_options.static_endpoints.end(), from_sources.begin(),
+                                        from_sources.end());
+    epp_ = std::make_unique<epp::EppServer>(std::move(epp_options), index_.get(),
+                                            [this] { return Ready(); });
+    context.extra_collectables.push_back(epp_->collectable());
+  }
   query::ApiOptions api_options;
   api_options.metrics_auth = options_.metrics_auth;
   api_ = std::make_unique<query::RouterApi>(api_options, std::move(context));
@@ -187,6 +197,16 @@ Status Router::Start() {
     checkpointer_->Stop();
     apply_->Stop();
     return status;
+  }
+  if (epp_) {
+    if (Status status = epp_->Start(); !status.ok()) {
+      server_->Stop();
+      if (ingest_) ingest_->Stop();
+      if (liveness_) liveness_->Stop();
+      checkpointer_->Stop();
+      apply_->Stop();
+      return status;
+    }
   }
   running_ = true;
   return absl::OkStatus();
@@ -229,6 +249,7 @@ void Router::Bootstrap() {
 
 void Router::Stop() {
   if (!running_) return;
+  if (epp_) epp_->Stop();
   server_->Stop();
   if (liveness_) liveness_->Stop();
   checkpointer_->Stop();

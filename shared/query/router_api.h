@@ -56,6 +56,9 @@ struct ApiContext {
   // The newest verified checkpoint, exported for a new replica (GET
   // /v1/checkpoint, storage::Checkpointer::ExportNewest); null = no route.
   std::function<StatusOr<std::string>(uint64_t* applied_seq)> checkpoint;
+  // More families for /metrics, collected at scrape time (e.g. the endpoint
+  // picker's); each must outlive the API.
+  std::vector<const prometheus::Collectable*> extra_collectables;
 };
 
 class RouterApi {
