@@ -70,13 +70,18 @@ void EndpointTable::Publish(std::vector<Endpoint> endpoints) {
   snapshot_ = std::move(set);
 }
 
+std::vector<Endpoint> EndpointTable::Combined() const {
+  std::vector<Endpoint> all = static_;
+  all.insert(all.end(), from_file_.begin(), from_file_.end());
+  return all;
+}
+
 void EndpointTable::SetStatic(std::vector<Endpoint> endpoints) {
   std::vector<Endpoint> all;
   {
     MutexLock lock(&mu_);
     static_ = std::move(endpoints);
-    all = static_;
-    all.insert(all.end(), from_file_.begin(), from_file_.end());
+    all = Combined();
   }
   Publish(std::move(all));
 }
@@ -91,8 +96,7 @@ Status EndpointTable::Load() {
   {
     MutexLock lock(&mu_);
     from_file_ = std::move(parsed);
-    all = static_;
-    all.insert(all.end(), from_file_.begin(), from_file_.end());
+    all = Combined();
   }
   Publish(std::move(all));
   reloads_.fetch_add(1, std::memory_order_relaxed);

@@ -67,6 +67,8 @@ class EndpointTable {
 
  private:
   void Publish(std::vector<Endpoint> endpoints);
+  // The static endpoints, then the file's.
+  std::vector<Endpoint> Combined() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status Load();
 
   mutable Mutex mu_;
