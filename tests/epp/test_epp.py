@@ -9,13 +9,15 @@ prefix (header, envoy.lb metadata, clear_route_cache, fallbacks); the body
 is echoed in chunks of at most 62,000 bytes; BUFFERED mode; trailers; the
 response path in order with the served endpoint counted; the subset hint
 and its 503; 503 for a model without endpoints; fail-open on a bad body; a
-second router fails closed (400, 413); cancel mid-stream and a stream
+second router fails closed (400, 413); text prompts through a render server
+(--render-url) and its failure (load-only, counted); cancel mid-stream and a stream
 without its body are counted and leave nothing in flight; health on both
 ports, NOT_SERVING while an engine's replay is held back.
 
 Usage: test_epp.py BIN_DIR
 """
 
+import http.server
 import json
 import os
 import re
@@ -50,6 +52,24 @@ class HeldEngine(e2e.Engine):
         while not self.release.is_set() and not self.stop.is_set():
             time.sleep(0.02)
         super()._serve_replay()
+
+
+class RenderHandler(http.server.BaseHTTPRequestHandler):
+    """A vLLM-style render server: a text prompt "hello" renders to TOKENS; any
+    other text answers 500 (the picker falls back to a load-only pick)."""
+
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        ok = self.path == "/v1/completions/render" and body.get("prompt") == "hello"
+        answer = json.dumps([{"token_ids": TOKENS}] if ok else {"error": "no"}).encode()
+        self.send_response(200 if ok else 500)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def log_message(self, *args):
+        pass
 
 
 def metric(router, name, labels):
@@ -104,6 +124,8 @@ def main():
     ctx = zmq.Context()
     engines = [e2e.Engine(ctx), e2e.Engine(ctx), HeldEngine(ctx)]
     routers = []
+    render = http.server.ThreadingHTTPServer(("127.0.0.1", 0), RenderHandler)
+    threading.Thread(target=render.serve_forever, daemon=True).start()
     try:
         seq = e2e.canonical(TOKENS, B)
         engines[1].publish([engines[1].stored([11, 12, 13, 14], TOKENS, B)])
@@ -113,7 +135,8 @@ def main():
         epp_port, health_port = e2e.free_port(), e2e.free_port()
         router = e2e.Router(bin_dir, sources, extra_args=[
             "--epp", "127.0.0.1:%d" % epp_port, "--epp-health", "127.0.0.1:%d" % health_port,
-            ])
+            "--render-url", "http://127.0.0.1:%d" % render.server_address[1],
+            "--render-timeout", "2s"])
         # w2's startup replay must wait for us: a long replay deadline.
         router.args[router.args.index("--replay-timeout") + 1] = "30s"
         router.start()
@@ -148,6 +171,23 @@ def main():
         assert header == ",".join([EP[1], EP[2], EP[0]]), header
         assert echoed == body_of(TOKENS) and sizes[-1] > 0
         finish(s)
+
+        # Text prompts: tokens from the render server follow the prefix too; a render
+        # failure is a load-only pick, counted.
+        text = json.dumps({"model": MODEL, "prompt": "hello"}).encode()
+        prefix_picks = metric(router, "kvindex_router_epp_picks_total", {"kind": "prefix"})
+        s, first, _, _ = streamed_pick(channel, text)
+        assert h.pick_of(first)[0] == ",".join([EP[1], EP[2], EP[0]]), h.pick_of(first)
+        finish(s)
+        assert metric(router, "kvindex_router_epp_picks_total",
+                      {"kind": "prefix"}) == prefix_picks + 1
+        failed = metric(router, "kvindex_router_epp_token_sources_total",
+                        {"source": "render", "outcome": "failed"})
+        s, first, _, _ = streamed_pick(channel, json.dumps({"model": MODEL, "prompt": "x"}).encode())
+        assert h.pick_of(first)[0].split(",")[0] in EP
+        finish(s)
+        assert metric(router, "kvindex_router_epp_token_sources_total",
+                      {"source": "render", "outcome": "failed"}) == failed + 1
 
         # 2. A large body (~200 KB): echoed whole in chunks of <= 62,000 bytes.
         big = body_of(TOKENS, pad=200_000)
@@ -277,6 +317,8 @@ def main():
         health_channel.close()
         print("1 passed, 0 failed")
     finally:
+        render.shutdown()
+        render.server_close()
         for r in routers:
             r.cleanup()
         for e in engines:
