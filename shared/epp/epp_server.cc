@@ -96,6 +96,7 @@ std::vector<prometheus::MetricFamily> EppServer::Collect() const {
                                           "ImmediateResponse answers, by HTTP status");
   metrics::AddSample(immediate, static_cast<double>(c.immediate_400.load()), {{"code", "400"}});
   metrics::AddSample(immediate, static_cast<double>(c.immediate_413.load()), {{"code", "413"}});
+  metrics::AddSample(immediate, static_cast<double>(c.immediate_429.load()), {{"code", "429"}});
   metrics::AddSample(immediate, static_cast<double>(c.immediate_503.load()), {{"code", "503"}});
   out.push_back(std::move(immediate));
   auto failures = metrics::CounterFamily("kvindex_router_epp_request_failures_total",

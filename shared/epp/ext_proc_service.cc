@@ -127,9 +127,12 @@ grpc::Status ExtProcService::Process(grpc::ServerContext* /*context*/, Stream* s
     input.subset = st.subset ? &*st.subset : nullptr;
     StatusOr<PickResult> pick = picker_->Pick(input);
     if (!pick.ok()) {
-      counters_.immediate_503.fetch_add(1, std::memory_order_relaxed);
-      ImmediateResponse(stream, envoy::type::v3::ServiceUnavailable,
-                        std::string(pick.status().message()));
+      const bool shed = absl::IsResourceExhausted(pick.status());
+      (shed ? counters_.immediate_429 : counters_.immediate_503)
+          .fetch_add(1, std::memory_order_relaxed);
+      ImmediateResponse(
+          stream, shed ? envoy::type::v3::TooManyRequests : envoy::type::v3::ServiceUnavailable,
+          std::string(pick.status().message()));
       st.finished = true;
       return;
     }

@@ -17,7 +17,8 @@
 //
 // The pick: header x-gateway-destination-endpoint "pick,fallback,...", the
 // same value in dynamic_metadata["envoy.lb"], clear_route_cache. No
-// eligible endpoint: ImmediateResponse 503. A body that does not parse:
+// eligible endpoint: ImmediateResponse 503; every eligible endpoint at the
+// configured in-flight limit: 429. A body that does not parse:
 // load-only pick (fail open) or 400 (fail closed). Past max_body_bytes:
 // load-only pick and the body passed through (open) or 413 (closed).
 //
@@ -56,7 +57,7 @@ struct ServiceCounters {
   enum End { kComplete, kImmediate, kCancelled, kNoBody, kOversize, kEmpty, kNumEnds };
   std::atomic<uint64_t> streams_ended[kNumEnds] = {};
   std::atomic<uint64_t> picks_prefix{0}, picks_load_only{0};
-  std::atomic<uint64_t> immediate_400{0}, immediate_413{0}, immediate_503{0};
+  std::atomic<uint64_t> immediate_400{0}, immediate_413{0}, immediate_429{0}, immediate_503{0};
   std::atomic<uint64_t> parse_failures{0}, token_failures{0}, oversize_passthrough{0};
   std::atomic<uint64_t> served_pick{0}, served_fallback{0}, served_other{0};
   std::atomic<int64_t> streams_open{0};

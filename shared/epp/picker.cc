@@ -63,6 +63,8 @@ StatusOr<PickerConfig> ParsePickerConfig(const std::string& yaml_text) {
         config.seed = value.as<uint64_t>();
       } else if (key == "fallbacks") {
         config.fallbacks = value.as<uint32_t>();
+      } else if (key == "max_inflight_per_endpoint") {
+        config.max_inflight_per_endpoint = value.as<uint32_t>();
       } else if (key == "models") {
         for (const auto& m : value) {
           ModelAlias alias;
@@ -71,7 +73,8 @@ StatusOr<PickerConfig> ParsePickerConfig(const std::string& yaml_text) {
           config.aliases[m.first.as<std::string>()] = std::move(alias);
         }
       } else {
-        return invalid("unknown key '" + key + "' (scorers, tiers, seed, fallbacks, models)");
+        return invalid("unknown key '" + key +
+                       "' (scorers, tiers, seed, fallbacks, max_inflight_per_endpoint, models)");
       }
     }
   } catch (const YAML::Exception& e) {
@@ -133,6 +136,15 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
     return absl::UnavailableError(
         input.subset != nullptr ? "no eligible endpoint in the subset hint"
                                 : "no eligible endpoint for model '" + std::string(model) + "'");
+  }
+  if (config_.max_inflight_per_endpoint > 0) {
+    const auto limit = static_cast<int64_t>(config_.max_inflight_per_endpoint);
+    std::erase_if(candidates, [limit](const Candidate& c) {
+      return c.inflight->load(std::memory_order_relaxed) >= limit;
+    });
+    if (candidates.empty()) {
+      return absl::ResourceExhaustedError("every eligible endpoint is at its in-flight limit");
+    }
   }
 
   PickResult result;

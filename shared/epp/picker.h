@@ -48,6 +48,9 @@ struct PickerConfig {
   uint64_t seed = 0;
   // Fallback endpoints after the pick. Default: 2.
   uint32_t fallbacks = 2;
+  // Shedding: an endpoint with this many picks in flight is not picked; all
+  // of them full -> ResourceExhausted (429). 0 = no limit. Default: 0.
+  uint32_t max_inflight_per_endpoint = 0;
   // Request model -> index model (and LoRA adapter).
   absl::flat_hash_map<std::string, ModelAlias> aliases;
 };
@@ -57,6 +60,7 @@ struct PickerConfig {
 //   tiers: {device: 1.0, host: 0.8, disk: 0.5, external: 0.3}
 //   seed: 0
 //   fallbacks: 2
+//   max_inflight_per_endpoint: 0
 //   models: {alias-name: {model: M, lora: adapter}}
 StatusOr<PickerConfig> ParsePickerConfig(const std::string& yaml_text);
 
@@ -82,7 +86,9 @@ class Picker {
   Picker(PickerConfig config, const index::IndexInterface* index, EndpointTable* endpoints);
 
   // Unavailable: no endpoint eligible (none for the model, or the subset
-  // leaves none). On success the pick counts as in flight until Release.
+  // leaves none). ResourceExhausted: every eligible endpoint has
+  // max_inflight_per_endpoint picks in flight (shed). On success the pick counts as in flight until
+  // Release.
   StatusOr<PickResult> Pick(const PickInput& input);
   void Release(const std::string& address);
 

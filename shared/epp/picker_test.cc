@@ -39,9 +39,15 @@ class PickerTest : public ::testing::Test {
     index_.Apply(e, ++seq_);
   }
   void SetUp() override {
-    endpoints_.SetStatic({{"10.0.0.1:8000", {"w0", 0}, "m"},
-                          {"10.0.0.2:8000", {"w1", 0}, "m"},
-                          {"10.0.0.3:8000", {"w2", 0}, "m"}});
+    std::vector<Endpoint> endpoints;
+    for (int i = 0; i < 3; ++i) {
+      Endpoint e;
+      e.address = "10.0.0." + std::to_string(i + 1) + ":8000";
+      e.source.worker = "w" + std::to_string(i);
+      e.model = "m";
+      endpoints.push_back(std::move(e));
+    }
+    endpoints_.SetStatic(std::move(endpoints));
   }
   index::KvIndex index_;
   uint64_t seq_ = 0;
@@ -92,6 +98,19 @@ TEST_F(PickerTest, InFlightSpreadsTiesAndSubsetRestricts) {
   EXPECT_TRUE(absl::IsUnavailable(picker.Pick(In("other")).status()));
 }
 
+TEST_F(PickerTest, ShedsPastTheInFlightLimit) {
+  PickerConfig config;
+  config.max_inflight_per_endpoint = 1;
+  Picker picker(config, &index_, &endpoints_);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(picker.Pick(In("m")).ok());
+  auto shed = picker.Pick(In("m"));
+  EXPECT_TRUE(absl::IsResourceExhausted(shed.status())) << shed.status();
+  picker.Release("10.0.0.2:8000");
+  auto again = picker.Pick(In("m"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->endpoints, std::vector<std::string>{"10.0.0.2:8000"});
+}
+
 TEST_F(PickerTest, SameSeedSameTieBreakAcrossPickers) {
   // No prefix anywhere, nothing in flight: the tie-break alone decides, and
   // two replicas with the same seed agree for the same request.
@@ -105,7 +124,7 @@ TEST_F(PickerTest, SameSeedSameTieBreakAcrossPickers) {
 TEST(PickerConfigTest, ParsesAndRejects) {
   auto config = ParsePickerConfig(
       "scorers: {prefix: 3, kv_cache: 0.5, queue: 0, inflight: 2}\n"
-      "tiers: {host: 0.9, external: 0.1}\nseed: 42\nfallbacks: 1\n"
+      "tiers: {host: 0.9, external: 0.1}\nseed: 42\nfallbacks: 1\nmax_inflight_per_endpoint: 8\n"
       "models: {chat: {model: m, lora: adapter}}\n");
   ASSERT_TRUE(config.ok()) << config.status();
   EXPECT_EQ(config->prefix_weight, 3);
@@ -114,6 +133,7 @@ TEST(PickerConfigTest, ParsesAndRejects) {
   EXPECT_DOUBLE_EQ(config->tier_weights[3], 0.1);
   EXPECT_EQ(config->seed, 42u);
   EXPECT_EQ(config->fallbacks, 1u);
+  EXPECT_EQ(config->max_inflight_per_endpoint, 8u);
   EXPECT_EQ(config->aliases.at("chat").lora, "adapter");
   EXPECT_FALSE(ParsePickerConfig("scorers: {latency: 1}").ok());
   EXPECT_FALSE(ParsePickerConfig("tiers: {gpu: 1}").ok());

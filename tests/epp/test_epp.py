@@ -22,6 +22,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import threading
 import time
 
@@ -296,9 +297,12 @@ def main():
 
         # 9. Fail closed (a second router): bad body -> 400, oversize -> 413.
         closed_port = e2e.free_port()
+        config = os.path.join(tempfile.mkdtemp(prefix="kvindex-epp-"), "epp.yaml")
+        with open(config, "w") as f:
+            f.write("max_inflight_per_endpoint: 1\n")
         closed = e2e.Router(bin_dir, sources[:2], extra_args=[
             "--epp", "127.0.0.1:%d" % closed_port, "--epp-failure-mode", "closed",
-            "--epp-max-body-bytes", "1000"]).start()
+            "--epp-max-body-bytes", "1000", "--epp-config", config]).start()
         routers.append(closed)
         closed.wait_ready()
         closed_channel = grpc.insecure_channel("127.0.0.1:%d" % closed_port)
@@ -307,6 +311,18 @@ def main():
         _, first, _, _ = streamed_pick(closed_channel, body_of(TOKENS, pad=2000), chunks=3)
         assert first.immediate_response.status.code == 413, first
         assert metric(closed, "kvindex_router_epp_streams_total", {"end": "oversize"}) == 1
+        # Shedding: one pick in flight per endpoint at most; both held -> 429.
+        held = []
+        for _ in range(2):
+            s = h.Stream(closed_channel)
+            s.headers(end_of_stream=True)
+            held.append((s, h.pick_of(s.recv())[0].split(",")[0]))
+        assert sorted(p for _, p in held) == EP[:2], held
+        s = h.Stream(closed_channel)
+        s.headers(end_of_stream=True)
+        assert s.recv().immediate_response.status.code == 429
+        for s, _ in held:
+            finish(s)
         # Oversize on the open router is passed through with a load-only pick.
         closed_channel.close()
 
