@@ -9,7 +9,7 @@ prefix (header, envoy.lb metadata, clear_route_cache, fallbacks); the body
 is echoed in chunks of at most 62,000 bytes; BUFFERED mode; trailers; the
 response path in order with the served endpoint counted; the subset hint
 and its 503; 503 for a model without endpoints; fail-open on a bad body; a
-second router fails closed (400, 413); text prompts through a render server
+second router fails closed (400, 413) and sheds (429); text prompts through a render server
 (--render-url) and its failure (load-only, counted); cancel mid-stream and a stream
 without its body are counted and leave nothing in flight; health on both
 ports, NOT_SERVING while an engine's replay is held back.
