@@ -189,24 +189,26 @@ Status Router::Start() {
   api_options.metrics_auth = options_.metrics_auth;
   api_ = std::make_unique<query::RouterApi>(api_options, std::move(context));
 
-  server_ = std::make_unique<http::Server>(options_.HttpOptions());
-  api_->Register(*server_);
-  if (Status status = server_->Start(); !status.ok()) {
-    if (ingest_) ingest_->Stop();
-    if (liveness_) liveness_->Stop();
-    checkpointer_->Stop();
-    apply_->Stop();
-    return status;
-  }
+  // The picker listens before /readyz can answer 200.
   if (epp_) {
     if (Status status = epp_->Start(); !status.ok()) {
-      server_->Stop();
+      epp_->Stop();
       if (ingest_) ingest_->Stop();
       if (liveness_) liveness_->Stop();
       checkpointer_->Stop();
       apply_->Stop();
       return status;
     }
+  }
+  server_ = std::make_unique<http::Server>(options_.HttpOptions());
+  api_->Register(*server_);
+  if (Status status = server_->Start(); !status.ok()) {
+    if (epp_) epp_->Stop();
+    if (ingest_) ingest_->Stop();
+    if (liveness_) liveness_->Stop();
+    checkpointer_->Stop();
+    apply_->Stop();
+    return status;
   }
   running_ = true;
   return absl::OkStatus();

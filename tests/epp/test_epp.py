@@ -306,6 +306,7 @@ def main():
         routers.append(closed)
         closed.wait_ready()
         closed_channel = grpc.insecure_channel("127.0.0.1:%d" % closed_port)
+        e2e.wait_for(lambda: h.health(closed_channel, "readiness") == SERVING, 10, "closed ready")
         _, first, _, _ = streamed_pick(closed_channel, b"not json{")
         assert first.immediate_response.status.code == 400, first
         _, first, _, _ = streamed_pick(closed_channel, body_of(TOKENS, pad=2000), chunks=3)
