@@ -14,6 +14,9 @@ PACKAGES=(
   prometheus-cpp-dev libcivetweb-dev libxxhash-dev libabsl-dev libcli11-dev
   libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev
   libboost-dev
+  # the endpoint picker's gRPC (ext_proc) server, and its test harness
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc python3-grpcio
+  python3-protobuf
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-zmq python3-msgpack python3-xxhash
   wrk curl

@@ -158,6 +158,34 @@ int main(int argc, char** argv) {
                  "(refused on the command line), or use --auth-token-file");
   app.add_flag("--metrics-auth", options.metrics_auth,
                "Require the bearer token on /metrics too (/healthz and /readyz stay open)");
+  // The endpoint picker (docs/epp.md).
+  app.add_option("--epp", options.epp.listen,
+                 "Serve the Gateway API Inference Extension endpoint picker (Envoy ext_proc, "
+                 "gRPC h2c) and grpc.health.v1 on host:port; off unless given");
+  app.add_option("--epp-health", options.epp.health_listen,
+                 "Also serve grpc.health.v1 alone on host:port");
+  app.add_option("--epp-max-body-bytes", options.epp.service.max_body_bytes,
+                 "Largest request body the picker buffers; past it: load-only pick and pass "
+                 "through (failure mode open) or 413 (closed)")
+      ->capture_default_str();
+  std::string epp_failure_mode = "open";
+  app.add_option("--epp-failure-mode", epp_failure_mode,
+                 "A body the picker cannot parse: load-only pick (open) or 400 (closed)")
+      ->check(CLI::IsMember({"open", "closed"}))
+      ->capture_default_str();
+  app.add_option(
+      "--epp-config", options.epp.config_path,
+      "YAML: scorer weights, tier weights, seed, fallbacks, model aliases (docs/epp.md)");
+  app.add_option("--endpoints-file", options.epp.endpoints_file,
+                 "Endpoints in llm-d's file-discovery shape, re-read on change (besides --source "
+                 "endpoint=)");
+  app.add_option("--render-url", options.epp.tokens.render_url,
+                 "vLLM-compatible render server (POST /v1/completions/render, "
+                 "/v1/chat/completions/render) for text prompts");
+  std::string render_timeout = "50ms";
+  app.add_option("--render-timeout", render_timeout,
+                 "Deadline of one render call; past it the pick is load-only (counted)")
+      ->capture_default_str();
   bool check_config = false;
   config::AddCheckConfigFlag(app, &check_config);
 
@@ -215,6 +243,12 @@ int main(int argc, char** argv) {
   }
   options.http_backend =
       http_server == "civetweb" ? http::Backend::kThreadPerConnection : http::Backend::kEventLoop;
+  options.epp.service.fail_open = epp_failure_mode == "open";
+  if (auto d = config::ParseDuration(render_timeout); !d.ok() || d->count() <= 0) {
+    return Fail("--render-timeout: must be a positive duration", 2);
+  } else {
+    options.epp.tokens.render_timeout = *d;
+  }
   auto replay = config::ParseDuration(replay_timeout);
   if (!replay.ok()) return Fail("--replay-timeout: " + std::string(replay.status().message()), 2);
   auto cooldown = config::ParseDuration(replay_cooldown);
@@ -318,6 +352,9 @@ int main(int argc, char** argv) {
                  nats_description);
   }
   std::fprintf(stderr, "kvindex-router: listening on port %u\n", router.port());
+  if (router.epp_port() != 0) {
+    std::fprintf(stderr, "kvindex-router: epp on port %d\n", router.epp_port());
+  }
 
   waiter.join();
   logger->info("signal {} received, shutting down", received);

@@ -213,13 +213,35 @@ Status Router::Start() {
     stream_created_ns_.store(0);
     context.log_ready = [this](std::string* reason) { return StreamReady(reason); };
   }
+  if (!options_.epp.listen.empty()) {
+    // The endpoint picker (--epp): the same index and readiness as the API.
+    epp::EppOptions epp_options = options_.epp;
+    std::vector<epp::Endpoint> from_sources = epp::EndpointsFromSources(options_.agent.sources);
+    epp_options.static_endpoints.insert(epp_options.static_endpoints.end(), from_sources.begin(),
+                                        from_sources.end());
+    epp_ = std::make_unique<epp::EppServer>(std::move(epp_options), index_.get(),
+                                            [this] { return Ready(); });
+    context.extra_collectables.push_back(epp_->collectable());
+  }
   query::ApiOptions api_options;
   api_options.metrics_auth = options_.metrics_auth;
   api_ = std::make_unique<query::RouterApi>(api_options, std::move(context));
 
+  // The picker listens before /readyz can answer 200.
+  if (epp_) {
+    if (Status status = epp_->Start(); !status.ok()) {
+      epp_->Stop();
+      if (ingest_) ingest_->Stop();
+      if (liveness_) liveness_->Stop();
+      checkpointer_->Stop();
+      apply_->Stop();
+      return status;
+    }
+  }
   server_ = std::make_unique<http::Server>(options_.HttpOptions());
   api_->Register(*server_);
   if (Status status = server_->Start(); !status.ok()) {
+    if (epp_) epp_->Stop();
     if (ingest_) ingest_->Stop();
     if (liveness_) liveness_->Stop();
     checkpointer_->Stop();
@@ -325,6 +347,7 @@ bool Router::StreamReady(std::string* reason) const {
 
 void Router::Stop() {
   if (!running_) return;
+  if (epp_) epp_->Stop();
   server_->Stop();
   if (stream_watch_.joinable()) {
     stream_stop_.Raise();

@@ -46,6 +46,7 @@
 #include "shared/consume/in_process_log_reader.h"
 #include "shared/consume/liveness_monitor.h"
 #include "shared/consume/router_probe.h"
+#include "shared/epp/epp_server.h"
 #include "shared/http/server.h"
 #include "shared/index/kv_index.h"
 #include "shared/ingest/agent_pipeline.h"
@@ -138,6 +139,8 @@ struct RouterOptions {
   uint32_t max_models = 256;
   // Placement log capacity (events) between ingest and apply. Default: 1 << 20.
   size_t log_capacity = size_t{1} << 20;
+  // The endpoint picker (--epp ...; docs/epp.md); off while epp.listen is "".
+  epp::EppOptions epp;
 
   Status Validate() const;
   // The HTTP server's options (listen address, limits, timeouts, token).
@@ -158,6 +161,9 @@ class Router {
   const index::KvIndex& index() const { return *index_; }
   prometheus::Registry& registry() { return *registry_; }
   bool Ready() const { return api_ != nullptr && api_->Ready(nullptr); }
+  // The endpoint picker's ports (0 when --epp is off).
+  int epp_port() const { return epp_ ? epp_->port() : 0; }
+  int epp_health_port() const { return epp_ ? epp_->health_port() : 0; }
   // What the last Start restored.
   const storage::RestoreResult& restored() const { return restored_; }
 
@@ -181,6 +187,7 @@ class Router {
   std::unique_ptr<storage::Checkpointer> checkpointer_;
   std::unique_ptr<consume::LivenessMonitor> liveness_;
   std::unique_ptr<EmbeddedIngest> ingest_;
+  std::unique_ptr<epp::EppServer> epp_;
   std::unique_ptr<query::RouterApi> api_;
   std::unique_ptr<http::Server> server_;
   storage::RestoreResult restored_;

@@ -42,7 +42,7 @@ StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
   SourceSpec spec;
   bool have_worker = false, have_engine = false, have_model = false, have_block_size = false,
        have_pub = false, have_replay = false, have_dp_ranks = false, have_dp_rank = false,
-       have_report_mode = false;
+       have_report_mode = false, have_endpoint = false;
   uint32_t dp_ranks = 1;
   auto error = [&](std::string_view what) {
     return absl::InvalidArgumentError(strings::Cat("--source '", text, "': ", what));
@@ -115,6 +115,15 @@ StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
         return error(strings::Cat("invalid report_mode '", value, "' (exact, full)"));
       }
       spec.report_full = value == "full";
+    } else if (key == "endpoint") {
+      if (!once(&have_endpoint)) return error("repeated key 'endpoint'");
+      const size_t colon = value.rfind(':');
+      std::optional<uint64_t> port =
+          colon == std::string_view::npos ? std::nullopt : ParseUint(value.substr(colon + 1));
+      if (colon == 0 || !port || *port == 0 || *port > 65535) {
+        return error(strings::Cat("invalid endpoint '", value, "' (HOST:PORT)"));
+      }
+      spec.endpoint = std::string(value);
     } else {
       return error(strings::Cat("unknown key '", key, "'"));
     }
@@ -154,6 +163,7 @@ std::string FormatSourceSpec(const SourceSpec& spec) {
   if (!spec.replay_endpoint.empty()) out += strings::Cat(",replay=", spec.replay_endpoint);
   if (spec.dp_rank != 0) out += strings::Cat(",dp_rank=", spec.dp_rank);
   if (spec.report_full) out += ",report_mode=full";
+  if (!spec.endpoint.empty()) out += strings::Cat(",endpoint=", spec.endpoint);
   return out;
 }
 

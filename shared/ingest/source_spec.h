@@ -9,9 +9,10 @@
 // Keys: worker, engine (vllm|sglang|trtllm), model, block_size, pub are
 // required; replay (empty or absent = no replay socket), dp_ranks (N >= 1,
 // default 1) and dp_rank (the rank of a single-rank source, default 0) are
-// optional. `pub=bind:tcp://...` makes the agent bind its SUB socket (the
-// engine connects); otherwise it connects (the engine binds). Unknown or
-// repeated keys are errors: a typo must not silently drop a setting.
+// optional, and so is endpoint (HOST:PORT of the engine's OpenAI server,
+// for the endpoint picker; every rank of dp_ranks=N shares it). `pub=bind:tcp://...` makes the
+// agent bind its SUB socket (the engine connects); otherwise it connects (the engine binds).
+// Unknown or repeated keys are errors: a typo must not silently drop a setting.
 //
 // Thread safety: plain values and a pure function.
 #pragma once
@@ -68,6 +69,9 @@ struct SourceSpec {
   // kv_cache_report_mode="full"); device-tier counts saturate at 1
   // (semantics.md section 3). Default: exact (report_mode=exact).
   bool report_full = false;
+  // endpoint=HOST:PORT: the engine's OpenAI server, where the endpoint
+  // picker sends the source's requests (docs/epp.md). "" = none.
+  std::string endpoint;
 
   friend bool operator==(const SourceSpec&, const SourceSpec&) = default;
 };

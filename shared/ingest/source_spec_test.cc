@@ -55,6 +55,24 @@ TEST(SourceSpecTest, ReportMode) {
   EXPECT_NE(bad.status().message().find("report_mode"), std::string_view::npos);
 }
 
+TEST(SourceSpecTest, Endpoint) {
+  const std::string base = "worker=w0,engine=vllm,model=m,block_size=16,pub=tcp://127.0.0.1:5557";
+  EXPECT_TRUE(ParseSourceSpec(base).value()[0].endpoint.empty());
+  auto specs = ParseSourceSpec(base + ",endpoint=10.0.0.7:8000,dp_ranks=2");
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  ASSERT_EQ(specs->size(), 2u);
+  EXPECT_EQ((*specs)[1].endpoint, "10.0.0.7:8000");
+  EXPECT_EQ(
+      FormatSourceSpec((*specs)[0]),
+      "worker=w0,engine=vllm,model=m,block_size=16,pub=tcp://127.0.0.1:5557,endpoint=10.0.0.7:"
+      "8000");
+  for (const char* bad : {"10.0.0.7", "10.0.0.7:0", "10.0.0.7:70000", ":8000", "h:x"}) {
+    auto parsed = ParseSourceSpec(base + ",endpoint=" + bad);
+    ASSERT_FALSE(parsed.ok()) << bad;
+    EXPECT_NE(parsed.status().message().find("endpoint"), std::string_view::npos);
+  }
+}
+
 TEST(SourceSpecTest, DpRanksExpandOnConsecutivePorts) {
   auto specs = ParseSourceSpec(
       "worker=w0,engine=trtllm,model=M,block_size=16,pub=tcp://10.0.0.1:5557,"

@@ -477,6 +477,7 @@ void RouterApi::Metrics(const http::Request&, http::Response& response) const {
   if (context_.probe != nullptr && context_.probe->collectable() != nullptr) {
     extra.push_back(context_.probe->collectable());
   }
+  for (const prometheus::Collectable* c : context_.extra_collectables) extra.push_back(c);
   if (context_.registry != nullptr) {
     response.body = metrics::SerializeText(*context_.registry, extra);
   } else {

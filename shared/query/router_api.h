@@ -59,6 +59,9 @@ struct ApiContext {
   // Whether the log can be trusted now (JetStream: the stream exists and is
   // the one this router applied); false fills *reason. Null = always.
   std::function<bool(std::string* reason)> log_ready;
+  // More families for /metrics, collected at scrape time (e.g. the endpoint
+  // picker's); each must outlive the API.
+  std::vector<const prometheus::Collectable*> extra_collectables;
 };
 
 class RouterApi {

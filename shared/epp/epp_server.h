@@ -1,0 +1,90 @@
+// EppServer: the endpoint picker's gRPC servers (docs/epp.md): the
+// ext_proc service and grpc.health.v1.Health on --epp, Health alone on
+// --epp-health. Health services "", envoy.service.ext_proc.v3.
+// ExternalProcessor and "readiness" are SERVING when `ready` says so (the
+// router's /readyz: ingest ready and the log caught up), "liveness" while
+// the process runs (health_service.h).
+//
+//   EppServer server(options, &index, [&] { return router_ready(); });
+//   KVINDEX_RETURN_IF_ERROR(server.Start());
+//   ... server.port(), server.health_port() ...
+//   server.Stop();
+//
+// Thread safety: Start/Stop from one thread; the rest runs on gRPC's threads.
+#pragma once
+
+#include <prometheus/registry.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "shared/epp/endpoints.h"
+#include "shared/epp/ext_proc_service.h"
+#include "shared/epp/health_service.h"
+#include "shared/epp/picker.h"
+#include "shared/epp/token_source.h"
+#include "shared/index/index_interface.h"
+#include "shared/metrics/metrics.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace kvindex::epp {
+
+struct EppOptions {
+  // --epp host:port (port 0 = any free port). "" = off.
+  std::string listen;
+  // --epp-health host:port; "" = none (health is on --epp's port too).
+  std::string health_listen;
+  ServiceOptions service;
+  TokenChainOptions tokens;
+  // --epp-config: YAML of PickerConfig (picker.h); "" = defaults.
+  std::string config_path;
+  // --endpoints-file; "" = none.
+  std::string endpoints_file;
+  // Endpoints from --source endpoint=...
+  std::vector<Endpoint> static_endpoints;
+};
+
+class EppServer {
+ public:
+  EppServer(EppOptions options, const index::IndexInterface* index, std::function<bool()> ready);
+  ~EppServer();
+  EppServer(const EppServer&) = delete;
+  EppServer& operator=(const EppServer&) = delete;
+
+  Status Start();
+  void Stop();
+
+  int port() const { return port_; }
+  int health_port() const { return health_port_; }
+  // The kvindex_router_epp_* families, collected at scrape time.
+  const prometheus::Collectable* collectable() const { return collectable_.get(); }
+  const ServiceCounters* counters() const { return service_ ? &service_->counters() : nullptr; }
+
+ private:
+  std::vector<prometheus::MetricFamily> Collect() const;
+
+  EppOptions options_;
+  const index::IndexInterface* const index_;
+  const std::function<bool()> ready_;
+  EndpointTable endpoints_;
+  std::unique_ptr<TokenChain> tokens_;
+  std::unique_ptr<Picker> picker_;
+  std::unique_ptr<ExtProcService> service_;
+  std::unique_ptr<HealthService> health_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<grpc::Server> health_server_;
+  std::shared_ptr<metrics::CallbackCollectable> collectable_;
+  std::atomic<bool> started_{false};
+  int port_ = 0;
+  int health_port_ = 0;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace kvindex::epp

@@ -1,0 +1,213 @@
+#include "shared/epp/picker.h"
+
+#include <xxhash.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <span>
+
+namespace kvindex::epp {
+namespace {
+
+uint64_t TieKey(uint64_t seed, uint64_t request_key, std::string_view address) {
+  return XXH3_64bits_withSeed(address.data(), address.size(), seed ^ request_key);
+}
+
+bool InSubset(const std::vector<std::string>& subset, std::string_view address) {
+  const std::string_view host = address.substr(0, address.rfind(':'));
+  for (const std::string& entry : subset) {
+    if (entry == address || entry == host) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+StatusOr<PickerConfig> ParsePickerConfig(const std::string& yaml_text) {
+  PickerConfig config;
+  auto invalid = [](const std::string& what) {
+    return absl::InvalidArgumentError("epp config: " + what);
+  };
+  try {
+    const YAML::Node root = YAML::Load(yaml_text);
+    if (root.IsNull()) return config;
+    if (!root.IsMap()) return invalid("expected a map");
+    for (const auto& item : root) {
+      const std::string key = item.first.as<std::string>();
+      const YAML::Node value = item.second;
+      if (key == "scorers") {
+        for (const auto& s : value) {
+          const std::string name = s.first.as<std::string>();
+          const double w = s.second.as<double>();
+          if (w < 0) return invalid("scorer weight '" + name + "' is negative");
+          if (name == "prefix") {
+            config.prefix_weight = w;
+          } else if (name == "kv_cache") {
+            config.kv_cache_weight = w;
+          } else if (name == "queue") {
+            config.queue_weight = w;
+          } else if (name == "inflight") {
+            config.inflight_weight = w;
+          } else {
+            return invalid("unknown scorer '" + name + "' (prefix, kv_cache, queue, inflight)");
+          }
+        }
+      } else if (key == "tiers") {
+        for (const auto& t : value) {
+          const std::string name = t.first.as<std::string>();
+          const std::optional<Tier> tier = TierFromName(name);
+          if (!tier) return invalid("unknown tier '" + name + "'");
+          config.tier_weights[static_cast<int>(*tier)] = t.second.as<double>();
+        }
+      } else if (key == "seed") {
+        config.seed = value.as<uint64_t>();
+      } else if (key == "fallbacks") {
+        config.fallbacks = value.as<uint32_t>();
+      } else if (key == "max_inflight_per_endpoint") {
+        config.max_inflight_per_endpoint = value.as<uint32_t>();
+      } else if (key == "models") {
+        for (const auto& m : value) {
+          ModelAlias alias;
+          alias.model = m.second["model"].as<std::string>();
+          if (m.second["lora"]) alias.lora = m.second["lora"].as<std::string>();
+          config.aliases[m.first.as<std::string>()] = std::move(alias);
+        }
+      } else {
+        return invalid("unknown key '" + key +
+                       "' (scorers, tiers, seed, fallbacks, max_inflight_per_endpoint, models)");
+      }
+    }
+  } catch (const YAML::Exception& e) {
+    return invalid(e.what());
+  }
+  return config;
+}
+
+Picker::Picker(PickerConfig config, const index::IndexInterface* index, EndpointTable* endpoints)
+    : config_(std::move(config)), index_(index), endpoints_(endpoints) {}
+
+std::atomic<int64_t>* Picker::Counter(const std::string& address) {
+  {
+    ReaderLock lock(&inflight_mu_);
+    if (auto it = inflight_.find(address); it != inflight_.end()) return it->second.get();
+  }
+  WriterLock lock(&inflight_mu_);
+  auto& slot = inflight_[address];
+  if (!slot) slot = std::make_unique<std::atomic<int64_t>>(0);
+  return slot.get();
+}
+
+int64_t Picker::InFlight(const std::string& address) const {
+  ReaderLock lock(&inflight_mu_);
+  auto it = inflight_.find(address);
+  return it == inflight_.end() ? 0 : it->second->load();
+}
+
+void Picker::Release(const std::string& address) {
+  Counter(address)->fetch_sub(1, std::memory_order_relaxed);
+}
+
+StatusOr<PickResult> Picker::Pick(const PickInput& input) {
+  endpoints_->MaybeReload();
+  const std::shared_ptr<const EndpointSet> set = endpoints_->Snapshot();
+  std::string_view model = input.model;
+  std::string_view lora;
+  if (auto it = config_.aliases.find(std::string(input.model)); it != config_.aliases.end()) {
+    model = it->second.model;
+    lora = it->second.lora;
+  }
+
+  struct Candidate {
+    const Endpoint* endpoint;
+    std::atomic<int64_t>* inflight;
+    double prefix = 0;
+    uint32_t matched = 0;
+    double score = 0;
+    uint64_t tie = 0;
+  };
+  thread_local std::vector<Candidate> candidates;
+  candidates.clear();
+  for (const Endpoint& endpoint : set->endpoints) {
+    if (!model.empty() && !endpoint.model.empty() && endpoint.model != model) continue;
+    if (input.subset != nullptr && !InSubset(*input.subset, endpoint.address)) continue;
+    candidates.push_back({&endpoint, Counter(endpoint.address)});
+  }
+  if (candidates.empty()) {
+    return absl::UnavailableError(
+        input.subset != nullptr ? "no eligible endpoint in the subset hint"
+                                : "no eligible endpoint for model '" + std::string(model) + "'");
+  }
+  if (config_.max_inflight_per_endpoint > 0) {
+    const auto limit = static_cast<int64_t>(config_.max_inflight_per_endpoint);
+    std::erase_if(candidates, [limit](const Candidate& c) {
+      return c.inflight->load(std::memory_order_relaxed) >= limit;
+    });
+    if (candidates.empty()) {
+      return absl::ResourceExhaustedError("every eligible endpoint is at its in-flight limit");
+    }
+  }
+
+  PickResult result;
+  uint64_t request_key = 0;
+  if (input.tokens != nullptr && !input.tokens->empty()) {
+    request_key = XXH3_64bits(input.tokens->data(), input.tokens->size() * sizeof(uint32_t));
+    // The one query core: the same lookup as /v1/match.
+    StatusOr<index::MatchResult> match = index_->MatchTokens(
+        model, std::span<const uint32_t>(*input.tokens), lora, input.cache_salt);
+    if (match.ok()) {
+      result.prefix_scored = true;
+      result.request_blocks = match->blocks;
+      if (match->blocks > 0) {
+        for (const index::WorkerMatch& row : match->workers) {
+          for (Candidate& c : candidates) {
+            if (c.endpoint->source != row.source) continue;
+            c.matched = row.longest;
+            c.prefix =
+                (config_.tier_weights[0] * row.device + config_.tier_weights[1] * row.host +
+                 config_.tier_weights[2] * row.disk + config_.tier_weights[3] * row.external) /
+                match->blocks;
+          }
+        }
+      }
+    }
+  } else {
+    request_key = load_only_counter_.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
+
+  int64_t most_inflight = 0;
+  for (const Candidate& c : candidates) {
+    most_inflight = std::max(most_inflight, c.inflight->load(std::memory_order_relaxed));
+  }
+  for (Candidate& c : candidates) {
+    const double inflight =
+        most_inflight <= 0
+            ? 1.0
+            : 1.0 - static_cast<double>(c.inflight->load(std::memory_order_relaxed)) /
+                        static_cast<double>(most_inflight);
+    // kv_use and queue: no load signal (0 for every candidate).
+    c.score = config_.prefix_weight * c.prefix + config_.inflight_weight * inflight +
+              config_.kv_cache_weight * 0.0 + config_.queue_weight * 0.0;
+    c.tie = TieKey(config_.seed, request_key, c.endpoint->address);
+  }
+  const size_t keep = size_t{config_.fallbacks} + 1;
+  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.score > b.score + 1e-12) return true;
+    if (b.score > a.score + 1e-12) return false;
+    return a.tie > b.tie;
+  });
+  // Ranks of one worker may share an address: each address once, at its best.
+  result.endpoints.reserve(std::min(keep, candidates.size()));
+  for (const Candidate& c : candidates) {
+    if (result.endpoints.size() == keep) break;
+    if (std::find(result.endpoints.begin(), result.endpoints.end(), c.endpoint->address) !=
+        result.endpoints.end()) {
+      continue;
+    }
+    result.endpoints.push_back(c.endpoint->address);
+  }
+  result.matched_blocks = candidates[0].matched;
+  candidates[0].inflight->fetch_add(1, std::memory_order_relaxed);
+  return result;
+}
+
+}  // namespace kvindex::epp

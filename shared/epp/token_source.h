@@ -1,0 +1,103 @@
+// Token sources of the endpoint picker: an ordered chain asked in turn for
+// a request's token ids (docs/epp.md, "Tokens"). The first source that has
+// them wins; a source that does not apply skips; a source that fails is
+// counted and the next is asked. No tokens at all: the pick is load-only.
+//
+// The chain the router builds (BuildTokenChain): the token-id prompt, then
+// the in-process tokenizer when the tokenization work provides one (insert
+// it at the marked place, before the render endpoint), then --render-url.
+//
+// Thread safety: sources are immutable after construction; Tokens() is
+// called concurrently from the gRPC threads; counters are atomics.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "shared/epp/openai_request.h"
+#include "shared/http/client.h"
+
+namespace kvindex::epp {
+
+enum class TokenOutcome : uint8_t {
+  kTokens,  // *out holds the request's token ids
+  kSkip,    // this source does not apply to the request
+  kFailed,  // it applies but failed (timeout, bad answer): counted
+};
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  // "prompt", "render", ...: the `source` label of the metrics.
+  virtual std::string_view Name() const = 0;
+  // `body` is the request body as received.
+  virtual TokenOutcome Tokens(const OpenAiRequest& request, std::string_view body,
+                              std::vector<uint32_t>* out) const = 0;
+};
+
+// The token ids of a token-id prompt (/v1/completions).
+class PromptTokenSource final : public TokenSource {
+ public:
+  std::string_view Name() const override { return "prompt"; }
+  TokenOutcome Tokens(const OpenAiRequest& request, std::string_view body,
+                      std::vector<uint32_t>* out) const override;
+};
+
+// A vLLM-compatible render endpoint: POST <url>/v1/completions/render or
+// /v1/chat/completions/render with the request body, answered with
+// {"token_ids": [...]} (or a list of such objects: the first), within
+// `timeout`.
+class RenderTokenSource final : public TokenSource {
+ public:
+  RenderTokenSource(http::Url url, std::chrono::milliseconds timeout)
+      : url_(std::move(url)), timeout_(timeout) {}
+  std::string_view Name() const override { return "render"; }
+  TokenOutcome Tokens(const OpenAiRequest& request, std::string_view body,
+                      std::vector<uint32_t>* out) const override;
+
+ private:
+  const http::Url url_;
+  const std::chrono::milliseconds timeout_;
+};
+
+// Parses a render answer's token ids (public for tests).
+Status ParseRenderAnswer(std::string_view body, std::vector<uint32_t>* out);
+
+class TokenChain {
+ public:
+  void Add(std::unique_ptr<TokenSource> source);
+  // The first kTokens answer; kFailed when a source failed and none had
+  // tokens; kSkip when none applied.
+  TokenOutcome Tokens(const OpenAiRequest& request, std::string_view body,
+                      std::vector<uint32_t>* out) const;
+
+  struct SourceCounts {
+    std::string name;
+    uint64_t tokens = 0, skipped = 0, failed = 0;
+  };
+  std::vector<SourceCounts> Counts() const;
+
+ private:
+  struct Entry {
+    std::unique_ptr<TokenSource> source;
+    mutable std::atomic<uint64_t> tokens{0}, skipped{0}, failed{0};
+  };
+  std::vector<std::unique_ptr<Entry>> entries_;
+};
+
+struct TokenChainOptions {
+  // --render-url: "" = no render source.
+  std::string render_url;
+  // --render-timeout. Default: 50 ms.
+  std::chrono::milliseconds render_timeout{50};
+};
+
+// The router's chain: prompt tokens, [in-process tokenizer], render.
+StatusOr<std::unique_ptr<TokenChain>> BuildTokenChain(const TokenChainOptions& options);
+
+}  // namespace kvindex::epp
