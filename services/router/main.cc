@@ -126,6 +126,10 @@ int main(int argc, char** argv) {
       "Bearer token required by the API (prefer KVINDEX_AUTH_TOKEN or --auth-token-file)");
   app.add_flag("--metrics-auth", options.metrics_auth,
                "Require the bearer token on /metrics too (/healthz and /readyz stay open)");
+  app.add_option("--ready-max-lag", options.ready_max_lag,
+                 "Once caught up, /readyz stays 200 unless the router falls more than this "
+                 "many log positions behind the log's end (0 = no bound)")
+      ->capture_default_str();
   bool check_config = false;
   config::AddCheckConfigFlag(app, &check_config);
 
