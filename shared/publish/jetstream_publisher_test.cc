@@ -5,7 +5,8 @@
 // (a full stream, a deleted one) back off instead of resending in a hot
 // loop; a "duplicate" answer to a first send (an id taken in advance by
 // another publisher) is a loss that fails the source closed and resyncs it;
-// no callback reaches the publisher or the resync listener after Stop.
+// no callback reaches the publisher or the resync listener after Stop. The
+// JetStream log reader's fault handling is tested here too (same fixture).
 #include "shared/publish/jetstream_publisher.h"
 #include "shared/publish/resync_listener.h"
 
@@ -436,6 +437,67 @@ TEST_F(JetStreamPublisherTest, ResyncListenerStopWaitsForARunningHandler) {
   ASSERT_TRUE(entered.load());
   listener.Stop();
   EXPECT_TRUE(finished.load()) << "Stop returned while the handler still ran";
+}
+
+// Issue #26.3: a read that fails after it took messages hands them over and
+// reports the failure on the next call (NextMsg fault injected), so no log
+// position is lost.
+TEST_F(JetStreamPublisherTest, AReadThatFailsMidBatchHandsOverWhatItTook) {
+  constexpr uint64_t kMessages = 10;
+  const std::string subject = stream_.subjects.Events("m", "node-b");
+  for (uint64_t seq = 1; seq <= kMessages; ++seq) {
+    std::string data;
+    codec::EncodePlacementBatch(
+        std::vector<PlacementEvent>{Event(PlacementKind::kStored, "m", {seq})}, &data,
+        {.agent = "node-b", .incarnation = 1, .msg_seq = seq});
+    jsPubAck* ack = nullptr;
+    ASSERT_EQ(js_Publish(&ack, connection_->jetstream(), subject.c_str(), data.data(),
+                         static_cast<int>(data.size()), nullptr, nullptr),
+              NATS_OK);
+    jsPubAck_Destroy(ack);
+  }
+
+  consume::JetStreamLogOptions options;
+  options.stream = stream_.name;
+  options.subjects = stream_.subjects.All();
+  int calls = 0;
+  options.next_msg = [&](natsMsg** msg, natsSubscription* sub, int64_t timeout) {
+    if (++calls == 1) {
+      // Let the whole stream arrive first, so one read takes several messages.
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      uint64_t queued = 0;
+      while (natsSubscription_QueuedMsgs(sub, &queued) == NATS_OK && queued < kMessages &&
+             std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    }
+    if (calls == 4) return NATS_CONNECTION_CLOSED;  // after three messages
+    return natsSubscription_NextMsg(msg, sub, timeout);
+  };
+  consume::JetStreamLogReader reader(connection_->jetstream(), options);
+  ASSERT_TRUE(reader.Open(1).ok());
+
+  // As the apply loop does: a fresh batch per read, an error's batch unused.
+  std::vector<uint64_t> positions;
+  int errors = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (positions.size() < kMessages && std::chrono::steady_clock::now() < deadline) {
+    consume::LogBatch batch;
+    const Status status = reader.Read(&batch, 4096, std::chrono::milliseconds(200));
+    if (!status.ok()) {
+      ++errors;
+      EXPECT_TRUE(batch.messages.empty()) << "an error hands nothing over";
+      continue;
+    }
+    for (const consume::LogBatch::Message& message : batch.messages) {
+      EXPECT_FALSE(message.invalid);
+      positions.push_back(message.position);
+    }
+  }
+  EXPECT_EQ(errors, 1) << "the failure is reported, once";
+  std::vector<uint64_t> expected;
+  for (uint64_t p = 1; p <= kMessages; ++p) expected.push_back(p);
+  EXPECT_EQ(positions, expected) << "messages taken before the failure were lost";
 }
 
 }  // namespace
