@@ -228,8 +228,12 @@ size_t JetStreamPublisher::StopAndDrain(std::chrono::steady_clock::time_point de
       wait.MaxWait = left;
       js_PublishAsyncComplete(js_, &wait);
     }
+    // (cnats 3.4 dereferences its pending map, created by the first async
+    // publish, without a check: never ask before one.)
     natsMsgList pending{};
-    if (js_PublishAsyncGetPendingList(&pending, js_) == NATS_OK) natsMsgList_Destroy(&pending);
+    if (handed_any_ && js_PublishAsyncGetPendingList(&pending, js_) == NATS_OK) {
+      natsMsgList_Destroy(&pending);
+    }
     wait.MaxWait = std::chrono::milliseconds(kCallbackDrain).count();
     if (js_PublishAsyncComplete(js_, &wait) != NATS_OK) {
       log::Get("publish")->error("an acknowledgement callback did not return within {} s",
@@ -423,6 +427,7 @@ bool JetStreamPublisher::SendOneLocked() {
     jsPubOptions_Init(&pub);
     pub.MaxWait = options_.ack_timeout.count();
     status = js_PublishMsgAsync(js_, &msg, &pub);
+    handed_any_ = true;  // the library's pending map exists (sender thread only)
   }
   natsMsg_Destroy(msg);  // no-op when the library took it
   Probe::Inc(probe_->sent);

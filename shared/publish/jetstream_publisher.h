@@ -269,6 +269,9 @@ class JetStreamPublisher final : public PlacementPublisher {
   bool stream_ready_ ABSL_GUARDED_BY(mu_) = true;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sender_;
+  // A message was handed to js_PublishMsgAsync (written by the sender
+  // thread, read by Stop after joining it).
+  bool handed_any_ = false;
 };
 
 }  // namespace kvindex

@@ -418,6 +418,50 @@ TEST_F(JetStreamPublisherTest, NoCallbackReachesAStoppedPublisher) {
   publisher.reset();
 }
 
+// Shutdown(deadline) sends what is buffered and waits for it until the
+// deadline: OK when all of it was stored, DeadlineExceeded naming what was
+// dropped when the stream refuses.
+TEST_F(JetStreamPublisherTest, ShutdownFlushesUntilItsDeadline) {
+  JetStreamPublisherOptions options;
+  options.node = "node-a";
+  options.subjects = stream_.subjects;
+  options.max_delay = std::chrono::seconds(10);  // only Shutdown seals
+  JetStreamPublisher publisher(connection_->raw(), options, &registry_);
+  ASSERT_TRUE(publisher.Start().ok());
+  ASSERT_TRUE(publisher
+                  .Publish(std::vector<PlacementEvent>{Event(PlacementKind::kStored, "a", {1}),
+                                                       Event(PlacementKind::kStored, "b", {2})})
+                  .ok());
+  EXPECT_TRUE(publisher.Shutdown(std::chrono::steady_clock::now() + std::chrono::seconds(10)).ok());
+  auto state = nats::GetStreamState(connection_->jetstream(), stream_.name);
+  ASSERT_TRUE(state.ok());
+  EXPECT_EQ(state->messages, 2u);
+
+  jsErrCode code = static_cast<jsErrCode>(0);
+  ASSERT_EQ(js_DeleteStream(connection_->jetstream(), stream_.name.c_str(), nullptr, &code),
+            NATS_OK);
+  JetStreamPublisher refused(connection_->raw(), options, &registry_);
+  ASSERT_TRUE(refused.Start().ok());
+  ASSERT_TRUE(
+      refused.Publish(std::vector<PlacementEvent>{Event(PlacementKind::kStored, "a", {1})}).ok());
+  const auto start = std::chrono::steady_clock::now();
+  const Status status = refused.Shutdown(start + std::chrono::milliseconds(500));
+  EXPECT_EQ(status.code(), absl::StatusCode::kDeadlineExceeded) << status;
+  EXPECT_NE(status.message().find("1 placement messages"), std::string_view::npos) << status;
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+
+  // Nothing ever handed to the client library (the stream never ready):
+  // stopping must not touch its pending list (cnats has none yet: it crashed).
+  JetStreamPublisher unsent(connection_->raw(), options, &registry_);
+  unsent.SetStreamReady(false);
+  ASSERT_TRUE(unsent.Start().ok());
+  ASSERT_TRUE(
+      unsent.Publish(std::vector<PlacementEvent>{Event(PlacementKind::kStored, "a", {1})}).ok());
+  EXPECT_EQ(
+      unsent.Shutdown(std::chrono::steady_clock::now() + std::chrono::milliseconds(100)).code(),
+      absl::StatusCode::kDeadlineExceeded);
+}
+
 // Issue #26.6: ResyncListener::Stop returns only after a handler that is
 // running has returned, so what the handler names may go right after.
 TEST_F(JetStreamPublisherTest, ResyncListenerStopWaitsForARunningHandler) {
