@@ -256,6 +256,11 @@ int main(int argc, char** argv) {
                                                /*retry_initial=*/true);
     if (!connected.ok()) return Fail(std::string(connected.status().message()), 1);
     connection = std::move(*connected);
+    // A refused publish that needs the stream to change (deleted, full)
+    // checks it, creating it when missing, before the next round.
+    publisher_options.check_stream = [js = connection->jetstream(), stream_options] {
+      return nats::EnsureStream(js, stream_options);
+    };
     auto owned =
         std::make_unique<JetStreamPublisher>(connection->raw(), publisher_options, &registry);
     jetstream = owned.get();
@@ -348,6 +353,7 @@ int main(int argc, char** argv) {
     if (server) server->Stop();
     stopping.store(true);
     if (nats_setup.joinable()) nats_setup.join();
+    if (jetstream != nullptr) jetstream->Stop();  // its resync handler names the pipeline
     // A malformed endpoint is a flag error (2); an address in use is not (1).
     return Fail(std::string(status.message()),
                 status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1);
@@ -363,16 +369,13 @@ int main(int argc, char** argv) {
   if (listener) listener->Stop();
   if (server) server->Stop();
   if (jetstream != nullptr) {
-    // Give JetStream a moment to acknowledge what is queued, then stop.
-    std::thread flusher([&] { jetstream->Flush().IgnoreError(); });
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-    while (jetstream->buffered_bytes() > 0 && std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    // Give JetStream a moment to acknowledge what is queued, then stop. Each
+    // NATS user (publisher, listener) waits for its own callbacks in
+    // Stop/Shutdown, so the connection may close before or after them.
+    if (Status s = jetstream->Shutdown(std::chrono::steady_clock::now() + std::chrono::seconds(5));
+        !s.ok()) {
+      logger->warn("{}", s.ToString());
     }
-    jetstream->Stop();
-    flusher.join();
-    // Close NATS while the publisher still exists: the client may report the
-    // last outstanding acknowledgements to it while closing.
     listener.reset();
     connection.reset();
   } else {

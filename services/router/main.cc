@@ -186,6 +186,10 @@ int main(int argc, char** argv) {
   app.add_option("--render-timeout", render_timeout,
                  "Deadline of one render call; past it the pick is load-only (counted)")
       ->capture_default_str();
+  app.add_option("--ready-max-lag", options.ready_max_lag,
+                 "Once caught up, /readyz stays 200 unless the router falls more than this "
+                 "many log positions behind the log's end (0 = no bound)")
+      ->capture_default_str();
   bool check_config = false;
   config::AddCheckConfigFlag(app, &check_config);
 

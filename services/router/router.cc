@@ -225,6 +225,7 @@ Status Router::Start() {
   }
   query::ApiOptions api_options;
   api_options.metrics_auth = options_.metrics_auth;
+  api_options.ready_max_lag = options_.ready_max_lag;
   api_ = std::make_unique<query::RouterApi>(api_options, std::move(context));
 
   // The picker listens before /readyz can answer 200.

@@ -112,6 +112,10 @@ struct RouterOptions {
   std::string auth_token;
   // /metrics requires the token too. Default: false.
   bool metrics_auth = false;
+  // /readyz turns 503 when the router falls more than this many log
+  // positions behind the log's end after it caught up; 0 = no bound
+  // (query::ApiOptions::ready_max_lag). Default: 100000.
+  uint64_t ready_max_lag = 100000;
   // Run the agent pipeline in-process (single node, no NATS). Default: false.
   bool embedded = false;
   // JetStream mode (embedded false): connection and stream.

@@ -28,9 +28,10 @@ PlacementEvent Stored(std::string worker, std::vector<uint64_t> hashes, Tier tie
   return e;
 }
 
+// Caught up with the start target and with everything published since.
 bool WaitCaughtUp(const ApplyLoop& loop) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!loop.CaughtUp()) {
+  while (!loop.CaughtUp() || loop.Pending() != 0) {
     if (std::chrono::steady_clock::now() > deadline) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }

@@ -5,6 +5,7 @@ namespace kvindex::consume {
 Status InProcessLogReader::Open(uint64_t first_position) {
   if (first_position == 0) return absl::InvalidArgumentError("log positions start at 1");
   base_.store(first_position - sink_->drained(), std::memory_order_release);
+  open_target_.store(LastKnownPosition(), std::memory_order_release);
   return absl::OkStatus();
 }
 

@@ -24,14 +24,15 @@ class InProcessLogReader final : public LogReader {
   Status Open(uint64_t first_position) override;
   Status Read(LogBatch* batch, size_t max_events, std::chrono::milliseconds wait) override;
   uint64_t LastKnownPosition() const override;
-  // In-process, everything published so far is the target: a router is
-  // caught up when the sink is drained.
-  uint64_t OpenTarget() const override { return LastKnownPosition(); }
+  // What the sink held when Open was called (not what it holds now: under
+  // load the sink is never drained, and readiness would flap).
+  uint64_t OpenTarget() const override { return open_target_.load(std::memory_order_acquire); }
 
  private:
   InProcessSink* const sink_;
   // The k-th event the sink ever drained (k from 0) is at position base_ + k.
   std::atomic<uint64_t> base_{1};
+  std::atomic<uint64_t> open_target_{0};
 };
 
 }  // namespace kvindex::consume

@@ -4,6 +4,7 @@
 #include "shared/base/mutex.h"
 
 #include <string_view>
+#include <utility>
 
 #include "shared/log/log.h"
 #include "shared/nats/stream.h"
@@ -81,6 +82,7 @@ Status JetStreamLogReader::Open(uint64_t first_position) {
   if (options_.prepare) KVINDEX_RETURN_IF_ERROR(options_.prepare());
   KVINDEX_ASSIGN_OR_RETURN(nats::StreamState bounds, nats::GetStreamState(js_, options_.stream));
   last_returned_ = first_position - 1;
+  deferred_error_ = absl::OkStatus();
   open_target_.store(bounds.last_seq, std::memory_order_release);
   last_known_.store(std::max(bounds.last_seq, last_returned_), std::memory_order_release);
   return Subscribe(first_position);
@@ -141,16 +143,24 @@ Status JetStreamLogReader::CheckStall() {
 
 Status JetStreamLogReader::Read(LogBatch* batch, size_t max_events,
                                 std::chrono::milliseconds wait) {
+  if (!deferred_error_.ok()) return std::exchange(deferred_error_, absl::OkStatus());
   if (sub_ == nullptr) KVINDEX_RETURN_IF_ERROR(Subscribe(last_returned_ + 1));
   const size_t events_before = batch->events.size();
   const size_t messages_before = batch->messages.size();
   int64_t timeout = std::max<int64_t>(1, wait.count());
   while (batch->events.size() - events_before < max_events) {
     natsMsg* msg = nullptr;
-    const natsStatus status = natsSubscription_NextMsg(&msg, sub_, timeout);
+    const natsStatus status = options_.next_msg ? options_.next_msg(&msg, sub_, timeout)
+                                                : natsSubscription_NextMsg(&msg, sub_, timeout);
     if (status == NATS_TIMEOUT) break;
     if (status == NATS_SLOW_CONSUMER) continue;  // the ordered consumer restarts by itself
-    if (status != NATS_OK) return nats::FromNats(status, "next log message");
+    if (status != NATS_OK) {
+      Status error = nats::FromNats(status, "next log message");
+      if (batch->messages.size() == messages_before) return error;
+      // What was taken is handed over; the failure waits for the next call.
+      deferred_error_ = std::move(error);
+      break;
+    }
     Append(msg, batch);
     natsMsg_Destroy(msg);
     // After the first message, take only what is already buffered.

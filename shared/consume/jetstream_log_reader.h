@@ -17,6 +17,10 @@
 // the stream holds newer messages (a server restart lost the ephemeral
 // consumer), the reader resubscribes after the last message it returned.
 //
+// A read that fails after it already took messages from the subscription
+// hands those over (OK) and returns the failure from the next Read: the
+// position moved past them, so dropping them would lose them for good.
+//
 // Thread safety: as LogReader (one reading thread).
 #pragma once
 
@@ -48,6 +52,9 @@ struct JetStreamLogOptions {
   // Called by Open before anything else (e.g. create the stream when it is
   // missing, so start order never matters). Default: none.
   std::function<Status()> prepare;
+  // Testing (fault injection): called instead of natsSubscription_NextMsg.
+  // Default: none (the client library's).
+  std::function<natsStatus(natsMsg**, natsSubscription*, int64_t)> next_msg;
 };
 
 class JetStreamLogReader final : public LogReader {
@@ -80,6 +87,7 @@ class JetStreamLogReader final : public LogReader {
   const JetStreamLogOptions options_;
   natsSubscription* sub_ = nullptr;
   uint64_t last_returned_ = 0;  // position of the last message handed out
+  Status deferred_error_;       // a failure after messages were taken: next Read
   std::chrono::steady_clock::time_point last_progress_{};
   std::atomic<uint64_t> last_known_{0};
   std::atomic<uint64_t> open_target_{0};

@@ -69,7 +69,9 @@ class LogReader {
 
   // Appends whole messages to *batch, about `max_events` events at most but
   // at least one message when one is available, waiting up to `wait` for the
-  // first. OK with nothing appended when nothing arrived in time.
+  // first. OK with nothing appended when nothing arrived in time. An error
+  // appends nothing: messages a read took before it failed are handed over
+  // with OK, and the failure is returned by the next call.
   virtual Status Read(LogBatch* batch, size_t max_events, std::chrono::milliseconds wait) = 0;
 
   // Highest position known to exist in the log (lag), 0 when unknown.

@@ -141,6 +141,12 @@ struct AgentPipeline::Impl final : public BatchSink {
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       probe.ObservePublish(seconds, events.size(), status.ok());
       if (status.ok()) break;
+      if (absl::IsFailedPrecondition(status)) {
+        // Stopped or closed for good (PlacementPublisher): a retry cannot
+        // succeed, and would hold publish_mu until the pipeline stops.
+        log::Get("ingest")->warn("dropped {} events: {}", events.size(), status.ToString());
+        break;
+      }
       uint64_t suppressed = 0;
       if (publish_warnings.Allow(&suppressed)) {
         log::Get("ingest")->warn("publish of {} events failed: {} (retrying; {} suppressed)",

@@ -12,6 +12,9 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <chrono>
+#include <thread>
+
 #include "shared/ingest/testing/zmq_test_util.h"
 #include "shared/publish/in_process_sink.h"
 
@@ -326,6 +329,35 @@ TEST_F(AgentPipelineTest, FeedsAnInProcessSinkInOrder) {
   std::vector<std::vector<PlacementEvent>> as_batches;
   for (const auto& e : events) as_batches.push_back({e});
   EXPECT_EQ(testing::Renderer().Batches(as_batches), "C|S0|S1|S2|S3|S4");
+}
+
+// A publisher closed for good (FailedPrecondition, PlacementPublisher) is
+// not retried: the events are dropped once, instead of a retry loop that
+// holds the publish lock until the pipeline stops.
+TEST_F(AgentPipelineTest, AClosedPublisherIsNotRetried) {
+  EnginePublisher engine(context_);
+  options_.sources = {Spec(engine.endpoint())};
+  InProcessSink closed(16);
+  closed.Close();
+  prometheus::Registry registry;
+  AgentPipeline pipeline(options_, &closed, &registry);
+  ASSERT_TRUE(pipeline.Start().ok());
+  ASSERT_TRUE(engine.WaitForSubscriber());
+  engine.Send(0, StoredBatch(0));
+  auto errors = [&] {
+    for (const auto& family : registry.Collect()) {
+      if (family.name != "kvindex_agent_publish_errors_total") continue;
+      for (const auto& metric : family.metric) return metric.counter.value;
+    }
+    return -1.0;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  const double first = errors();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // retries back off to 1 s
+  const double later = errors();
+  pipeline.Stop();
+  EXPECT_GE(first, 1);  // the start-up clear, the heartbeat, the batch: once each
+  EXPECT_EQ(later, first) << "publishes to a closed publisher are retried";
 }
 
 TEST_F(AgentPipelineTest, SameWorkerOnTwoEndpointsKeepsMetricSeriesApart) {

@@ -8,7 +8,7 @@ Status InProcessSink::Publish(std::span<const PlacementEvent> events) {
   MutexLock lock(&mu_);
   for (const PlacementEvent& event : events) {
     while (!closed_ && queue_.size() >= capacity_) not_full_.Wait(&mu_);
-    if (closed_) return absl::UnavailableError("in-process sink is closed");
+    if (closed_) return absl::FailedPreconditionError("in-process sink is closed");
     queue_.push_back(event);
     ++published_;
     not_empty_.Signal();
@@ -20,7 +20,8 @@ Status InProcessSink::Flush() {
   MutexLock lock(&mu_);
   const uint64_t target = published_;
   while (!closed_ && drained_ < target) drained_cv_.Wait(&mu_);
-  if (drained_ < target) return absl::UnavailableError("in-process sink closed before flush");
+  if (drained_ < target)
+    return absl::FailedPreconditionError("in-process sink closed before flush");
   return absl::OkStatus();
 }
 

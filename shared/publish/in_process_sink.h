@@ -22,15 +22,18 @@ class InProcessSink final : public PlacementPublisher {
   // capacity: events held before Publish blocks. Default: 1 << 20.
   explicit InProcessSink(size_t capacity = size_t{1} << 20);
 
+  // FailedPrecondition once closed.
   Status Publish(std::span<const PlacementEvent> events) override;
-  // Returns once the consumer has drained everything published before the call.
+  // Returns once the consumer has drained everything published before the
+  // call (taken, not durable: the in-process log is memory).
+  // FailedPrecondition when closed first.
   Status Flush() override;
 
   // Consumer: moves up to max_events into *out (appending), waiting up to
   // `wait` for the first one. Returns the number moved.
   size_t Drain(std::vector<PlacementEvent>* out, size_t max_events, std::chrono::milliseconds wait);
 
-  // Wakes everyone; later Publish calls fail with Unavailable.
+  // Wakes everyone; later Publish and Flush calls fail with FailedPrecondition.
   void Close();
 
   uint64_t published() const;

@@ -52,7 +52,10 @@ TEST(InProcessSinkTest, CloseFailsPublishers) {
   InProcessSink sink(1);
   sink.Close();
   PlacementEvent e = Stored(1);
-  EXPECT_EQ(sink.Publish({&e, 1}).code(), absl::StatusCode::kUnavailable);
+  // Closed for good: FailedPrecondition, which callers do not retry
+  // (Unavailable would have them retry forever).
+  EXPECT_EQ(sink.Publish({&e, 1}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(sink.Flush().code(), absl::StatusCode::kOk);  // nothing was published
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <prometheus/registry.h>
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 
 #include "shared/log/log.h"
@@ -33,6 +34,17 @@ constexpr size_t kMessageHeadroom = 8 << 10;
 constexpr int64_t kDefaultMaxPayload = 1 << 20;
 // Overflowed sources still dirty are asked for again after this long.
 constexpr std::chrono::seconds kResyncRetry{5};
+// Metric labels of JetStreamPublisher::Failure, in its order.
+constexpr std::array<const char*, 5> kFailureNames = {"timeout", "unavailable", "no_stream",
+                                                      "limits", "refused"};
+// How long Stop waits for acknowledgement callbacks already running.
+constexpr std::chrono::seconds kCallbackDrain{10};
+
+int64_t MillisUntil(std::chrono::steady_clock::time_point deadline) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                               std::chrono::steady_clock::now())
+      .count();
+}
 
 }  // namespace
 
@@ -54,7 +66,35 @@ struct JetStreamPublisher::Probe {
                        "Placement events dropped because the publish buffer was full "
                        "(their sources are republished as snapshots)");
     resyncs = counter("kvindex_agent_nats_resync_requests_total",
-                      "Snapshot requests the publisher made (after overflow or retries)");
+                      "Snapshot requests the publisher made (after overflow, retries or loss)");
+    lost = counter("kvindex_agent_nats_messages_lost_total",
+                   "Placement messages JetStream answered 'duplicate' to on their first send "
+                   "(their id was taken by another publisher): their sources are cleared and "
+                   "republished as snapshots");
+    auto& failure_family = prometheus::BuildCounter()
+                               .Name("kvindex_agent_nats_publish_failures_total")
+                               .Help(
+                                   "Negative or missing acknowledgements of placement "
+                                   "messages, by reason")
+                               .Register(*registry);
+    for (size_t i = 0; i < kFailureNames.size(); ++i) {
+      failures[i] = &failure_family.Add({{"reason", kFailureNames[i]}});
+    }
+    auto& check_family = prometheus::BuildCounter()
+                             .Name("kvindex_agent_nats_stream_checks_total")
+                             .Help(
+                                 "Stream checks after a failure that needs the stream to "
+                                 "change, by result")
+                             .Register(*registry);
+    checks_ok = &check_family.Add({{"result", "ok"}});
+    checks_failed = &check_family.Add({{"result", "error"}});
+    backoff = &prometheus::BuildGauge()
+                   .Name("kvindex_agent_nats_retry_backoff_seconds")
+                   .Help(
+                       "Current pause before placement messages are sent again after a "
+                       "failure (0 while acknowledgements arrive)")
+                   .Register(*registry)
+                   .Add({});
     buffered = &prometheus::BuildGauge()
                     .Name("kvindex_agent_nats_buffered_bytes")
                     .Help("Bytes of placement events queued and not acknowledged yet")
@@ -76,6 +116,11 @@ struct JetStreamPublisher::Probe {
   prometheus::Counter* events = nullptr;
   prometheus::Counter* overflow = nullptr;
   prometheus::Counter* resyncs = nullptr;
+  prometheus::Counter* lost = nullptr;
+  std::array<prometheus::Counter*, kFailureNames.size()> failures{};
+  prometheus::Counter* checks_ok = nullptr;
+  prometheus::Counter* checks_failed = nullptr;
+  prometheus::Gauge* backoff = nullptr;
   prometheus::Gauge* buffered = nullptr;
   prometheus::Histogram* latency = nullptr;
 };
@@ -91,6 +136,9 @@ Status JetStreamPublisherOptions::Validate() const {
     return absl::InvalidArgumentError("publisher: buffer bytes must be >= max batch bytes");
   }
   if (ack_timeout.count() <= 0) return absl::InvalidArgumentError("publisher: ack timeout <= 0");
+  if (retry_backoff_min.count() <= 0 || retry_backoff_max < retry_backoff_min) {
+    return absl::InvalidArgumentError("publisher: retry backoff must be 0 < min <= max");
+  }
   return absl::OkStatus();
 }
 
@@ -133,13 +181,34 @@ Status JetStreamPublisher::Start() {
     MutexLock lock(&mu_);
     stopping_ = false;
     running_ = true;
+    window_ = options_.max_in_flight;
   }
   sender_ = std::thread([this] { Run(); });
   return absl::OkStatus();
 }
 
-void JetStreamPublisher::Stop() {
-  if (!sender_.joinable()) return;
+void JetStreamPublisher::Stop() { StopAndDrain(std::chrono::steady_clock::now()); }
+
+Status JetStreamPublisher::Shutdown(std::chrono::steady_clock::time_point deadline) {
+  if (!sender_.joinable()) return absl::OkStatus();
+  {
+    MutexLock lock(&mu_);
+    SealDueLocked(true);
+    const uint64_t target = next_msg_seq_ - 1;
+    wake_.Signal();
+    while (!outbox_.empty() && outbox_.front().msg_seq <= target &&
+           std::chrono::steady_clock::now() < deadline) {
+      progress_.WaitUntil(&mu_, deadline);
+    }
+  }
+  const size_t dropped = StopAndDrain(deadline);
+  if (dropped == 0) return absl::OkStatus();
+  return absl::DeadlineExceededError("JetStream publisher: " + std::to_string(dropped) +
+                                     " placement messages not acknowledged by the deadline");
+}
+
+size_t JetStreamPublisher::StopAndDrain(std::chrono::steady_clock::time_point deadline) {
+  if (!sender_.joinable()) return 0;
   {
     MutexLock lock(&mu_);
     stopping_ = true;
@@ -147,19 +216,43 @@ void JetStreamPublisher::Stop() {
   wake_.SignalAll();
   progress_.SignalAll();
   sender_.join();
+  // Nothing is sent any more. The client library calls OnAck with `this`
+  // for every message it still tracks: wait for those answers until the
+  // deadline, take the rest back (no callback for them any more), then wait
+  // for callbacks already running (the library counts one as pending until
+  // it returned).
+  if (js_ != nullptr) {
+    jsPubOptions wait;
+    jsPubOptions_Init(&wait);
+    if (const int64_t left = MillisUntil(deadline); left > 0) {
+      wait.MaxWait = left;
+      js_PublishAsyncComplete(js_, &wait);
+    }
+    // (cnats 3.4 dereferences its pending map, created by the first async
+    // publish, without a check: never ask before one.)
+    natsMsgList pending{};
+    if (handed_any_ && js_PublishAsyncGetPendingList(&pending, js_) == NATS_OK) {
+      natsMsgList_Destroy(&pending);
+    }
+    wait.MaxWait = std::chrono::milliseconds(kCallbackDrain).count();
+    if (js_PublishAsyncComplete(js_, &wait) != NATS_OK) {
+      log::Get("publish")->error("an acknowledgement callback did not return within {} s",
+                                 kCallbackDrain.count());
+    }
+  }
   size_t unacked = 0;
   {
     MutexLock lock(&mu_);
     running_ = false;
-    unacked = outbox_.size();
+    for (const Outgoing& out : outbox_) unacked += out.acked ? 0 : 1;
     for (const auto& [subject, batch] : open_) unacked += batch.events.empty() ? 0 : 1;
   }
   if (unacked > 0) {
     log::Get("publish")->warn("stopping with {} placement messages not acknowledged", unacked);
   }
-  // Acknowledgements still arriving see no context user anymore.
   jsCtx_Destroy(js_);
   js_ = nullptr;
+  return unacked;
 }
 
 std::string JetStreamPublisher::SubjectFor(const PlacementEvent& event) const {
@@ -170,7 +263,9 @@ std::string JetStreamPublisher::SubjectFor(const PlacementEvent& event) const {
 Status JetStreamPublisher::Publish(std::span<const PlacementEvent> events) {
   {
     MutexLock lock(&mu_);
-    if (stopping_ || !running_) return absl::UnavailableError("JetStream publisher is stopped");
+    if (stopping_ || !running_) {
+      return absl::FailedPreconditionError("JetStream publisher is stopped");
+    }
     PublishLocked(events);
   }
   wake_.Signal();
@@ -198,16 +293,7 @@ void JetStreamPublisher::PublishLocked(std::span<const PlacementEvent> events) {
     if (!control && event.kind != PlacementKind::kCleared &&
         BufferedLocked() + bytes > options_.buffer_bytes) {
       ++overflowed;
-      overflowed_.insert(event.source);
-      // Fail closed now: routers drop the source until its snapshot arrives.
-      PlacementEvent clear;
-      clear.kind = PlacementKind::kCleared;
-      clear.model = event.model;
-      clear.source = event.source;
-      clear.agent = event.agent;
-      clear.event_id = event.event_id;
-      clear.timestamp_ns = event.timestamp_ns;
-      AppendLocked(clear, EstimateBytes(clear), now);
+      OverflowLocked(event, now);
       static log::RateLimiter warnings{std::chrono::seconds(10)};
       uint64_t suppressed = 0;
       if (warnings.Allow(&suppressed)) {
@@ -226,6 +312,21 @@ void JetStreamPublisher::PublishLocked(std::span<const PlacementEvent> events) {
   }
   Probe::Inc(probe_->events, static_cast<double>(events.size() - overflowed));
   Probe::Inc(probe_->overflow, static_cast<double>(overflowed));
+}
+
+void JetStreamPublisher::OverflowLocked(const PlacementEvent& event,
+                                        std::chrono::steady_clock::time_point now) {
+  overflowed_.insert(event.source);
+  requested_.erase(event.source);
+  // Fail closed now: routers drop the source until its snapshot arrives.
+  PlacementEvent clear;
+  clear.kind = PlacementKind::kCleared;
+  clear.model = event.model;
+  clear.source = event.source;
+  clear.agent = event.agent;
+  clear.event_id = event.event_id;
+  clear.timestamp_ns = event.timestamp_ns;
+  AppendLocked(clear, EstimateBytes(clear), now);
 }
 
 void JetStreamPublisher::AppendSplitLocked(const PlacementEvent& event,
@@ -287,6 +388,7 @@ void JetStreamPublisher::SealDueLocked(bool all) {
 
 bool JetStreamPublisher::SendOneLocked() {
   if (retry_pending_) {
+    if (std::chrono::steady_clock::now() < retry_at_) return false;  // backing off
     // Resend everything unacknowledged, in order, with the same ids.
     retry_pending_ = false;
     for (Outgoing& out : outbox_) {
@@ -296,7 +398,7 @@ bool JetStreamPublisher::SendOneLocked() {
       }
     }
   }
-  if (in_flight_ >= options_.max_in_flight) return false;
+  if (in_flight_ >= std::min(window_, options_.max_in_flight)) return false;
   Outgoing* next = nullptr;
   for (Outgoing& out : outbox_) {
     if (!out.acked && !out.in_flight) {
@@ -308,6 +410,7 @@ bool JetStreamPublisher::SendOneLocked() {
   const bool retry = next->sent != std::chrono::steady_clock::time_point{};
   next->in_flight = true;
   next->sent = std::chrono::steady_clock::now();
+  ++next->sends;  // before the lock is released: its answer may come first
   ++in_flight_;
   char id[160];
   std::snprintf(id, sizeof(id), "%s:%llu:%llu", options_.node.c_str(),
@@ -324,6 +427,7 @@ bool JetStreamPublisher::SendOneLocked() {
     jsPubOptions_Init(&pub);
     pub.MaxWait = options_.ack_timeout.count();
     status = js_PublishMsgAsync(js_, &msg, &pub);
+    handed_any_ = true;  // the library's pending map exists (sender thread only)
   }
   natsMsg_Destroy(msg);  // no-op when the library took it
   Probe::Inc(probe_->sent);
@@ -333,6 +437,7 @@ bool JetStreamPublisher::SendOneLocked() {
     // Not sent: it stays first in line and is tried again after a pause.
     // (`next` is still valid: a deque keeps references on push_back, and an
     // unsent message is never acknowledged, so never popped.)
+    --next->sends;
     if (next->in_flight) {
       next->in_flight = false;
       --in_flight_;
@@ -342,17 +447,47 @@ bool JetStreamPublisher::SendOneLocked() {
   return true;
 }
 
+JetStreamPublisher::Failure JetStreamPublisher::Classify(natsStatus status, jsErrCode code) {
+  if (status == NATS_TIMEOUT) return Failure::kTimeout;
+  if (status == NATS_NO_RESPONDERS) return Failure::kNoStream;  // no stream takes the subject
+  switch (code) {
+    case JSStreamNotFoundErr:
+    case JSStreamOfflineErr:
+      return Failure::kNoStream;
+    case JSStreamStoreFailedErr:  // "maximum messages/bytes exceeded" (discard new)
+    case JSStorageResourcesExceededErr:
+    case JSMemoryResourcesExceededErr:
+    case JSInsufficientResourcesErr:
+    case JSAccountResourcesExceededErr:
+    case JSStreamLimitsErr:
+    case JSStreamMaxStreamBytesExceededErr:
+      return Failure::kLimits;
+    case JSClusterNotAvailErr:
+    case JSClusterNotLeaderErr:
+      return Failure::kUnavailable;
+    default:
+      break;
+  }
+  // No JetStream answer at all (connection lost, closed): transient.
+  return static_cast<int>(code) == 0 ? Failure::kUnavailable : Failure::kRefused;
+}
+
 void JetStreamPublisher::OnAck(jsCtx*, natsMsg* msg, jsPubAck* ack, jsPubAckErr* error,
                                void* closure) {
   auto* self = static_cast<JetStreamPublisher*>(closure);
-  const char* text = error != nullptr && error->ErrText != nullptr
-                         ? error->ErrText
-                         : (error != nullptr ? natsStatus_GetText(error->Err) : nullptr);
-  self->HandleAck(msg, ack != nullptr && error == nullptr, text);
+  if (self->options_.ack_observer) self->options_.ack_observer();
+  Ack answer;
+  answer.ok = ack != nullptr && error == nullptr;
+  answer.duplicate = answer.ok && ack->Duplicate;
+  if (error != nullptr) {
+    answer.failure = Classify(error->Err, error->ErrCode);
+    answer.error_text = error->ErrText != nullptr ? error->ErrText : natsStatus_GetText(error->Err);
+  }
+  self->HandleAck(msg, answer);
   natsMsg_Destroy(msg);
 }
 
-void JetStreamPublisher::HandleAck(natsMsg* msg, bool ok, const char* error_text) {
+void JetStreamPublisher::HandleAck(natsMsg* msg, const Ack& ack) {
   const char* id = nullptr;
   if (msg == nullptr || natsMsgHeader_Get(msg, kMsgIdHeader, &id) != NATS_OK || id == nullptr) {
     return;
@@ -361,12 +496,12 @@ void JetStreamPublisher::HandleAck(natsMsg* msg, bool ok, const char* error_text
   const size_t colon = text.rfind(':');
   uint64_t msg_seq = 0;
   std::from_chars(text.data() + colon + 1, text.data() + text.size(), msg_seq);
-  if (!RecordAck(msg_seq, ok, error_text)) return;
+  if (!RecordAck(msg_seq, ack)) return;
   wake_.Signal();
   progress_.SignalAll();
 }
 
-bool JetStreamPublisher::RecordAck(uint64_t msg_seq, bool ok, const char* error_text) {
+bool JetStreamPublisher::RecordAck(uint64_t msg_seq, const Ack& ack) {
   MutexLock lock(&mu_);
   if (outbox_.empty() || msg_seq < outbox_.front().msg_seq) return false;
   const size_t index = static_cast<size_t>(msg_seq - outbox_.front().msg_seq);
@@ -375,31 +510,105 @@ bool JetStreamPublisher::RecordAck(uint64_t msg_seq, bool ok, const char* error_
   if (out.acked || !out.in_flight) return false;  // an answer to an earlier send of it
   out.in_flight = false;
   --in_flight_;
-  if (!ok) {
-    retry_pending_ = true;
-    resync_all_ = true;
-    static log::RateLimiter warnings{std::chrono::seconds(10)};
-    uint64_t suppressed = 0;
-    if (warnings.Allow(&suppressed)) {
-      log::Get("publish")->warn(
-          "placement message {} not acknowledged: {} (resending; {} "
-          "suppressed)",
-          msg_seq, error_text != nullptr ? error_text : "unknown error", suppressed);
-    }
-  } else {
-    out.acked = true;
+  if (!ack.ok) {
+    FailRoundLocked(ack.failure, msg_seq, ack.error_text);
+    return true;
+  }
+  // A duplicate answer to a resend: the first send landed. To the first
+  // send: JetStream held the id already, from someone else.
+  const bool lost = ack.duplicate && out.sends == 1;
+  if (lost) LoseLocked(out);  // appends clears: `out` stays valid (a deque)
+  out.acked = true;
+  window_ = options_.max_in_flight;
+  backoff_ = std::chrono::milliseconds(0);
+  if (!lost) {
     if (probe_->latency != nullptr) {
       probe_->latency->Observe(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - out.sealed).count());
     }
     Probe::Inc(probe_->acked);
-    while (!outbox_.empty() && outbox_.front().acked) {
-      outbox_bytes_ -= outbox_.front().data.size();
-      outbox_.pop_front();
-      ++acked_;
-    }
+  }
+  while (!outbox_.empty() && outbox_.front().acked) {
+    outbox_bytes_ -= outbox_.front().data.size();
+    outbox_.pop_front();
+    ++acked_;
   }
   return true;
+}
+
+void JetStreamPublisher::FailRoundLocked(Failure failure, uint64_t msg_seq,
+                                         const char* error_text) {
+  Probe::Inc(probe_->failures[static_cast<size_t>(failure)]);
+  retry_pending_ = true;
+  resync_all_ = true;
+  window_ = 1;  // the next round is one probe
+  if (NeedsStreamCheck(failure)) check_stream_pending_ = true;
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= retry_at_) {  // the first failure of a round (later ones are its echoes)
+    backoff_ = backoff_.count() == 0 ? options_.retry_backoff_min
+                                     : std::min(backoff_ * 2, options_.retry_backoff_max);
+    retry_at_ = now + backoff_;
+  }
+  static log::RateLimiter warnings{std::chrono::seconds(10)};
+  uint64_t suppressed = 0;
+  if (warnings.Allow(&suppressed)) {
+    log::Get("publish")->warn(
+        "placement message {} not acknowledged ({}): {} (resending in {} ms; {} suppressed)",
+        msg_seq, kFailureNames[static_cast<size_t>(failure)],
+        error_text != nullptr ? error_text : "unknown error", backoff_.count(), suppressed);
+  }
+}
+
+void JetStreamPublisher::LoseLocked(const Outgoing& out) {
+  ++lost_;
+  Probe::Inc(probe_->lost);
+  StatusOr<codec::DecodedPlacementBatch> decoded = codec::DecodePlacementBatch(out.data);
+  size_t sources = 0;
+  if (decoded.ok()) {
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<std::pair<std::string_view, const SourceKey*>> seen;
+    for (const PlacementEvent& event : decoded->events) {
+      if (event.kind != PlacementKind::kStored && event.kind != PlacementKind::kRemoved &&
+          event.kind != PlacementKind::kCleared) {
+        continue;  // a heartbeat: the next one follows
+      }
+      const bool known = std::any_of(seen.begin(), seen.end(), [&](const auto& s) {
+        return s.first == event.model && *s.second == event.source;
+      });
+      if (known) continue;
+      seen.emplace_back(event.model, &event.source);
+      OverflowLocked(event, now);
+      ++sources;
+    }
+  } else {
+    resync_all_ = true;  // cannot happen (this process encoded it); fail safe
+  }
+  static log::RateLimiter warnings{std::chrono::seconds(10)};
+  uint64_t suppressed = 0;
+  if (warnings.Allow(&suppressed)) {
+    log::Get("publish")->warn(
+        "placement message {} was dropped by JetStream as a duplicate, though this agent never "
+        "sent it before (another publisher took its id): {} source(s) cleared and resynced "
+        "({} suppressed)",
+        out.msg_seq, sources, suppressed);
+  }
+}
+
+void JetStreamPublisher::MaybeCheckStreamLocked() {
+  if (!check_stream_pending_ || !options_.check_stream) return;
+  check_stream_pending_ = false;
+  mu_.Unlock();
+  const Status status = options_.check_stream();
+  mu_.Lock();
+  Probe::Inc(status.ok() ? probe_->checks_ok : probe_->checks_failed);
+  if (!status.ok()) {
+    static log::RateLimiter warnings{std::chrono::seconds(10)};
+    uint64_t suppressed = 0;
+    if (warnings.Allow(&suppressed)) {
+      log::Get("publish")->warn("stream check after a refused publish: {} ({} suppressed)",
+                                status.ToString(), suppressed);
+    }
+  }
 }
 
 void JetStreamPublisher::MaybeRequestResyncLocked() {
@@ -430,9 +639,8 @@ void JetStreamPublisher::Run() {
     // An acknowledgement the client never reported: treat it as failed.
     const auto overdue = std::chrono::steady_clock::now() - 2 * options_.ack_timeout;
     for (const Outgoing& out : outbox_) {
-      if (out.in_flight && out.sent < overdue) {
-        retry_pending_ = true;
-        resync_all_ = true;
+      if (!retry_pending_ && out.in_flight && out.sent < overdue) {
+        FailRoundLocked(Failure::kTimeout, out.msg_seq, "no acknowledgement reported");
         break;
       }
     }
@@ -443,10 +651,16 @@ void JetStreamPublisher::Run() {
         stream_ready_ && natsConnection_Status(connection_) == NATS_CONN_STATUS_CONNECTED;
     bool sent = false;
     if (connected) {
+      if (retry_pending_ && std::chrono::steady_clock::now() >= retry_at_) {
+        MaybeCheckStreamLocked();
+      }
       while (!stopping_ && SendOneLocked()) sent = true;
       MaybeRequestResyncLocked();
     }
     if (probe_->buffered != nullptr) probe_->buffered->Set(static_cast<double>(BufferedLocked()));
+    if (probe_->backoff != nullptr) {
+      probe_->backoff->Set(std::chrono::duration<double>(backoff_).count());
+    }
     if (sent) continue;
     // Sleep until new work, an acknowledgement, or the next batch is due.
     auto wait = std::chrono::microseconds(connected ? 50'000 : 20'000);
@@ -455,6 +669,10 @@ void JetStreamPublisher::Run() {
       if (batch.events.empty()) continue;
       const auto due = batch.first + options_.max_delay;
       wait = std::min(wait, std::chrono::duration_cast<std::chrono::microseconds>(due - now));
+    }
+    if (retry_pending_ && retry_at_ > now) {
+      wait = std::min(wait, std::chrono::duration_cast<std::chrono::microseconds>(retry_at_ - now) +
+                                std::chrono::microseconds(1));
     }
     if (wait.count() > 0) wake_.WaitFor(&mu_, wait);
   }
@@ -477,7 +695,7 @@ Status JetStreamPublisher::Flush() {
     progress_.Wait(&mu_);
   }
   if (!outbox_.empty() && outbox_.front().msg_seq <= target) {
-    return absl::UnavailableError("JetStream publisher stopped before the flush completed");
+    return absl::FailedPreconditionError("JetStream publisher stopped before the flush completed");
   }
   return absl::OkStatus();
 }
@@ -490,6 +708,11 @@ size_t JetStreamPublisher::buffered_bytes() const {
 uint64_t JetStreamPublisher::acked() const {
   MutexLock lock(&mu_);
   return acked_;
+}
+
+uint64_t JetStreamPublisher::lost() const {
+  MutexLock lock(&mu_);
+  return lost_;
 }
 
 }  // namespace kvindex

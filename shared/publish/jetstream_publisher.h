@@ -20,6 +20,26 @@
 // closed), and the publisher asks for snapshots of every source once the
 // backlog is acknowledged.
 //
+// Failures back off: the first negative acknowledgement (or timeout) of a
+// round stops sending for retry_backoff_min, doubling per failed round up to
+// retry_backoff_max; after it only the oldest message goes out (a probe)
+// until one is acknowledged again, so a stream that refuses everything sees
+// one message per backoff, not the whole buffer at once. Each failure is
+// counted by reason (kvindex_agent_nats_publish_failures_total): "timeout"
+// and "unavailable" (JetStream busy or electing) are transient; "no_stream"
+// (deleted, or offline), "limits" (storage full, max_msgs / max_bytes with
+// discard new) and "refused" (any other refusal) need the stream to change,
+// so before the next round the publisher calls check_stream (the agent's
+// EnsureStream: a deleted stream is created again).
+//
+// A "duplicate" acknowledgement for a message never sent before means
+// JetStream already held its id from someone else (an attacker publishing
+// this agent's next ids in advance): the message is lost. It is handled like
+// a buffer overflow: its sources are cleared, their events dropped until a
+// snapshot, the snapshot asked for (kvindex_agent_nats_messages_lost_total,
+// logged). A duplicate answer to a resend is the normal case (the first send
+// landed) and is an acknowledgement.
+//
 // Buffering while NATS is unreachable: unacknowledged bytes are bounded by
 // buffer_bytes. Past it, events are dropped per source: the source is marked
 // (one "cleared" for it is still queued, so routers undercount instead of
@@ -28,7 +48,14 @@
 // of it. The mark ends when a "cleared" of the source is published (the
 // snapshot's first event).
 //
-// Thread safety: Publish/Flush from any thread.
+// Lifetime: the client library calls back into the publisher (each
+// acknowledgement) on its own thread. Stop and Shutdown return only once no
+// callback runs or can start any more (js_PublishAsyncComplete, then the
+// pending list taken back), so the publisher may be destroyed right after,
+// before or after its connection is closed.
+//
+// Thread safety: Publish/Flush from any thread; Start/Stop/Shutdown from one
+// controlling thread.
 #pragma once
 
 #include <nats/nats.h>
@@ -73,6 +100,17 @@ struct JetStreamPublisherOptions {
   size_t buffer_bytes = size_t{64} << 20;
   // A message not acknowledged within this time is sent again. Default: 5 s.
   std::chrono::milliseconds ack_timeout{5000};
+  // Pause after a failed round of sends, doubling per failed round up to
+  // the max; reset by the next acknowledgement. Defaults: 100 ms, 10 s.
+  std::chrono::milliseconds retry_backoff_min{100};
+  std::chrono::milliseconds retry_backoff_max{10000};
+  // Called (from the sender thread, before the next round) after a failure
+  // that needs the stream to change (no_stream, limits, refused): checks the
+  // stream, creating it when missing. Default: none.
+  std::function<Status()> check_stream;
+  // Testing: called first in every acknowledgement callback (on the client
+  // library's thread). Default: none.
+  std::function<void()> ack_observer;
 
   Status Validate() const;
 };
@@ -97,23 +135,32 @@ class JetStreamPublisher final : public PlacementPublisher {
   void SetResyncHandler(std::function<void(const ResyncRequest&)> handler);
 
   Status Start();
-  // Stops the sender; what is not acknowledged yet is dropped (logged).
+  // Stops the sender now; what is not acknowledged yet is dropped (logged).
+  // No acknowledgement callback runs after it returns.
   void Stop();
+  // Sends what is buffered and waits for its acknowledgements until
+  // `deadline`, then stops as Stop does. OK when everything published was
+  // acknowledged; DeadlineExceeded (with the count) when some was dropped.
+  Status Shutdown(std::chrono::steady_clock::time_point deadline);
 
-  // Queues the events; never blocks on NATS. Unavailable after Stop.
+  // Queues the events; never blocks on NATS. FailedPrecondition once
+  // stopped (for good: the caller drops the events).
   Status Publish(std::span<const PlacementEvent> events) override;
   // Holds messages back (buffered, bounded as ever) until the stream is known
   // to exist; the agent clears it before its background stream setup and
   // sets it once EnsureStream succeeded. Default: ready.
   void SetStreamReady(bool ready);
   // Seals open batches and waits until every message so far is acknowledged
-  // (or Stop).
+  // by JetStream (stored, as durable as the stream's storage and replicas).
+  // FailedPrecondition when the publisher stops first.
   Status Flush() override;
 
   uint64_t incarnation() const { return options_.incarnation; }
   size_t buffered_bytes() const;
   // Messages acknowledged by JetStream so far.
   uint64_t acked() const;
+  // Messages JetStream answered "duplicate" to on their first send (lost).
+  uint64_t lost() const;
 
  private:
   struct Probe;
@@ -128,14 +175,40 @@ class JetStreamPublisher final : public PlacementPublisher {
     std::string data;
     std::chrono::steady_clock::time_point sealed{};
     std::chrono::steady_clock::time_point sent{};
+    uint32_t sends = 0;  // handed to the client library
     bool in_flight = false;
     bool acked = false;
   };
+  enum class Failure { kTimeout, kUnavailable, kNoStream, kLimits, kRefused };
+  static constexpr size_t kFailures = 5;
+  static Failure Classify(natsStatus status, jsErrCode code);
+  static bool NeedsStreamCheck(Failure failure) {
+    return failure == Failure::kNoStream || failure == Failure::kLimits ||
+           failure == Failure::kRefused;
+  }
 
   static void OnAck(jsCtx* js, natsMsg* msg, jsPubAck* ack, jsPubAckErr* error, void* closure);
-  void HandleAck(natsMsg* msg, bool ok, const char* error_text);
+  struct Ack {
+    bool ok = false;
+    bool duplicate = false;
+    Failure failure = Failure::kTimeout;
+    const char* error_text = nullptr;
+  };
+  void HandleAck(natsMsg* msg, const Ack& ack);
   // False when the acknowledgement matched no message in flight.
-  bool RecordAck(uint64_t msg_seq, bool ok, const char* error_text);
+  bool RecordAck(uint64_t msg_seq, const Ack& ack);
+  // A failed send round: back off, probe with one message, count the reason.
+  void FailRoundLocked(Failure failure, uint64_t msg_seq, const char* error_text)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The message was lost (a duplicate id it did not send): fail its sources
+  // closed and ask for their snapshots, as for a buffer overflow.
+  void LoseLocked(const Outgoing& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Fails `event`'s source closed: marks it, queues its clear.
+  void OverflowLocked(const PlacementEvent& event, std::chrono::steady_clock::time_point now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Joins the sender and waits until no acknowledgement callback runs or
+  // can start; what stayed unacknowledged is dropped. Returns that count.
+  size_t StopAndDrain(std::chrono::steady_clock::time_point deadline);
 
   void Run();
   void PublishLocked(std::span<const PlacementEvent> events) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -152,9 +225,11 @@ class JetStreamPublisher final : public PlacementPublisher {
   size_t BufferedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return open_bytes_ + outbox_bytes_;
   }
-  // Both release mu_ while they call out (the client library, the handler).
+  // These release mu_ while they call out (the client library, the handler,
+  // check_stream).
   bool SendOneLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeRequestResyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MaybeCheckStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   natsConnection* const connection_;
   JetStreamPublisherOptions options_;
@@ -175,8 +250,15 @@ class JetStreamPublisher final : public PlacementPublisher {
   size_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_msg_seq_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t acked_ ABSL_GUARDED_BY(mu_) = 0;
-  // An ack failed: resend from the oldest unacknowledged.
+  uint64_t lost_ ABSL_GUARDED_BY(mu_) = 0;
+  // An ack failed: resend from the oldest unacknowledged, not before retry_at_.
   bool retry_pending_ ABSL_GUARDED_BY(mu_) = false;
+  std::chrono::steady_clock::time_point retry_at_ ABSL_GUARDED_BY(mu_){};
+  std::chrono::milliseconds backoff_ ABSL_GUARDED_BY(mu_){0};
+  // Messages that may be in flight: 1 (a probe) after a failure until an
+  // acknowledgement, else max_in_flight.
+  size_t window_ ABSL_GUARDED_BY(mu_) = 1;
+  bool check_stream_pending_ ABSL_GUARDED_BY(mu_) = false;
   // After a retry: snapshot every source once drained.
   bool resync_all_ ABSL_GUARDED_BY(mu_) = false;
   // Dropped past buffer_bytes, awaiting a clear; and of those, the ones asked for.
@@ -187,6 +269,9 @@ class JetStreamPublisher final : public PlacementPublisher {
   bool stream_ready_ ABSL_GUARDED_BY(mu_) = true;
   bool running_ ABSL_GUARDED_BY(mu_) = false;
   std::thread sender_;
+  // A message was handed to js_PublishMsgAsync (written by the sender
+  // thread, read by Stop after joining it).
+  bool handed_any_ = false;
 };
 
 }  // namespace kvindex

@@ -27,14 +27,43 @@ Status ResyncListener::Start() {
     sub_ = nullptr;
     return absl::UnavailableError("subscribe to " + subject_ + ": " + natsStatus_GetText(status));
   }
+  {
+    MutexLock lock(&mu_);
+    completed_ = false;
+  }
+  if (natsSubscription_SetOnCompleteCB(sub_, &ResyncListener::OnComplete, this) != NATS_OK) {
+    // Closed already (the connection went away): nothing runs any more.
+    MutexLock lock(&mu_);
+    completed_ = true;
+  }
   return absl::OkStatus();
 }
 
-void ResyncListener::Stop() {
+void ResyncListener::Stop(std::chrono::milliseconds drain) {
   if (sub_ == nullptr) return;
+  // A closed connection completed the subscription already; else the
+  // completion callback comes after the last message callback returned.
   natsSubscription_Unsubscribe(sub_);
+  {
+    const auto deadline = std::chrono::steady_clock::now() + drain;
+    MutexLock lock(&mu_);
+    while (!completed_) {
+      if (!completed_cv_.WaitUntil(&mu_, deadline)) break;
+    }
+    if (!completed_) {
+      log::Get("publish")->error("resync listener: the subscription did not complete within {} ms",
+                                 drain.count());
+    }
+  }
   natsSubscription_Destroy(sub_);
   sub_ = nullptr;
+}
+
+void ResyncListener::OnComplete(void* closure) {
+  auto* self = static_cast<ResyncListener*>(closure);
+  MutexLock lock(&self->mu_);
+  self->completed_ = true;
+  self->completed_cv_.SignalAll();
 }
 
 void ResyncListener::OnMessage(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {

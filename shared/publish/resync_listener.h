@@ -11,6 +11,12 @@
 //                           [&] { pipeline.RequestSnapshots(true, {}); });
 //   KVINDEX_RETURN_IF_ERROR(listener.Start());
 //
+// Lifetime: the callback runs on a NATS client thread. Stop unsubscribes and
+// returns only once the subscription completed (natsSubscription_SetOnCompleteCB:
+// no message callback runs or can start any more), so `on_request` and the
+// listener may be destroyed right after, whether or not the connection is
+// still open.
+//
 // Thread safety: Start/Stop from one controlling thread; the callback runs on
 // a NATS client thread.
 #pragma once
@@ -18,9 +24,11 @@
 #include <nats/nats.h>
 
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <string>
 
+#include "shared/base/mutex.h"
 #include "shared/base/status.h"
 
 namespace kvindex {
@@ -35,12 +43,14 @@ class ResyncListener {
 
   // Unavailable while JetStream cannot be reached (the caller retries).
   Status Start();
-  void Stop();
+  // Unsubscribes and waits (up to `drain`) until the subscription completed.
+  void Stop(std::chrono::milliseconds drain = std::chrono::seconds(10));
   bool started() const { return sub_ != nullptr; }
   uint64_t requests() const { return requests_.load(); }
 
  private:
   static void OnMessage(natsConnection*, natsSubscription*, natsMsg* msg, void* closure);
+  static void OnComplete(void* closure);
 
   jsCtx* const js_;
   const std::string stream_;
@@ -48,6 +58,9 @@ class ResyncListener {
   const std::function<void()> on_request_;
   natsSubscription* sub_ = nullptr;
   std::atomic<uint64_t> requests_{0};
+  Mutex mu_;
+  CondVar completed_cv_;
+  bool completed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace kvindex

@@ -209,6 +209,16 @@ bool RouterApi::Ready(std::string* reason) const {
     }
     return false;
   }
+  // Caught up stays caught up (the start target does not move); events in
+  // flight are normal, only a lag past the bound takes the router out.
+  if (const uint64_t pending = context_.apply->Pending();
+      options_.ready_max_lag != 0 && pending > options_.ready_max_lag) {
+    if (reason != nullptr) {
+      *reason = "lagging: " + std::to_string(pending) + " events pending (--ready-max-lag " +
+                std::to_string(options_.ready_max_lag) + ")";
+    }
+    return false;
+  }
   return true;
 }
 

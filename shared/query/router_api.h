@@ -38,6 +38,11 @@ void WriteMatchResponse(std::string_view model, const index::MatchResult& result
 struct ApiOptions {
   // /metrics requires the bearer token (when one is configured). Default: false.
   bool metrics_auth = false;
+  // Readiness bound (--ready-max-lag): once caught up with the log as it was
+  // at start, a router stays ready while it is at most this many log
+  // positions behind the log's end (messages with --nats, events in
+  // --embedded mode); 0 = no bound. Default: 100000.
+  uint64_t ready_max_lag = 100000;
 };
 
 struct ApiContext {
@@ -70,7 +75,9 @@ class RouterApi {
 
   void Register(http::Server& server);
 
-  // Ready = ingest ready and the apply loop caught up; *reason says why not.
+  // Ready = ingest ready, the apply loop caught up with the log as it was at
+  // start, and no more than ready_max_lag positions behind its end since;
+  // *reason says why not.
   bool Ready(std::string* reason) const;
 
   // Handlers (public for tests).

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <thread>
@@ -38,7 +39,8 @@ class RouterApiTest : public ::testing::Test {
     events.push_back(Stored("w1", 1, Tier::kHost, {seq_[0], seq_[1]}));
     ASSERT_TRUE(sink_.Publish(events).ok());
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!loop_.CaughtUp() && std::chrono::steady_clock::now() < deadline) {
+    while ((!loop_.CaughtUp() || loop_.Pending() != 0) &&
+           std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     ASSERT_TRUE(loop_.CaughtUp());
@@ -346,6 +348,92 @@ TEST_F(RouterApiTest, CheckpointOffTheIoThreadsOneAtATimeBehindTheToken) {
   EXPECT_EQ(first.body, "checkpoint-bytes");
   EXPECT_EQ(first.Header("x-kvindex-applied-seq"), "7");
   server_->Stop();
+}
+
+// An embedded router that caught up stays ready while engines publish flat
+// out (events always in flight), and turns unready only past the lag bound.
+TEST(RouterApiReadinessTest, CaughtUpStaysReadyUnderLoadUntilTheLagBound) {
+  InProcessSink sink(8192);  // publishers block when full, as in the router
+  consume::InProcessLogReader reader(&sink);
+  index::KvIndex index;
+  consume::ApplyLoop loop(&reader, &index, nullptr, {});
+  ApiContext context;
+  context.index = &index;
+  context.apply = &loop;
+  ApiOptions options;
+  options.ready_max_lag = 20000;
+  RouterApi api(options, context);
+  ASSERT_TRUE(loop.Start().ok());
+
+  std::atomic<bool> stop{false};
+  auto engine = [&](std::string worker) {
+    PlacementEvent stored;
+    stored.kind = PlacementKind::kStored;
+    stored.model = "m";
+    stored.source = {std::move(worker), 0};
+    stored.agent = "node-a";
+    stored.block_size = 4;
+    PlacementEvent removed = stored;
+    removed.kind = PlacementKind::kRemoved;
+    for (uint64_t h = 1; !stop.load(); ++h) {
+      stored.block_hashes = {h};
+      removed.block_hashes = {h};
+      if (!sink.Publish(std::vector<PlacementEvent>{stored, removed}).ok()) return;
+    }
+  };
+  std::thread a(engine, "w0"), b(engine, "w1");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (!api.Ready(nullptr) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  int not_ready = 0;
+  std::string reason;
+  uint64_t max_pending = 0;
+  for (int poll = 0; poll < 300; ++poll) {
+    max_pending = std::max(max_pending, loop.Pending());
+    if (!api.Ready(&reason)) ++not_ready;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  const uint64_t applied_under_load = index.Stats().applied_seq;
+  stop.store(true);
+  sink.Close();
+  a.join();
+  b.join();
+  EXPECT_EQ(not_ready, 0) << "of 300 polls under load (last reason: " << reason << "; at most "
+                          << max_pending << " events pending)";
+  EXPECT_GT(applied_under_load, 1000u) << "the engines were not publishing";
+
+  // Past the bound (apply stopped, the log grows): not ready, saying why.
+  loop.Stop();
+  InProcessSink grown;
+  consume::InProcessLogReader grown_reader(&grown);
+  index::KvIndex grown_index;
+  consume::ApplyLoop grown_loop(&grown_reader, &grown_index, nullptr, {});
+  context.index = &grown_index;
+  context.apply = &grown_loop;
+  options.ready_max_lag = 5;
+  RouterApi bounded(options, context);
+  ASSERT_TRUE(grown_loop.Start().ok());
+  while (!bounded.Ready(nullptr) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  ASSERT_TRUE(bounded.Ready(nullptr));
+  grown_loop.Stop();
+  std::vector<PlacementEvent> events(6);
+  for (PlacementEvent& event : events) {
+    event.kind = PlacementKind::kCleared;
+    event.model = "m";
+    event.source = {"w0", 0};
+  }
+  ASSERT_TRUE(grown.Publish(events).ok());
+  EXPECT_FALSE(bounded.Ready(&reason));
+  EXPECT_NE(reason.find("lagging: 6 events pending"), std::string::npos) << reason;
+  ASSERT_TRUE(grown_loop.Start().ok());  // catches up again
+  while (!bounded.Ready(nullptr) && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  EXPECT_TRUE(bounded.Ready(nullptr));
+  grown_loop.Stop();
 }
 
 }  // namespace
