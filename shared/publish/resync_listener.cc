@@ -69,8 +69,12 @@ void ResyncListener::OnComplete(void* closure) {
 void ResyncListener::OnMessage(natsConnection*, natsSubscription*, natsMsg* msg, void* closure) {
   auto* self = static_cast<ResyncListener*>(closure);
   self->requests_.fetch_add(1);
-  log::Get("publish")->warn("routers asked for this agent's state ({}): publishing snapshots",
-                            natsMsg_GetSubject(msg));
+  uint64_t suppressed = 0;
+  if (self->warnings_.Allow(&suppressed)) {
+    log::Get("publish")->warn(
+        "routers asked for this agent's state ({}): publishing snapshots ({} suppressed)",
+        natsMsg_GetSubject(msg), suppressed);
+  }
   natsMsg_Destroy(msg);
   self->on_request_();
 }

@@ -30,6 +30,7 @@
 
 #include "shared/base/mutex.h"
 #include "shared/base/status.h"
+#include "shared/log/log.h"
 
 namespace kvindex {
 
@@ -58,6 +59,8 @@ class ResyncListener {
   const std::function<void()> on_request_;
   natsSubscription* sub_ = nullptr;
   std::atomic<uint64_t> requests_{0};
+  // Anyone allowed on the control subject can send many: one line per 10 s.
+  log::RateLimiter warnings_{std::chrono::seconds(10)};
   Mutex mu_;
   CondVar completed_cv_;
   bool completed_ ABSL_GUARDED_BY(mu_) = false;
