@@ -102,7 +102,8 @@ void AddedTokenMatcher::Split(std::string_view text, std::vector<Segment>* out) 
     pos = stop;  // the matcher resumes after the match, whatever strip does
     size_t cl = 0;
     if (token.single_word) {
-      bool start_ok = start == 0 || !IsWordChar(DecodeUtf8(text, PreviousCharStart(text, start), &cl));
+      bool start_ok =
+          start == 0 || !IsWordChar(DecodeUtf8(text, PreviousCharStart(text, start), &cl));
       bool stop_ok = stop == text.size() || !IsWordChar(DecodeUtf8(text, stop, &cl));
       if (!start_ok || !stop_ok) continue;
     }

@@ -45,9 +45,7 @@ struct HeapEntry {
   uint32_t pos;
   uint32_t new_id;
   // std heap is a max-heap: "less" = later to pop = higher rank, then higher pos.
-  bool operator<(const HeapEntry& o) const {
-    return rank != o.rank ? rank > o.rank : pos > o.pos;
-  }
+  bool operator<(const HeapEntry& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
 };
 
 }  // namespace
@@ -58,7 +56,8 @@ StatusOr<Bpe> Bpe::FromJson(const nlohmann::json& model, bool byte_level) {
         absl::StrCat("unsupported model type ", model.value("type", std::string())));
   }
   if (!model.value("dropout", nlohmann::json()).is_null()) {
-    return absl::UnimplementedError("BPE dropout is not supported (ids would not be deterministic)");
+    return absl::UnimplementedError(
+        "BPE dropout is not supported (ids would not be deterministic)");
   }
   for (const char* affix : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     auto value = model.value(affix, nlohmann::json());
@@ -79,6 +78,7 @@ StatusOr<Bpe> Bpe::FromJson(const nlohmann::json& model, bool byte_level) {
   absl::flat_hash_map<std::string, uint32_t> file_vocab;
   file_vocab.reserve(vocab.size());
   for (const auto& [token, id] : vocab.items()) file_vocab[token] = id.get<uint32_t>();
+  bpe.file_vocab_size_ = file_vocab.size();
 
   auto unk = model.value("unk_token", nlohmann::json());
   if (!unk.is_null()) {
@@ -131,7 +131,10 @@ StatusOr<Bpe> Bpe::FromJson(const nlohmann::json& model, bool byte_level) {
     std::string raw;
     bpe.vocab_.reserve(file_vocab.size());
     for (const auto& [token, id] : file_vocab) {
-      if (!ToRawBytes(decode, token, &raw)) continue;
+      if (!ToRawBytes(decode, token, &raw)) {
+        bpe.unmapped_[token] = id;
+        continue;
+      }
       bpe.vocab_[raw] = id;
       if (raw.size() == 1) bpe.byte_ids_[static_cast<unsigned char>(raw[0])] = id;
     }
@@ -139,6 +142,23 @@ StatusOr<Bpe> Bpe::FromJson(const nlohmann::json& model, bool byte_level) {
     bpe.vocab_ = std::move(file_vocab);
   }
   return bpe;
+}
+
+bool Bpe::FindToken(std::string_view token, uint32_t* id) const {
+  std::string raw(token);
+  if (byte_level_) {
+    static const auto* decode = new absl::flat_hash_map<char32_t, int>(ByteLevelDecoder());
+    if (!ToRawBytes(*decode, token, &raw)) {
+      auto it = unmapped_.find(std::string(token));
+      if (it == unmapped_.end()) return false;
+      *id = it->second;
+      return true;
+    }
+  }
+  auto it = vocab_.find(raw);
+  if (it == vocab_.end()) return false;
+  *id = it->second;
+  return true;
 }
 
 void Bpe::Encode(std::string_view word, std::vector<uint32_t>* ids) const {

@@ -31,7 +31,11 @@ class Bpe {
   // Appends the ids of `word` (one pre-token) to *ids.
   void Encode(std::string_view word, std::vector<uint32_t>* ids) const;
 
-  size_t vocab_size() const { return vocab_.size(); }
+  // Entries in tokenizer.json's vocabulary (HF's get_vocab_size).
+  size_t vocab_size() const { return file_vocab_size_; }
+  // The id of `token` written as in tokenizer.json (GPT-2's alphabet for
+  // byte-level models).
+  bool FindToken(std::string_view token, uint32_t* id) const;
 
  private:
   struct MergeValue {
@@ -50,6 +54,10 @@ class Bpe {
   bool byte_fallback_ = false;
   bool fuse_unk_ = false;
   uint32_t unk_id_ = kNone;
+  size_t file_vocab_size_ = 0;
+  // Byte-level: vocabulary entries outside GPT-2's alphabet (special tokens
+  // such as DeepSeek's <｜begin▁of▁sentence｜>), by their file string.
+  absl::flat_hash_map<std::string, uint32_t> unmapped_;
   // Raw bytes (byte-level) or the file's strings (otherwise) -> id.
   absl::flat_hash_map<std::string, uint32_t> vocab_;
   std::array<uint32_t, 256> byte_ids_{};      // byte-level: the id of each single byte

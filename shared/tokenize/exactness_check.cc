@@ -90,11 +90,12 @@ int main(int argc, char** argv) {
     size_t at = 0;
     while (at < ids->size() && at < expected.size() && (*ids)[at] == expected[at]) ++at;
     size_t from = at > 5 ? at - 5 : 0;
-    std::printf("doc %zu (%zu bytes, add_special=%d): first difference at token %zu of %zu/%zu\n"
-                "  ours: %s\n  hf:   %s\n  text: %s\n",
-                docs - 1, text.size(), add_special, at, ids->size(), expected.size(),
-                Ids(*ids, from, at + 8).c_str(), Ids(expected, from, at + 8).c_str(),
-                nlohmann::json(text.substr(0, 300)).dump().c_str());
+    std::printf(
+        "doc %zu (%zu bytes, add_special=%d): first difference at token %zu of %zu/%zu\n"
+        "  ours: %s\n  hf:   %s\n  text: %s\n",
+        docs - 1, text.size(), add_special, at, ids->size(), expected.size(),
+        Ids(*ids, from, at + 8).c_str(), Ids(expected, from, at + 8).c_str(),
+        nlohmann::json(text.substr(0, 300)).dump().c_str());
   }
   size_t invalid = 0, accepted = 0;
   if (argc > 4) {
@@ -114,8 +115,9 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf("%s: %zu documents, %zu bytes, %zu tokens, %zu mismatches; %zu invalid inputs, %zu "
-              "accepted\n",
-              argv[1], docs, bytes, tokens, mismatches, invalid, accepted);
+  std::printf(
+      "%s: %zu documents, %zu bytes, %zu tokens, %zu mismatches; %zu invalid inputs, %zu "
+      "accepted\n",
+      argv[1], docs, bytes, tokens, mismatches, invalid, accepted);
   return mismatches == 0 && accepted == 0 && docs > 0 ? 0 : 1;
 }

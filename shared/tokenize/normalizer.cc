@@ -23,10 +23,9 @@ bool BelowCombiningMarks(const std::string& text) {
 
 void Utf8procMap(std::string* text, int options) {
   utf8proc_uint8_t* out = nullptr;
-  utf8proc_ssize_t n =
-      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text->data()),
-                   static_cast<utf8proc_ssize_t>(text->size()), &out,
-                   static_cast<utf8proc_option_t>(options | UTF8PROC_STABLE));
+  utf8proc_ssize_t n = utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text->data()),
+                                    static_cast<utf8proc_ssize_t>(text->size()), &out,
+                                    static_cast<utf8proc_option_t>(options | UTF8PROC_STABLE));
   if (n >= 0) text->assign(reinterpret_cast<char*>(out), static_cast<size_t>(n));
   std::free(out);  // valid UTF-8 in, so utf8proc cannot fail but out of memory
 }
@@ -137,7 +136,8 @@ Status Normalizer::Apply(std::string* text) const {
       case Kind::kStrip: {
         size_t begin = 0, end = text->size();
         size_t len = 0;
-        while (step.strip_left && begin < end && IsUnicodeWhitespace(DecodeUtf8(*text, begin, &len)))
+        while (step.strip_left && begin < end &&
+               IsUnicodeWhitespace(DecodeUtf8(*text, begin, &len)))
           begin += len;
         while (step.strip_right && end > begin) {
           size_t p = end - 1;

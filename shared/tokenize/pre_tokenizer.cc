@@ -86,7 +86,8 @@ Status PreTokenizer::Add(const nlohmann::json& spec, std::vector<Step>* steps, b
     } else if (scheme == "never") {
       step.prepend = Prepend::kNever;
     } else {
-      return absl::UnimplementedError(absl::StrCat("unsupported Metaspace prepend_scheme ", scheme));
+      return absl::UnimplementedError(
+          absl::StrCat("unsupported Metaspace prepend_scheme ", scheme));
     }
     step.split = spec.value("split", true);
   } else {

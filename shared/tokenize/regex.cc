@@ -31,18 +31,59 @@ ThreadMatchState& State() {
   return state;
 }
 
+// Unicode White_Space, which Oniguruma's \s means; PCRE2 10.42's \s also
+// takes U+180E (white space before Unicode 6.3).
+constexpr std::string_view kWhiteSpace =
+    R"(\t-\r\x{20}\x{85}\x{A0}\x{1680}\x{2000}-\x{200A}\x{2028}\x{2029}\x{202F}\x{205F}\x{3000})";
+
+// Rewrites \s and \S (outside a class; \s inside one) to White_Space.
+std::string Translate(std::string_view pattern) {
+  std::string out;
+  bool in_class = false;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    char c = pattern[i];
+    if (c == '\\' && i + 1 < pattern.size()) {
+      char e = pattern[i + 1];
+      ++i;
+      if (e == 's') {
+        out += in_class ? std::string(kWhiteSpace) : "[" + std::string(kWhiteSpace) + "]";
+      } else if (e == 'S' && !in_class) {
+        out += "[^" + std::string(kWhiteSpace) + "]";
+      } else {
+        out += c;
+        out += e;
+      }
+      continue;
+    }
+    if (c == '[' && !in_class) {
+      in_class = true;
+      out += c;
+      // A ']' right after '[' or '[^' is a literal.
+      if (i + 1 < pattern.size() && pattern[i + 1] == '^') out += pattern[++i];
+      if (i + 1 < pattern.size() && pattern[i + 1] == ']') out += pattern[++i];
+      continue;
+    }
+    if (c == ']' && in_class) in_class = false;
+    out += c;
+  }
+  return out;
+}
+
 }  // namespace
 
 StatusOr<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern) {
   int error = 0;
   PCRE2_SIZE error_offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr);
+  const std::string translated = Translate(pattern);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(),
+                    PCRE2_UTF | PCRE2_UCP, &error, &error_offset, nullptr);
   if (code == nullptr) {
     PCRE2_UCHAR message[256];
     pcre2_get_error_message(error, message, sizeof(message));
-    return absl::InvalidArgumentError(absl::StrCat("regex '", std::string(pattern), "' at offset ", error_offset,
-                                                   ": ", reinterpret_cast<char*>(message)));
+    return absl::InvalidArgumentError(absl::StrCat("regex '", std::string(pattern), "' at offset ",
+                                                   error_offset, ": ",
+                                                   reinterpret_cast<char*>(message)));
   }
   // JIT is an accelerator: without it (unsupported CPU) the interpreter runs.
   (void)pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);

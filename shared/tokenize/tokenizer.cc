@@ -1,9 +1,11 @@
 #include "shared/tokenize/tokenizer.h"
 
+#include <algorithm>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "shared/tokenize/utf8.h"
 
@@ -60,15 +62,30 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokeni
                              Normalizer::FromJson(root.value("normalizer", nlohmann::json())));
     KVINDEX_ASSIGN_OR_RETURN(tok->pre_tokenizer_,
                              PreTokenizer::FromJson(root.value("pre_tokenizer", nlohmann::json())));
-    KVINDEX_ASSIGN_OR_RETURN(Bpe bpe, Bpe::FromJson(root.at("model"), tok->pre_tokenizer_.byte_level()));
+    KVINDEX_ASSIGN_OR_RETURN(Bpe bpe,
+                             Bpe::FromJson(root.at("model"), tok->pre_tokenizer_.byte_level()));
     tok->bpe_ = std::make_unique<Bpe>(std::move(bpe));
 
     std::vector<AddedToken> raw, normalized;
     std::vector<std::string> raw_patterns, normalized_patterns;
+    // HF ignores the ids written here: a token in the model's vocabulary
+    // keeps that id, another takes the next one after the vocabulary and the
+    // added tokens so far (AddedVocabulary::add_tokens).
+    absl::flat_hash_map<std::string, uint32_t> added_ids;
+    int64_t max_added = -1;
+    const auto vocab_size = static_cast<int64_t>(tok->bpe_->vocab_size());
     for (const auto& entry : root.value("added_tokens", nlohmann::json::array())) {
       AddedToken token;
-      token.id = entry.at("id").get<uint32_t>();
       token.content = entry.at("content").get<std::string>();
+      if (added_ids.contains(token.content)) continue;
+      uint32_t id = 0;
+      if (!tok->bpe_->FindToken(token.content, &id)) {
+        id = static_cast<uint32_t>(max_added >= vocab_size || vocab_size == 0 ? max_added + 1
+                                                                              : vocab_size);
+      }
+      max_added = std::max<int64_t>(max_added, id);
+      added_ids[token.content] = id;
+      token.id = id;
       token.single_word = entry.value("single_word", false);
       token.lstrip = entry.value("lstrip", false);
       token.rstrip = entry.value("rstrip", false);
@@ -111,7 +128,8 @@ Status Tokenizer::LoadPostProcessor(const nlohmann::json& spec) {
   if (spec.is_null()) return Status();
   const std::string type = spec.value("type", std::string());
   if (type == "Sequence") {
-    for (const auto& inner : spec.at("processors")) KVINDEX_RETURN_IF_ERROR(LoadPostProcessor(inner));
+    for (const auto& inner : spec.at("processors"))
+      KVINDEX_RETURN_IF_ERROR(LoadPostProcessor(inner));
     return Status();
   }
   if (type == "ByteLevel") return Status();  // offsets only
@@ -129,7 +147,8 @@ Status Tokenizer::LoadPostProcessor(const nlohmann::json& spec) {
       }
       const std::string name = item.at("SpecialToken").at("id").get<std::string>();
       if (!specials.contains(name)) {
-        return absl::InvalidArgumentError(absl::StrCat("TemplateProcessing: no special token ", name));
+        return absl::InvalidArgumentError(
+            absl::StrCat("TemplateProcessing: no special token ", name));
       }
       for (const auto& id : specials.at(name).at("ids")) {
         (seen_sequence ? after : before).push_back(id.get<uint32_t>());

@@ -53,7 +53,6 @@ class Tokenizer {
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
 
-
  private:
   Tokenizer() = default;
   Status LoadPostProcessor(const nlohmann::json& spec);
