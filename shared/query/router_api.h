@@ -28,12 +28,15 @@
 #include "shared/http/server.h"
 #include "shared/index/index_interface.h"
 #include "shared/model/ingest_status.h"
+#include "shared/tokenize/registry.h"
 
 namespace kvindex::query {
 
 // Appends the body of a /v1/match answer (docs/api.md) to *out. Also the
 // simulated cluster's truth API, so both answer in the same bytes.
-void WriteMatchResponse(std::string_view model, const index::MatchResult& result, std::string* out);
+// `tokens` >= 0 adds "tokens": n (the request gave "text").
+void WriteMatchResponse(std::string_view model, const index::MatchResult& result, std::string* out,
+                        int64_t tokens = -1);
 
 struct ApiOptions {
   // /metrics requires the bearer token (when one is configured). Default: false.
@@ -56,6 +59,8 @@ struct ApiContext {
   // The newest verified checkpoint, exported for a new replica (GET
   // /v1/checkpoint, storage::Checkpointer::ExportNewest); null = no route.
   std::function<StatusOr<std::string>(uint64_t* applied_seq)> checkpoint;
+  // Tokenizers for /v1/match "text" (--tokenizer MODEL=DIR); nullable.
+  const tokenize::TokenizerRegistry* tokenizers = nullptr;
 };
 
 class RouterApi {

@@ -3,6 +3,13 @@
 // Expected ids were checked once against the tokenizers Node binding.
 #include "shared/tokenize/tokenizer.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "shared/tokenize/registry.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -188,6 +195,27 @@ TEST(TokenizerTest, ConfigGivesChatTemplateAndSpecialTokens) {
   EXPECT_EQ((*tok)->chat_template(), "{{ messages }}");
   EXPECT_EQ((*tok)->bos_token(), "<|s|>");
   EXPECT_EQ((*tok)->eos_token(), "<|e|>");
+}
+
+TEST(TokenizerRegistryTest, LoadsModelEqualsDirSpecs) {
+  auto dir = std::filesystem::temp_directory_path() /
+             ("kvindex-tokenize-registry-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << ByteLevelSpec().dump();
+  auto registry = TokenizerRegistry::Load({"m1=" + dir.string(), "other/model=" + dir.string()});
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  ASSERT_NE((*registry)->Find("m1"), nullptr);
+  EXPECT_EQ(*(*registry)->Find("m1")->Encode("abc", false), (Ids{5}));
+  EXPECT_NE((*registry)->Find("other/model"), nullptr);
+  EXPECT_EQ((*registry)->Find("m2"), nullptr);
+
+  EXPECT_FALSE(TokenizerRegistry::Load({"m1"}).ok());
+  EXPECT_FALSE(TokenizerRegistry::Load({"=dir"}).ok());
+  EXPECT_FALSE(TokenizerRegistry::Load({"m1=" + dir.string(), "m1=" + dir.string()}).ok());
+  auto missing = TokenizerRegistry::Load({"m1=" + (dir / "nope").string()});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("m1="), std::string_view::npos);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
