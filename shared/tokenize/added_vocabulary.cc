@@ -45,6 +45,7 @@ void AddedTokenMatcher::Build(const std::vector<AddedToken>& tokens,
   for (size_t t = 0; t < tokens.size(); ++t) {
     const std::string& pattern = patterns[t];
     if (pattern.empty()) continue;
+    max_bytes_ = std::max(max_bytes_, pattern.size());
     first_byte_[static_cast<unsigned char>(pattern[0])] = true;
     int32_t node = 0;
     for (unsigned char b : pattern) {
@@ -120,7 +121,7 @@ void AddedTokenMatcher::Split(std::string_view text, std::vector<Segment>* out) 
       while (stop < text.size() && IsUnicodeWhitespace(DecodeUtf8(text, stop, &cl))) stop += cl;
     }
     if (start > start_offset) out->push_back({start_offset, start, -1});
-    out->push_back({start, stop, token.id});
+    out->push_back({start, stop, token.id, token.rstrip});
     start_offset = stop;
   }
   if (start_offset < text.size()) out->push_back({start_offset, text.size(), -1});

@@ -31,8 +31,11 @@ class AddedTokenMatcher {
 
   struct Segment {
     size_t start, end;
-    int64_t id;  // -1: plain text
+    int64_t id;           // -1: plain text
+    bool rstrip = false;  // the token swallowed the whitespace after it
   };
+  // Longest token pattern in bytes.
+  size_t max_bytes() const { return max_bytes_; }
   // Cuts `text` into plain text and added tokens (HF's find_matches).
   void Split(std::string_view text, std::vector<Segment>* out) const;
 
@@ -48,6 +51,7 @@ class AddedTokenMatcher {
   std::vector<Node> nodes_;
   std::vector<AddedToken> tokens_;
   bool first_byte_[256] = {};
+  size_t max_bytes_ = 0;
 };
 
 }  // namespace kvindex::tokenize

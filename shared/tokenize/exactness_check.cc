@@ -7,6 +7,9 @@
 // document, uint32 add_special_tokens, uint32 n, n uint32 ids (little-endian),
 // written by hf_reference.mjs. INVALID.bin: byte strings that are not UTF-8,
 // each preceded by its uint32 length: every one must be refused, not encoded.
+// Every document also goes through a PrefixCache as three growing prompts
+// (its first third, two thirds, all of it): each must give what Encode
+// gives, the last what Hugging Face gives.
 // Prints each mismatch (first differing position with context) and a summary;
 // exits 1 on any mismatch.
 #include <cstdio>
@@ -17,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "shared/tokenize/prefix_cache.h"
 #include "shared/tokenize/tokenizer.h"
 
 namespace {
@@ -64,7 +68,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "cannot read %s\n", argv[2]);
     return 1;
   }
-  size_t pos = 0, docs = 0, mismatches = 0, tokens = 0, bytes = 0;
+  size_t pos = 0, docs = 0, mismatches = 0, tokens = 0, bytes = 0, cache_mismatches = 0;
+  kvindex::tokenize::PrefixCache cache(tokenizer->get(), {.max_entries = 16});
+  auto boundary = [](const std::string& text, size_t at) {
+    while (at < text.size() && (static_cast<unsigned char>(text[at]) & 0xC0) == 0x80) ++at;
+    return at;
+  };
   std::string line;
   while (std::getline(corpus, line)) {
     if (pos >= reference.size()) {
@@ -80,6 +89,18 @@ int main(int argc, char** argv) {
     ++docs;
     bytes += text.size();
     tokens += n;
+    for (size_t cut :
+         {boundary(text, text.size() / 3), boundary(text, text.size() * 2 / 3), text.size()}) {
+      std::string prompt = text.substr(0, cut);
+      auto cached = cache.Encode(prompt, add_special);
+      auto direct = cut == text.size() ? ids : (*tokenizer)->Encode(prompt, add_special);
+      if (!cached.ok() || !direct.ok() || *cached != *direct ||
+          (cut == text.size() && *cached != expected)) {
+        if (++cache_mismatches <= 5) {
+          std::printf("doc %zu: the prefix cache differs on its first %zu bytes\n", docs - 1, cut);
+        }
+      }
+    }
     if (ids.ok() && *ids == expected) continue;
     ++mismatches;
     if (mismatches > 20) continue;
@@ -115,9 +136,12 @@ int main(int argc, char** argv) {
       }
     }
   }
+  const auto stats = cache.stats();
   std::printf(
       "%s: %zu documents, %zu bytes, %zu tokens, %zu mismatches; %zu invalid inputs, %zu "
-      "accepted\n",
-      argv[1], docs, bytes, tokens, mismatches, invalid, accepted);
-  return mismatches == 0 && accepted == 0 && docs > 0 ? 0 : 1;
+      "accepted; prefix cache: %zu mismatches, %llu hits, %llu misses, %llu bytes reused\n",
+      argv[1], docs, bytes, tokens, mismatches, invalid, accepted, cache_mismatches,
+      static_cast<unsigned long long>(stats.hits), static_cast<unsigned long long>(stats.misses),
+      static_cast<unsigned long long>(stats.bytes_reused));
+  return mismatches == 0 && cache_mismatches == 0 && accepted == 0 && docs > 0 ? 0 : 1;
 }

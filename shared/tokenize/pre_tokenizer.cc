@@ -20,6 +20,36 @@ struct Span {
 
 }  // namespace
 
+bool PreTokenizer::LinesAreBoundaries() const {
+  static constexpr std::string_view kKnown[] = {
+      // Llama 3 / 3.1
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+      // Qwen 2 / 3
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+      // DeepSeek V3 (three splits)
+      R"(\p{N}{1,3})",
+      "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
+      "[!\"#$%&'()*+,\\-./"
+      ":;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
+      "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+      // GPT-2 (ByteLevel use_regex)
+      kGpt2Pattern,
+  };
+  if (!byte_level_ || steps_.empty()) return false;
+  for (const Step& step : steps_) {
+    if (step.kind == Kind::kMetaspace || step.add_prefix_space) return false;
+    if (step.kind == Kind::kSplit &&
+        (step.regex == nullptr || step.behavior != Behavior::kIsolated || step.invert)) {
+      return false;
+    }
+    if (step.regex == nullptr) continue;
+    bool known = false;
+    for (std::string_view pattern : kKnown) known = known || step.regex->pattern() == pattern;
+    if (!known) return false;
+  }
+  return true;
+}
+
 StatusOr<PreTokenizer> PreTokenizer::FromJson(const nlohmann::json& spec) {
   PreTokenizer pre;
   if (!spec.is_null()) KVINDEX_RETURN_IF_ERROR(Add(spec, &pre.steps_, &pre.byte_level_));

@@ -35,6 +35,12 @@ class PreTokenizer {
 
   // True if a ByteLevel step is present: the model works on bytes.
   bool byte_level() const { return byte_level_; }
+  // True if no pre-token can span "\n" followed by a non-space character,
+  // and none is decided by text past that character: byte-level splits with
+  // the patterns of Llama 3, Qwen 2/3, DeepSeek V3 or GPT-2 only (each
+  // alternative of those stops at such a boundary, looking at most at the
+  // character after it). The prefix cache may resume at such a line start.
+  bool LinesAreBoundaries() const;
 
   // Cuts `input` into words, appended to *out. Text the steps rewrite
   // (Metaspace, prefix spaces) lives in *arena, which must outlive *out.

@@ -107,6 +107,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokeni
     tok->raw_added_.Build(raw, raw_patterns);
     tok->normalized_added_.Build(normalized, normalized_patterns);
     KVINDEX_RETURN_IF_ERROR(tok->LoadPostProcessor(root.value("post_processor", nlohmann::json())));
+    tok->resume_margin_ = std::max<size_t>(4, tok->raw_added_.max_bytes());
+    tok->line_checkpoints_ =
+        tok->normalizer_.empty() && normalized.empty() && tok->pre_tokenizer_.LinesAreBoundaries();
 
     if (!config_json.empty()) {
       auto config = nlohmann::json::parse(config_json);
@@ -177,55 +180,78 @@ StatusOr<std::vector<uint32_t>> Tokenizer::Encode(std::string_view text,
   return ids;
 }
 
-Status Tokenizer::EncodeBody(std::string_view text, std::vector<uint32_t>* ids) const {
+Status Tokenizer::EncodeBody(std::string_view text, std::vector<uint32_t>* ids, bool at_start,
+                             std::vector<Checkpoint>* checkpoints) const {
   size_t bad = FindInvalidUtf8(text);
   if (bad != std::string_view::npos) {
     return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 at byte ", bad));
   }
-  if (raw_added_.empty()) return EncodeNormalized(text, true, ids);
+  if (text.size() > UINT32_MAX) return absl::InvalidArgumentError("text longer than 4 GiB");
+  const Resume resume{text.data(), ids->size(), checkpoints};
+  const Resume* r = checkpoints != nullptr ? &resume : nullptr;
+  if (raw_added_.empty()) return EncodeNormalized(text, at_start, ids, r);
   std::vector<AddedTokenMatcher::Segment> segments;
   raw_added_.Split(text, &segments);
   for (const auto& segment : segments) {
     if (segment.id >= 0) {
       ids->push_back(static_cast<uint32_t>(segment.id));
+      if (r != nullptr && !segment.rstrip) {
+        checkpoints->push_back({static_cast<uint32_t>(segment.end),
+                                static_cast<uint32_t>(ids->size() - resume.first_id)});
+      }
     } else {
-      KVINDEX_RETURN_IF_ERROR(EncodeNormalized(
-          text.substr(segment.start, segment.end - segment.start), segment.start == 0, ids));
+      KVINDEX_RETURN_IF_ERROR(
+          EncodeNormalized(text.substr(segment.start, segment.end - segment.start),
+                           at_start && segment.start == 0, ids, r));
     }
   }
   return Status();
 }
 
 Status Tokenizer::EncodeNormalized(std::string_view piece, bool at_start,
-                                   std::vector<uint32_t>* ids) const {
+                                   std::vector<uint32_t>* ids, const Resume* resume) const {
   std::string normalized;
   if (!normalizer_.empty()) {
     normalized.assign(piece);
     KVINDEX_RETURN_IF_ERROR(normalizer_.Apply(&normalized));
     piece = normalized;
+    resume = nullptr;  // offsets no longer map to the caller's text
   }
-  if (normalized_added_.empty()) return EncodePlain(piece, at_start, ids);
+  if (normalized_added_.empty()) return EncodePlain(piece, at_start, ids, resume);
   std::vector<AddedTokenMatcher::Segment> segments;
   normalized_added_.Split(piece, &segments);
   for (const auto& segment : segments) {
     if (segment.id >= 0) {
       ids->push_back(static_cast<uint32_t>(segment.id));
+      // Without a normalizer `piece` is the caller's text: offsets hold.
+      if (resume != nullptr && !segment.rstrip) {
+        resume->out->push_back({static_cast<uint32_t>(piece.data() + segment.end - resume->base),
+                                static_cast<uint32_t>(ids->size() - resume->first_id)});
+      }
     } else {
       KVINDEX_RETURN_IF_ERROR(EncodePlain(piece.substr(segment.start, segment.end - segment.start),
-                                          at_start && segment.start == 0, ids));
+                                          at_start && segment.start == 0, ids, resume));
     }
   }
   return Status();
 }
 
-Status Tokenizer::EncodePlain(std::string_view piece, bool at_start,
-                              std::vector<uint32_t>* ids) const {
+Status Tokenizer::EncodePlain(std::string_view piece, bool at_start, std::vector<uint32_t>* ids,
+                              const Resume* resume) const {
   if (piece.empty()) return Status();
   std::deque<std::string> arena;
   thread_local std::vector<Piece> words;
   words.clear();
   KVINDEX_RETURN_IF_ERROR(pre_tokenizer_.Split(Piece{piece, at_start}, &arena, &words));
-  for (const Piece& word : words) bpe_->Encode(word.text, ids);
+  const bool lines = resume != nullptr && line_checkpoints_;
+  for (const Piece& word : words) {
+    if (lines && word.text.data() > resume->base && word.text.data()[-1] == '\n' &&
+        !IsUnicodeWhitespace(static_cast<unsigned char>(word.text[0]))) {
+      resume->out->push_back({static_cast<uint32_t>(word.text.data() - resume->base),
+                              static_cast<uint32_t>(ids->size() - resume->first_id)});
+    }
+    bpe_->Encode(word.text, ids);
+  }
   return Status();
 }
 

@@ -28,6 +28,14 @@
 
 namespace kvindex::tokenize {
 
+// A point of a text where encoding can resume: the ids of text[0, offset)
+// are the first `ids` ids of the whole text's, whatever follows, provided
+// the text is unchanged up to offset + Tokenizer::resume_margin().
+struct Checkpoint {
+  uint32_t offset;
+  uint32_t ids;
+};
+
 class Tokenizer {
  public:
   // Loads DIR/tokenizer.json and, if present, DIR/tokenizer_config.json.
@@ -41,9 +49,18 @@ class Tokenizer {
   StatusOr<std::vector<uint32_t>> Encode(std::string_view text,
                                          bool add_special_tokens = true) const;
 
-  // The ids of `text` without the post-processor, appended to *ids, which
-  // callers reuse (the prefix cache encodes suffixes with it).
-  Status EncodeBody(std::string_view text, std::vector<uint32_t>* ids) const;
+  // The ids of `text` without the post-processor, appended to *ids. The
+  // prefix cache resumes with it: `at_start` = text begins the prompt;
+  // *checkpoints (nullable) gets the points where encoding may resume,
+  // offsets relative to `text`, id counts relative to ids->size() on entry.
+  // Checkpoints: the end of each added token (without rstrip), and for
+  // byte-level tokenizers without normalizer whose split patterns are known
+  // not to carry a pre-token across "\n" + non-space (Llama 3, Qwen,
+  // DeepSeek, GPT-2), the start of each such line.
+  Status EncodeBody(std::string_view text, std::vector<uint32_t>* ids, bool at_start = true,
+                    std::vector<Checkpoint>* checkpoints = nullptr) const;
+  // Bytes of unchanged text a checkpoint needs after it (longest added token).
+  size_t resume_margin() const { return resume_margin_; }
   // The ids the post-processor puts before and after the body.
   const std::vector<uint32_t>& prefix_ids() const { return prefix_ids_; }
   const std::vector<uint32_t>& suffix_ids() const { return suffix_ids_; }
@@ -56,8 +73,15 @@ class Tokenizer {
  private:
   Tokenizer() = default;
   Status LoadPostProcessor(const nlohmann::json& spec);
-  Status EncodePlain(std::string_view piece, bool at_start, std::vector<uint32_t>* ids) const;
-  Status EncodeNormalized(std::string_view piece, bool at_start, std::vector<uint32_t>* ids) const;
+  struct Resume {
+    const char* base;  // start of the caller's text
+    size_t first_id;   // ids->size() on entry
+    std::vector<Checkpoint>* out;
+  };
+  Status EncodePlain(std::string_view piece, bool at_start, std::vector<uint32_t>* ids,
+                     const Resume* resume) const;
+  Status EncodeNormalized(std::string_view piece, bool at_start, std::vector<uint32_t>* ids,
+                          const Resume* resume) const;
 
   Normalizer normalizer_;
   PreTokenizer pre_tokenizer_;
@@ -65,6 +89,8 @@ class Tokenizer {
   AddedTokenMatcher raw_added_;         // normalized = false
   AddedTokenMatcher normalized_added_;  // normalized = true
   std::vector<uint32_t> prefix_ids_, suffix_ids_;
+  size_t resume_margin_ = 4;
+  bool line_checkpoints_ = false;
   std::string chat_template_, bos_token_, eos_token_;
 };
 
