@@ -161,8 +161,44 @@ bool Bpe::FindToken(std::string_view token, uint32_t* id) const {
   return true;
 }
 
+namespace {
+
+// Words seen recently on this thread and their ids (HF keeps a word cache
+// too): most pre-tokens repeat. Per thread, so no locking; cleared when the
+// tokenizer changes or it holds kMaxWords words.
+struct WordCache {
+  const void* owner = nullptr;
+  absl::flat_hash_map<std::string, std::vector<uint32_t>> words;
+};
+constexpr size_t kMaxWords = 1 << 16;
+constexpr size_t kMaxCachedWordBytes = 64;
+
+}  // namespace
+
 void Bpe::Encode(std::string_view word, std::vector<uint32_t>* ids) const {
   if (word.empty()) return;
+  thread_local WordCache cache;
+  const bool cacheable = word.size() <= kMaxCachedWordBytes;
+  if (cacheable) {
+    if (cache.owner != this) {
+      cache.words.clear();
+      cache.owner = this;
+    }
+    auto hit = cache.words.find(absl::string_view(word.data(), word.size()));
+    if (hit != cache.words.end()) {
+      ids->insert(ids->end(), hit->second.begin(), hit->second.end());
+      return;
+    }
+  }
+  const size_t first = ids->size();
+  EncodeUncached(word, ids);
+  if (cacheable) {
+    if (cache.words.size() >= kMaxWords) cache.words.clear();
+    cache.words.emplace(std::string(word), std::vector<uint32_t>(ids->begin() + first, ids->end()));
+  }
+}
+
+void Bpe::EncodeUncached(std::string_view word, std::vector<uint32_t>* ids) const {
   if (ignore_merges_) {
     auto it = vocab_.find(absl::string_view(word.data(), word.size()));
     if (it != vocab_.end()) {

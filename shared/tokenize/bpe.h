@@ -43,6 +43,7 @@ class Bpe {
     uint32_t new_id;
   };
   static constexpr uint32_t kNone = UINT32_MAX;
+  void EncodeUncached(std::string_view word, std::vector<uint32_t>* ids) const;
   void MergeAll(std::vector<uint32_t>* symbols, std::vector<uint32_t>* ids) const;
   const MergeValue* FindMerge(uint32_t a, uint32_t b) const {
     auto it = merges_.find((uint64_t{a} << 32) | b);
