@@ -107,9 +107,9 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokeni
     tok->raw_added_.Build(raw, raw_patterns);
     tok->normalized_added_.Build(normalized, normalized_patterns);
     KVINDEX_RETURN_IF_ERROR(tok->LoadPostProcessor(root.value("post_processor", nlohmann::json())));
-    tok->resume_margin_ = std::max<size_t>(4, tok->raw_added_.max_bytes());
-    tok->line_checkpoints_ =
-        tok->normalizer_.empty() && normalized.empty() && tok->pre_tokenizer_.LinesAreBoundaries();
+    tok->resume_margin_ =
+        std::max<size_t>({4, tok->raw_added_.max_bytes(), tok->normalized_added_.max_bytes()});
+    tok->line_checkpoints_ = tok->normalizer_.empty() && tok->pre_tokenizer_.LinesAreBoundaries();
 
     if (!config_json.empty()) {
       auto config = nlohmann::json::parse(config_json);
