@@ -14,6 +14,8 @@ PACKAGES=(
   prometheus-cpp-dev libcivetweb-dev libxxhash-dev libabsl-dev libcli11-dev
   libsimdjson-dev nlohmann-json3-dev libyaml-cpp-dev libspdlog-dev
   libboost-dev
+  # tokenizer (shared/tokenize): split patterns, Unicode normalization
+  libpcre2-dev libutf8proc-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-zmq python3-msgpack python3-xxhash
   wrk curl
