@@ -38,12 +38,14 @@ RUN apt-get update \
       libgcc-s1 \
       liblz4-1 \
       libnats3.4 \
+      libpcre2-8-0 \
       libprometheus-cpp-core1.0 \
       libsimdjson14 \
       libsnappy1v5 \
       libspdlog1.10 \
       libssl3 \
       libstdc++6 \
+      libutf8proc2 \
       libxxhash0 \
       libyaml-cpp0.7 \
       libzmq5 \

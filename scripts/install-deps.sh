@@ -17,6 +17,8 @@ PACKAGES=(
   # the endpoint picker's gRPC (ext_proc) server, and its test harness
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc python3-grpcio
   python3-protobuf
+  # tokenizer (shared/tokenize): split patterns, Unicode normalization
+  libpcre2-dev libutf8proc-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-zmq python3-msgpack python3-xxhash
   wrk curl

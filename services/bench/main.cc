@@ -18,6 +18,9 @@
 #if KVINDEX_BENCH_HAVE_RESTART
 #include "services/bench/restart/restart_bench.h"
 #endif
+#if KVINDEX_BENCH_HAVE_TOKENIZE
+#include "services/bench/tokenize/tokenize_bench.h"
+#endif
 
 namespace {
 
@@ -39,6 +42,10 @@ constexpr kvindex::config::Subcommand kSubcommands[] = {
 #if KVINDEX_BENCH_HAVE_RESTART
     {"restart", "restart from a RocksDB checkpoint next to replaying the events",
      kvindex::bench::RunRestartBench},
+#endif
+#if KVINDEX_BENCH_HAVE_TOKENIZE
+    {"tokenize", "tokenizer throughput per model next to Hugging Face tokenizers",
+     kvindex::bench::RunTokenizeBench},
 #endif
 };
 

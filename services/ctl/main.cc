@@ -11,6 +11,9 @@
 #if KVINDEX_CTL_HAVE_CHECKPOINT
 #include "services/ctl/checkpoint/checkpoint_command.h"
 #endif
+#if KVINDEX_CTL_HAVE_TOKENIZE
+#include "services/ctl/tokenize/tokenize_command.h"
+#endif
 
 namespace {
 
@@ -28,6 +31,10 @@ constexpr kvindex::config::Subcommand kCommands[] = {
 #if KVINDEX_CTL_HAVE_CHECKPOINT
     {"checkpoint", "inspect a RocksDB checkpoint (checkpoint inspect DIR)",
      kvindex::ctl::RunCheckpointCommand},
+#endif
+#if KVINDEX_CTL_HAVE_TOKENIZE
+    {"tokenize", "print the token ids of a text for a model's tokenizer.json",
+     kvindex::ctl::RunTokenizeCommand},
 #endif
 };
 

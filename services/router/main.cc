@@ -128,6 +128,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--models", options.models, "Models to index, comma separated (default: all)")
       ->delimiter(',');
+  app.add_option("--tokenizer", options.tokenizers,
+                 "MODEL=DIR: load DIR/tokenizer.json for MODEL so /v1/match accepts \"text\" "
+                 "(repeatable)");
   app.add_option("--node", node, "Node id of the embedded agent (default: hostname)");
   app.add_option("--replay-timeout", replay_timeout,
                  "Embedded agent: how long to wait for an engine replay")

@@ -77,6 +77,9 @@ Router::~Router() { Stop(); }
 Status Router::Start() {
   if (running_) return absl::OkStatus();
   KVINDEX_RETURN_IF_ERROR(options_.Validate());
+  if (tokenizers_ == nullptr) {
+    KVINDEX_ASSIGN_OR_RETURN(tokenizers_, tokenize::TokenizerRegistry::Load(options_.tokenizers));
+  }
 
   std::error_code ec;
   std::filesystem::create_directories(options_.data_dir, ec);
@@ -199,6 +202,7 @@ Status Router::Start() {
   context.apply = apply_.get();
   context.probe = probe_.get();
   context.registry = registry_.get();
+  context.tokenizers = tokenizers_.get();
   if (EmbeddedIngest* ingest = ingest_.get()) {
     context.ingest_ready = [ingest] { return ingest->Ready(); };
     context.ingest_sources = [ingest] { return ingest->Sources(); };

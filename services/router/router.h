@@ -54,6 +54,7 @@
 #include "shared/nats/stream.h"
 #include "shared/publish/in_process_sink.h"
 #include "shared/query/router_api.h"
+#include "shared/tokenize/registry.h"
 #include "storage/checkpointer.h"
 
 namespace kvindex::router {
@@ -108,6 +109,8 @@ struct RouterOptions {
   std::string bootstrap_ca;
   // Models to index; empty = all. Default: empty.
   std::vector<std::string> models;
+  // "MODEL=DIR": the tokenizer.json of MODEL for /v1/match "text". Default: none.
+  std::vector<std::string> tokenizers;
   // Bearer token for the API; empty = no authentication. Default: "".
   std::string auth_token;
   // /metrics requires the token too. Default: false.
@@ -191,6 +194,7 @@ class Router {
   std::unique_ptr<storage::Checkpointer> checkpointer_;
   std::unique_ptr<consume::LivenessMonitor> liveness_;
   std::unique_ptr<EmbeddedIngest> ingest_;
+  std::unique_ptr<tokenize::TokenizerRegistry> tokenizers_;  // before api_: it points here
   std::unique_ptr<epp::EppServer> epp_;
   std::unique_ptr<query::RouterApi> api_;
   std::unique_ptr<http::Server> server_;

@@ -289,6 +289,8 @@ bool FastParse(std::string_view body, RequestDialect dialect, MatchRequest* out,
       if ((p = FastString(p, end, &text)) == nullptr) return false;
       out->model.assign(text);
       *has_model = true;
+    } else if (key == "text" && dialect == RequestDialect::kMatch) {
+      return false;  // strings with escapes: the simdjson path
     } else if (key == tokens_key) {
       if ((p = FastU32Array(p, end, kMaxTokens, &out->tokens)) == nullptr) return false;
       out->has_tokens = true;
@@ -373,8 +375,9 @@ Status ReadOptionalString(od::value value, std::string_view field, std::string* 
 
 void MatchRequest::Clear() {
   model.clear();
-  has_tokens = has_local_hashes = false;
+  has_tokens = has_local_hashes = has_text = false;
   tokens.clear();
+  text.clear();
   local_hashes.clear();
   lora_name.clear();
   cache_salt.clear();
@@ -390,11 +393,14 @@ static Status Finish(RequestDialect dialect, bool has_model, MatchRequest* out) 
   if (out->has_tokens && out->has_local_hashes) {
     return Invalid("give either 'tokens' or 'local_hashes', not both");
   }
-  if (!out->has_tokens && !out->has_local_hashes) {
+  if (out->has_text && (out->has_tokens || out->has_local_hashes)) {
+    return Invalid("give one of 'tokens', 'local_hashes' or 'text', not several");
+  }
+  if (!out->has_tokens && !out->has_local_hashes && !out->has_text) {
     return Invalid(dialect == RequestDialect::kQuery
                        ? std::string("missing field 'token_ids' (an array of u32)")
-                       : std::string("missing field 'tokens' (an array of u32) or 'local_hashes' "
-                                     "(an array of u64)"));
+                       : std::string("missing field 'tokens' (an array of u32), 'local_hashes' "
+                                     "(an array of u64) or 'text' (a string)"));
   }
   return absl::OkStatus();
 }
@@ -438,6 +444,14 @@ static Status ParseWithSimdjson(std::string_view body, RequestDialect dialect, M
       KVINDEX_RETURN_IF_ERROR(
           ReadUnsignedArray(value, tokens_key, UINT32_MAX, kMaxTokens, &out->tokens));
       out->has_tokens = true;
+    } else if (key == "text" && dialect == RequestDialect::kMatch) {
+      std::string_view text;
+      if (auto error = value.get_string().get(text); error != simdjson::SUCCESS) {
+        if (IsStructuralError(error)) return InvalidJson(error);
+        return Invalid("field 'text' must be a string");
+      }
+      out->text.assign(text);
+      out->has_text = true;
     } else if (key == "local_hashes" && dialect == RequestDialect::kMatch) {
       KVINDEX_RETURN_IF_ERROR(
           ReadUnsignedArray(value, "local_hashes", UINT64_MAX, kMaxTokens, &out->local_hashes));

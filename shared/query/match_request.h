@@ -31,7 +31,9 @@ struct MatchRequest {
   std::string model;
   bool has_tokens = false;
   bool has_local_hashes = false;
+  bool has_text = false;  // /v1/match "text": the model's tokenizer makes `tokens`
   std::vector<uint32_t> tokens;
+  std::string text;
   std::vector<uint64_t> local_hashes;
   std::string lora_name;
   std::string cache_salt;
@@ -41,7 +43,8 @@ struct MatchRequest {
 };
 
 enum class RequestDialect : uint8_t {
-  // /v1/match: {"model", "tokens" | "local_hashes", "lora_name", "cache_salt", "max_blocks"}
+  // /v1/match: {"model", "tokens" | "local_hashes" | "text", "lora_name", "cache_salt",
+  // "max_blocks"}
   kMatch,
   // /query (Mooncake indexer RFC as served by Dynamo's standalone indexer):
   // {"token_ids", "model_name" (or "model"), "lora_name", "cache_salt"}

@@ -76,6 +76,28 @@ StatusOr<index::MatchResult> Lookup(const ApiContext& context, const MatchReques
   return result;
 }
 
+// /v1/match "text": the model's tokenizer turns it into the request's tokens.
+Status TokenizeText(const ApiContext& context, MatchRequest* req) {
+  const tokenize::Tokenizer* tokenizer =
+      context.tokenizers == nullptr ? nullptr : context.tokenizers->Find(req->model);
+  if (tokenizer == nullptr) {
+    return absl::InvalidArgumentError("no tokenizer for model '" + req->model +
+                                      "': start the router with --tokenizer MODEL=DIR, or send "
+                                      "'tokens'");
+  }
+  StatusOr<std::vector<uint32_t>> ids = tokenizer->Encode(req->text);
+  if (!ids.ok()) {
+    return absl::InvalidArgumentError("field 'text': " + std::string(Message(ids.status())));
+  }
+  if (ids->size() > kMaxTokens) {
+    return absl::InvalidArgumentError("field 'text' makes more than " + std::to_string(kMaxTokens) +
+                                      " tokens");
+  }
+  req->tokens = std::move(*ids);
+  req->has_tokens = true;
+  return absl::OkStatus();
+}
+
 // Writes `text` JSON-escaped at `p` (at most 6 bytes per input byte);
 // returns the end. The same bytes as AppendJsonEscaped.
 char* WriteEscaped(std::string_view text, char* p) {
@@ -108,8 +130,8 @@ char* WriteNumber(uint64_t value, char* p) { return std::to_chars(p, p + 20, val
 // sized once for the longest possible answer, then filled through a pointer
 // (literals with memcpy, numbers with std::to_chars) and cut to length. Same
 // bytes JsonWriter would produce.
-void WriteMatchResponse(std::string_view model, const index::MatchResult& result,
-                        std::string* out) {
+void WriteMatchResponse(std::string_view model, const index::MatchResult& result, std::string* out,
+                        int64_t tokens) {
   // Longest possible: every name byte escaped to 6, every number 20 digits.
   constexpr size_t kNumber = 20;
   size_t bound = 64 + 6 * model.size() + 2 * kNumber;
@@ -124,6 +146,10 @@ void WriteMatchResponse(std::string_view model, const index::MatchResult& result
   p = WriteEscaped(model, p);
   p = WriteLiteral("\",\"blocks\":", p);
   p = WriteNumber(result.blocks, p);
+  if (tokens >= 0) {
+    p = WriteLiteral(",\"tokens\":", p);
+    p = WriteNumber(static_cast<uint64_t>(tokens), p);
+  }
   p = WriteLiteral(",\"applied_seq\":", p);
   p = WriteNumber(result.applied_seq, p);
   p = WriteLiteral(",\"workers\":[", p);
@@ -224,15 +250,17 @@ bool RouterApi::Ready(std::string* reason) const {
 
 void RouterApi::Match(const http::Request& request, http::Response& response) const {
   thread_local MatchRequest parsed;
-  if (Status status = ParseMatchRequest(request.body, RequestDialect::kMatch, &parsed);
-      !status.ok()) {
+  Status status = ParseMatchRequest(request.body, RequestDialect::kMatch, &parsed);
+  if (status.ok() && parsed.has_text) status = TokenizeText(context_, &parsed);
+  if (!status.ok()) {
     http::SetError(response, 400, Message(status));
   } else if (StatusOr<index::MatchResult> result =
                  Lookup(context_, parsed, consume::Endpoint::kMatch);
              !result.ok()) {
     http::SetError(response, StatusToHttp(result.status()), Message(result.status()));
   } else {
-    WriteMatchResponse(parsed.model, *result, &response.body);
+    WriteMatchResponse(parsed.model, *result, &response.body,
+                       parsed.has_text ? static_cast<int64_t>(parsed.tokens.size()) : -1);
   }
   if (context_.probe != nullptr)
     context_.probe->RecordRequest(consume::Endpoint::kMatch, response.status);

@@ -28,12 +28,15 @@
 #include "shared/http/server.h"
 #include "shared/index/index_interface.h"
 #include "shared/model/ingest_status.h"
+#include "shared/tokenize/registry.h"
 
 namespace kvindex::query {
 
 // Appends the body of a /v1/match answer (docs/api.md) to *out. Also the
 // simulated cluster's truth API, so both answer in the same bytes.
-void WriteMatchResponse(std::string_view model, const index::MatchResult& result, std::string* out);
+// `tokens` >= 0 adds "tokens": n (the request gave "text").
+void WriteMatchResponse(std::string_view model, const index::MatchResult& result, std::string* out,
+                        int64_t tokens = -1);
 
 struct ApiOptions {
   // /metrics requires the bearer token (when one is configured). Default: false.
@@ -67,6 +70,8 @@ struct ApiContext {
   // More families for /metrics, collected at scrape time (e.g. the endpoint
   // picker's); each must outlive the API.
   std::vector<const prometheus::Collectable*> extra_collectables;
+  // Tokenizers for /v1/match "text" (--tokenizer MODEL=DIR); nullable.
+  const tokenize::TokenizerRegistry* tokenizers = nullptr;
 };
 
 class RouterApi {

@@ -3,9 +3,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "shared/consume/in_process_log_reader.h"
@@ -45,12 +49,28 @@ class RouterApiTest : public ::testing::Test {
     }
     ASSERT_TRUE(loop_.CaughtUp());
 
+    // Model m's tokenizer: byte-level BPE, letter a..m -> token 1..13.
+    tokenizer_dir_ = std::filesystem::temp_directory_path() /
+                     ("kvindex-router-api-tokenizer-" + std::to_string(::getpid()));
+    std::filesystem::create_directories(tokenizer_dir_);
+    json vocab = json::object();
+    for (int i = 0; i < 13; ++i) vocab[std::string(1, static_cast<char>('a' + i))] = i + 1;
+    json spec = {{"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", json::array()}}},
+                 {"pre_tokenizer",
+                  {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
+                 {"added_tokens", json::array()}};
+    std::ofstream(tokenizer_dir_ / "tokenizer.json") << spec.dump();
+    auto tokenizers = tokenize::TokenizerRegistry::Load({"m=" + tokenizer_dir_.string()});
+    ASSERT_TRUE(tokenizers.ok()) << tokenizers.status();
+    tokenizers_ = std::move(*tokenizers);
+
     ApiContext context;
     context.index = &index_;
     context.apply = &loop_;
     context.probe = &probe_;
     context.registry = registry_.get();
     context.configured_models = {{"m", 4}, {"warming", 4}};
+    context.tokenizers = tokenizers_.get();
     api_ = std::make_unique<RouterApi>(ApiOptions{}, context);
     http::ServerOptions options;
     options.listen = "127.0.0.1:0";
@@ -61,6 +81,8 @@ class RouterApiTest : public ::testing::Test {
     api_->Register(*server_);
     ASSERT_TRUE(server_->Start().ok());
   }
+
+  void TearDown() override { std::filesystem::remove_all(tokenizer_dir_); }
 
   PlacementEvent Stored(std::string worker, uint32_t rank, Tier tier,
                         std::vector<uint64_t> hashes) {
@@ -97,6 +119,8 @@ class RouterApiTest : public ::testing::Test {
   consume::RouterProbe probe_;
   consume::ApplyLoop loop_{&reader_, &index_, &probe_, {}};
   std::shared_ptr<prometheus::Registry> registry_;
+  std::filesystem::path tokenizer_dir_;
+  std::unique_ptr<tokenize::TokenizerRegistry> tokenizers_;
   std::unique_ptr<RouterApi> api_;
   std::unique_ptr<http::Server> server_;
   std::vector<uint64_t> seq_;
@@ -160,6 +184,33 @@ TEST_F(RouterApiTest, MatchTokens) {
   EXPECT_EQ(j["workers"][1],
             json::parse(R"({"worker":"w1","dp_rank":1,"longest":2,"device":1,"host":1,"disk":0,
                             "external":0,"device_prefix":1})"));
+}
+
+TEST_F(RouterApiTest, MatchText) {
+  // "abcdefghijklm" -> tokens 1..13 -> the same answer as MatchTokens, plus the count.
+  auto r = Call("POST", "/v1/match", R"({"model":"m","text":"abcdefghijklm"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["blocks"], 3);
+  EXPECT_EQ(j["tokens"], 13);
+  ASSERT_EQ(j["workers"].size(), 2u);
+  EXPECT_EQ(j["workers"][0]["longest"], 3);
+  // "abcdx": x is not in the vocabulary (dropped, as HF does): 4 tokens, 1 block.
+  r = Call("POST", "/v1/match", R"({"model":"m","text":"abcd\u0078"})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["tokens"], 4);
+  // The token form does not carry the count.
+  r = Call("POST", "/v1/match", R"({"model":"m","tokens":[1,2,3,4]})");
+  EXPECT_FALSE(json::parse(r.body).contains("tokens"));
+
+  auto none = Call("POST", "/v1/match", R"({"model":"warming","text":"abcd"})");
+  EXPECT_EQ(none.status, 400);
+  EXPECT_NE(none.body.find("no tokenizer for model 'warming'"), std::string::npos) << none.body;
+  auto both = Call("POST", "/v1/match", R"({"model":"m","text":"abcd","tokens":[1]})");
+  EXPECT_EQ(both.status, 400);
+  auto not_string = Call("POST", "/v1/match", R"({"model":"m","text":5})");
+  EXPECT_EQ(not_string.status, 400);
+  EXPECT_NE(not_string.body.find("'text' must be a string"), std::string::npos);
 }
 
 TEST_F(RouterApiTest, MatchLocalHashes) {

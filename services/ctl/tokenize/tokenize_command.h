@@ -1,0 +1,28 @@
+// `kvindex-ctl tokenize`: the ids a model's tokenizer gives a text, exactly
+// as Hugging Face's Tokenizer.encode with its defaults (docs/tokenize.md).
+//
+//   kvindex-ctl tokenize --tokenizer DIR [--no-special-tokens] [--file PATH | TEXT]
+//
+// DIR holds tokenizer.json (and tokenizer_config.json). Prints one JSON line
+// {"ids": [...]}. Exit 1 when the tokenizer does not load or the text is not
+// UTF-8 (one line on stderr), 2 on bad flags.
+#pragma once
+
+#include <ostream>
+#include <string>
+
+namespace kvindex::ctl {
+
+struct TokenizeArgs {
+  std::string tokenizer;  // directory with tokenizer.json
+  std::string file;       // read the text from here (else `text`)
+  std::string text;
+  bool add_special_tokens = true;
+};
+
+int RunTokenize(const TokenizeArgs& args, std::ostream& out, std::ostream& err);
+
+// Entry point from kvindex-ctl's main: argv[0] == "tokenize".
+int RunTokenizeCommand(int argc, char** argv);
+
+}  // namespace kvindex::ctl

@@ -1,0 +1,69 @@
+// Bpe: the BPE model of tokenizer.json, exactly as Hugging Face's
+// tokenizers runs it (model/bpe): a word starts as one symbol per character
+// (per byte for byte-level models), unknown characters fall back to <0xXX>
+// byte tokens or the (fused) unk token, then merges apply lowest rank first,
+// leftmost on ties; with ignore_merges a word already in the vocabulary is
+// one token.
+//
+// Byte-level models: the vocabulary is mapped back from GPT-2's printable
+// byte alphabet to raw bytes at load, so words are raw UTF-8 slices and the
+// symbols are bytes: no per-call re-encoding.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "nlohmann/json_fwd.hpp"
+#include "shared/base/status.h"
+
+namespace kvindex::tokenize {
+
+class Bpe {
+ public:
+  // `model` is the JSON value of "model" (type BPE); `byte_level`: the
+  // pre-tokenizer maps bytes to GPT-2's alphabet.
+  static StatusOr<Bpe> FromJson(const nlohmann::json& model, bool byte_level);
+
+  // Appends the ids of `word` (one pre-token) to *ids.
+  void Encode(std::string_view word, std::vector<uint32_t>* ids) const;
+
+  // Entries in tokenizer.json's vocabulary (HF's get_vocab_size).
+  size_t vocab_size() const { return file_vocab_size_; }
+  // The id of `token` written as in tokenizer.json (GPT-2's alphabet for
+  // byte-level models).
+  bool FindToken(std::string_view token, uint32_t* id) const;
+
+ private:
+  struct MergeValue {
+    uint32_t rank;
+    uint32_t new_id;
+  };
+  static constexpr uint32_t kNone = UINT32_MAX;
+  void EncodeUncached(std::string_view word, std::vector<uint32_t>* ids) const;
+  void MergeAll(std::vector<uint32_t>* symbols, std::vector<uint32_t>* ids) const;
+  const MergeValue* FindMerge(uint32_t a, uint32_t b) const {
+    auto it = merges_.find((uint64_t{a} << 32) | b);
+    return it == merges_.end() ? nullptr : &it->second;
+  }
+
+  bool byte_level_ = false;
+  bool ignore_merges_ = false;
+  bool byte_fallback_ = false;
+  bool fuse_unk_ = false;
+  uint32_t unk_id_ = kNone;
+  size_t file_vocab_size_ = 0;
+  // Byte-level: vocabulary entries outside GPT-2's alphabet (special tokens
+  // such as DeepSeek's <｜begin▁of▁sentence｜>), by their file string.
+  absl::flat_hash_map<std::string, uint32_t> unmapped_;
+  // Raw bytes (byte-level) or the file's strings (otherwise) -> id.
+  absl::flat_hash_map<std::string, uint32_t> vocab_;
+  std::array<uint32_t, 256> byte_ids_{};      // byte-level: the id of each single byte
+  std::array<uint32_t, 256> fallback_ids_{};  // byte_fallback: the id of <0xXX>
+  absl::flat_hash_map<uint64_t, MergeValue> merges_;
+};
+
+}  // namespace kvindex::tokenize
