@@ -220,6 +220,7 @@ Status Router::Start() {
   if (!options_.epp.listen.empty()) {
     // The endpoint picker (--epp): the same index and readiness as the API.
     epp::EppOptions epp_options = options_.epp;
+    epp_options.tokens.tokenizers = tokenizers_.get();
     std::vector<epp::Endpoint> from_sources = epp::EndpointsFromSources(options_.agent.sources);
     epp_options.static_endpoints.insert(epp_options.static_endpoints.end(), from_sources.begin(),
                                         from_sources.end());

@@ -1,6 +1,10 @@
 #include "shared/epp/openai_request.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
 
 #include "shared/epp/token_source.h"
 
@@ -60,6 +64,49 @@ TEST(TokenChainTest, PromptFirstRenderFailsOver) {
   ASSERT_EQ(counts.size(), 2u);
   EXPECT_EQ(counts[0].tokens, 1u);
   EXPECT_EQ(counts[1].failed, 1u);
+}
+
+// --tokenizer: a text prompt of a model with a tokenizer is encoded in
+// process (BOS included, as vLLM adds it), before the render endpoint; a
+// chat request and a model without one go on to the render endpoint.
+TEST(TokenChainTest, InProcessTokenizerBeforeRender) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kvindex-epp-tokenizer-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir / "tokenizer.json") << R"({"version": "1.0",
+    "added_tokens": [{"id": 9, "content": "<s>", "single_word": false, "lstrip": false,
+      "rstrip": false, "normalized": false, "special": true}],
+    "normalizer": null,
+    "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": true,
+      "use_regex": true},
+    "post_processor": {"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+      "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [9], "tokens": ["<s>"]}}},
+    "decoder": null,
+    "model": {"type": "BPE", "dropout": null, "unk_token": null, "continuing_subword_prefix": null,
+      "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
+      "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3, "Ġab": 4, "Ġa": 5},
+      "merges": ["a b", "Ġ a", "Ġa b"]}})";
+  auto registry = tokenize::TokenizerRegistry::Load({"m=" + dir.string()});
+  std::filesystem::remove_all(dir);
+  ASSERT_TRUE(registry.ok()) << registry.status();
+  auto chain = BuildTokenChain({.render_url = "http://127.0.0.1:1",
+                                .render_timeout = std::chrono::milliseconds(50),
+                                .tokenizers = registry->get()});
+  ASSERT_TRUE(chain.ok());
+  OpenAiRequest r;
+  std::vector<uint32_t> tokens;
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"ab ab"})", "/v1/completions", &r).ok());
+  EXPECT_EQ((*chain)->Tokens(r, "", &tokens), TokenOutcome::kTokens);
+  EXPECT_EQ(tokens, (std::vector<uint32_t>{9, 2, 3, 2}));  // "a b" merges first
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"other","prompt":"ab"})", "/v1/completions", &r).ok());
+  EXPECT_EQ((*chain)->Tokens(r, "{}", &tokens), TokenOutcome::kFailed);  // render: nobody there
+  auto counts = (*chain)->Counts();
+  ASSERT_EQ(counts.size(), 3u);
+  EXPECT_EQ(counts[1].name, "tokenizer");
+  EXPECT_EQ(counts[1].tokens, 1u);
+  EXPECT_EQ(counts[1].skipped, 1u);
+  EXPECT_EQ(counts[2].failed, 1u);
 }
 
 TEST(TokenChainTest, RenderAnswerShapes) {

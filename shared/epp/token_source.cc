@@ -13,6 +13,17 @@ TokenOutcome PromptTokenSource::Tokens(const OpenAiRequest& request, std::string
   return TokenOutcome::kTokens;
 }
 
+TokenOutcome TokenizerTokenSource::Tokens(const OpenAiRequest& request, std::string_view /*body*/,
+                                          std::vector<uint32_t>* out) const {
+  if (!request.has_prompt_text) return TokenOutcome::kSkip;
+  const tokenize::Tokenizer* tokenizer = registry_->Find(request.model);
+  if (tokenizer == nullptr) return TokenOutcome::kSkip;
+  StatusOr<std::vector<uint32_t>> ids = tokenizer->Encode(request.prompt_text);
+  if (!ids.ok()) return TokenOutcome::kFailed;
+  *out = std::move(*ids);
+  return TokenOutcome::kTokens;
+}
+
 Status ParseRenderAnswer(std::string_view body, std::vector<uint32_t>* out) {
   thread_local simdjson::dom::parser parser;
   simdjson::dom::element root;
@@ -94,8 +105,9 @@ std::vector<TokenChain::SourceCounts> TokenChain::Counts() const {
 StatusOr<std::unique_ptr<TokenChain>> BuildTokenChain(const TokenChainOptions& options) {
   auto chain = std::make_unique<TokenChain>();
   chain->Add(std::make_unique<PromptTokenSource>());
-  // The in-process tokenizer (tokenize::TokenizerRegistry::Find(model)) goes
-  // here, before the render endpoint, when it lands.
+  if (options.tokenizers != nullptr && options.tokenizers->size() != 0) {
+    chain->Add(std::make_unique<TokenizerTokenSource>(options.tokenizers));
+  }
   if (!options.render_url.empty()) {
     KVINDEX_ASSIGN_OR_RETURN(http::Url url, http::ParseUrl(options.render_url));
     chain->Add(std::make_unique<RenderTokenSource>(std::move(url), options.render_timeout));

@@ -4,8 +4,8 @@
 // counted and the next is asked. No tokens at all: the pick is load-only.
 //
 // The chain the router builds (BuildTokenChain): the token-id prompt, then
-// the in-process tokenizer when the tokenization work provides one (insert
-// it at the marked place, before the render endpoint), then --render-url.
+// the in-process tokenizer of the request's model (--tokenizer MODEL=DIR;
+// text prompts), then --render-url.
 //
 // Thread safety: sources are immutable after construction; Tokens() is
 // called concurrently from the gRPC threads; counters are atomics.
@@ -21,6 +21,7 @@
 
 #include "shared/epp/openai_request.h"
 #include "shared/http/client.h"
+#include "shared/tokenize/registry.h"
 
 namespace kvindex::epp {
 
@@ -46,6 +47,22 @@ class PromptTokenSource final : public TokenSource {
   std::string_view Name() const override { return "prompt"; }
   TokenOutcome Tokens(const OpenAiRequest& request, std::string_view body,
                       std::vector<uint32_t>* out) const override;
+};
+
+// A text prompt (/v1/completions) encoded by the in-process tokenizer of the
+// request's model, with its special tokens as vLLM adds them. Chat requests
+// skip (the render endpoint renders their template); so does a model with
+// no tokenizer. Text the tokenizer refuses (invalid UTF-8) fails.
+class TokenizerTokenSource final : public TokenSource {
+ public:
+  explicit TokenizerTokenSource(const tokenize::TokenizerRegistry* registry)
+      : registry_(registry) {}
+  std::string_view Name() const override { return "tokenizer"; }
+  TokenOutcome Tokens(const OpenAiRequest& request, std::string_view body,
+                      std::vector<uint32_t>* out) const override;
+
+ private:
+  const tokenize::TokenizerRegistry* const registry_;
 };
 
 // A vLLM-compatible render endpoint: POST <url>/v1/completions/render or
@@ -95,6 +112,8 @@ struct TokenChainOptions {
   std::string render_url;
   // --render-timeout. Default: 50 ms.
   std::chrono::milliseconds render_timeout{50};
+  // --tokenizer MODEL=DIR; must outlive the chain. Null = none.
+  const tokenize::TokenizerRegistry* tokenizers = nullptr;
 };
 
 // The router's chain: prompt tokens, [in-process tokenizer], render.
