@@ -33,6 +33,10 @@ Status ApplyLoop::Start() {
   position_.store(index_->Stats().applied_seq, std::memory_order_release);
   open_.store(false);
   stop_.store(false);
+  {
+    MutexLock lock(&stop_mu_);
+    running_ = true;
+  }
   thread_ = std::thread([this] { Run(); });
   return absl::OkStatus();
 }
@@ -45,6 +49,10 @@ void ApplyLoop::Stop() {
   }
   stop_cv_.SignalAll();
   thread_.join();
+  {
+    MutexLock lock(&stop_mu_);
+    running_ = false;
+  }
   RunWriterTasks();  // one handed over as the thread ended
 }
 
@@ -84,7 +92,7 @@ void ApplyLoop::SleepUnlessStopping(std::chrono::milliseconds duration) {
 void ApplyLoop::RunOnWriter(const std::function<void()>& task) {
   MutexLock one_at_a_time(&task_mu_);
   stop_mu_.Lock();
-  if (!thread_.joinable() || stop_.load()) {
+  if (!running_) {
     stop_mu_.Unlock();
     task();
     return;
@@ -93,7 +101,7 @@ void ApplyLoop::RunOnWriter(const std::function<void()>& task) {
   task_pending_.store(true);
   stop_cv_.SignalAll();
   // The writer runs it within one read wait (50 ms) or sleep; Stop runs it
-  // after the thread ended.
+  // after the thread ended (also one handed over while stopping).
   while (task_ != nullptr) task_done_cv_.Wait(&stop_mu_);
   stop_mu_.Unlock();
 }

@@ -127,9 +127,12 @@ class ApplyLoop {
   const ApplyOptions options_;
   AgentTable agents_;
 
-  std::thread thread_;
+  std::thread thread_;  // Start and Stop only (one owner thread)
   std::atomic<bool> stop_{false};
   Mutex stop_mu_;  // with stop_cv_: wakes the writer for Stop and RunOnWriter
+  // From Start until Stop joined the writer: RunOnWriter hands tasks over
+  // (never runs one beside a writer that is still applying).
+  bool running_ ABSL_GUARDED_BY(stop_mu_) = false;
   CondVar stop_cv_;
   std::atomic<bool> open_{false};
   std::atomic<uint64_t> position_{0};
