@@ -32,14 +32,19 @@ RUN apt-get update \
       ca-certificates \
       libabsl20220623 \
       libbz2-1.0 \
+      libc-ares2 \
       libc6 \
       libcivetweb1 \
       libfmt9 \
+      libgrpc++1.51 \
+      libgrpc29 \
       libgcc-s1 \
       liblz4-1 \
       libnats3.4 \
       libpcre2-8-0 \
       libprometheus-cpp-core1.0 \
+      libprotobuf32 \
+      libre2-9 \
       libsimdjson14 \
       libsnappy1v5 \
       libspdlog1.10 \

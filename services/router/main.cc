@@ -65,7 +65,9 @@ int main(int argc, char** argv) {
                "Run the agent pipeline in-process (single node, no NATS)");
   app.add_option("--source", sources,
                  "Engine source (repeatable), as for kvindex-agent: "
-                 "'worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://...,replay=tcp://...'");
+                 "'worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://...,replay=tcp://...'. In "
+                 "the environment, separate several with ';'")
+      ->delimiter(';');
   options.data_dir = "kvindex-data";
   app.add_option("--data-dir", options.data_dir,
                  "Directory for RocksDB checkpoints (created if missing)")

@@ -21,7 +21,7 @@ LogSubject ParseLogSubject(std::string_view subject) {
     kind = LogSubject::kAgent;
   } else if (class_token == "_expire") {
     kind = LogSubject::kExpire;
-  } else if (class_token[0] == '_' || !nats::DecodeToken(class_token).ok()) {
+  } else if (class_token[0] == '_' || !nats::IsModelToken(class_token)) {
     return out;
   } else {
     kind = LogSubject::kEvents;

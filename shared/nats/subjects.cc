@@ -93,6 +93,22 @@ std::string ModelToken(std::string_view model) {
   return token;
 }
 
+bool IsModelToken(std::string_view token) {
+  const size_t tilde = token.find('~');
+  if (tilde == std::string_view::npos) {
+    return token.size() <= kMaxModelTokenBytes && DecodeToken(token).ok();
+  }
+  const std::string_view digest = token.substr(tilde + 1);
+  if (tilde == 0 || tilde > 96 || digest.size() != 32 ||
+      !DecodeToken(token.substr(0, tilde)).ok()) {
+    return false;
+  }
+  for (char c : digest) {
+    if (HexValue(c) < 0) return false;
+  }
+  return true;
+}
+
 Status ValidateSubjectNames(std::string_view prefix, std::string_view node) {
   KVINDEX_RETURN_IF_ERROR(ValidatePrefix(prefix));
   if (prefix.size() > kMaxPrefixBytes) {

@@ -54,6 +54,9 @@ inline constexpr size_t kMaxPrefixBytes = 256;
 // token. Agents and routers both build subjects through SubjectScheme, so
 // they agree.
 std::string ModelToken(std::string_view model);
+// Whether `token` is one ModelToken can produce (either form): what a router
+// accepts in the model place of an events subject.
+bool IsModelToken(std::string_view token);
 
 // InvalidArgument naming the flag when the prefix or the node cannot make a
 // subject NATS accepts (see kMaxNodeTokenBytes, kMaxPrefixBytes, ValidatePrefix).

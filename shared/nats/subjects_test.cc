@@ -64,6 +64,18 @@ TEST(SubjectsTest, Scheme) {
 
 // A model name of any length makes a subject NATS accepts (a 4 KiB name used
 // to exceed max_control_line and stop the agent's connection).
+TEST(SubjectsTest, EveryModelTokenIsRecognized) {
+  for (const std::string& model : {std::string("m"), std::string("meta-llama/Llama-3.1-8B"),
+                                   std::string(5000, 'x'), std::string(2000, '/')}) {
+    EXPECT_TRUE(IsModelToken(ModelToken(model))) << model.substr(0, 16);
+  }
+  EXPECT_FALSE(IsModelToken(""));
+  EXPECT_FALSE(IsModelToken("a~b"));
+  EXPECT_FALSE(IsModelToken("~" + std::string(32, 'A')));
+  EXPECT_FALSE(IsModelToken("a~" + std::string(31, 'A')));
+  EXPECT_FALSE(IsModelToken("a%2"));
+}
+
 TEST(SubjectsTest, ModelTokensAreBounded) {
   EXPECT_EQ(ModelToken("meta-llama/Llama-3.1-8B"), "meta-llama%2FLlama-3%2E1-8B");
   const std::string fits(kMaxModelTokenBytes, 'm');

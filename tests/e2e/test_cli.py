@@ -58,19 +58,25 @@ def main():
                    "--source", "worker=w0,engine=vllm,model=m,block_size=4,pub=tcp://127.0.0.1:1"])
         assert out.returncode == 2 and "--checkpoint-interval" in out.stderr, out
 
-        # --data-dir is created, and the environment can carry --embedded and --source.
+        # --data-dir is created, and the environment can carry --embedded and
+        # several --source, separated by ';' as for kvindex-agent.
         ctx = zmq.Context()
         engine = e2e.Engine(ctx)
+        second = e2e.Engine(ctx)
         data_dir = os.path.join(tmp, "nested", "data")
         proc = e2e.Router(os.path.dirname(router), [], data_dir=data_dir,
-                          env={"KVINDEX_SOURCE": engine.source("w0", "m", 4)})
+                          env={"KVINDEX_SOURCE": engine.source("w0", "m", 4) + ";" +
+                               second.source("w1", "m", 4)})
         try:
             proc.start().wait_ready()
             assert os.path.isdir(data_dir)
+            workers = sorted(row["worker"] for row in proc.json("GET", "/v1/workers")["workers"])
+            assert workers == ["w0", "w1"], workers
             assert proc.stop() == 0
         finally:
             proc.cleanup()
             engine.close()
+            second.close()
             ctx.term()
         print("ok: router command line")
     finally:
