@@ -58,9 +58,12 @@ std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message
   // Sources nobody owns yet that the message would claim (rare: first
   // announcements only).
   absl::flat_hash_set<SourceKey> claims;
+  // The lambda is analysed on its own, without mu_: it reads owners_
+  // through this pointer, taken here under mu_.
+  const auto* owners = &owners_;
   auto check = [&](const SourceKey& source) -> std::optional<LogRefusal> {
-    auto owner = owners_.find(source);
-    if (owner == owners_.end()) {
+    auto owner = owners->find(source);
+    if (owner == owners->end()) {
       claims.insert(source);
     } else if (owner->second != node) {
       return LogRefusal::kForeignSource;
