@@ -14,6 +14,9 @@ cd "$(dirname "$0")/.."
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(format release asan tsan fuzz)
 jobs="${KVINDEX_JOBS:-2}"
+# ccache: paths relative to the checkout, so a fresh clone elsewhere on the
+# same machine reuses what an earlier build compiled.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PWD}"
 
 bash scripts/install-deps.sh
 
