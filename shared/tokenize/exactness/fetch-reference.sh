@@ -6,42 +6,22 @@
 # the lock is unchanged; nothing lands in the repository (the default cache,
 # <repo>/.cache/tokenize-ref, is ignored by git; KVINDEX_TOKENIZE_REF
 # overrides it).
-#
-# Exit codes: 0 ready; 77 could not fetch (ctest: skipped); with CI=true a
-# failure exits 1 instead, so the test fails rather than skips.
+# Exit codes: as scripts/lib/npm_fetch.sh says (0 ready, 77 skipped, 1 with CI=true).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/../../.." && pwd)"
 cache="${KVINDEX_TOKENIZE_REF:-$repo/.cache/tokenize-ref}"
 
-fail() {
-  echo "fetch-reference: $*" >&2
-  if [ "${CI:-}" = "true" ]; then exit 1; fi
-  echo "fetch-reference: skipping (set CI=true to fail instead)" >&2
-  exit 77
-}
-
-for tool in node npm flock sha256sum; do
-  command -v "$tool" >/dev/null 2>&1 || fail "$tool is not installed"
-done
-mkdir -p "$cache" || fail "cannot create $cache"
-exec 9>"$cache/.lock"
-flock 9  # ctest -j: one fetch at a time, the others reuse it
+# shellcheck source=../../../scripts/lib/npm_fetch.sh
+source "$repo/scripts/lib/npm_fetch.sh"
+npm_fetch_begin fetch-reference "$cache" node npm
 
 want="$(cat "$here/package.json" "$here/package-lock.json" | sha256sum | cut -c1-64)"
-if [ -f "$cache/.stamp" ] && [ "$(cat "$cache/.stamp")" = "$want" ] &&
-  [ -d "$cache/node/node_modules/tokenizers" ]; then
+if npm_fetch_current "$want" && [ -d "$cache/node/node_modules/tokenizers" ]; then
   echo "$cache/node/node_modules"
   exit 0
 fi
-rm -f "$cache/.stamp"
-rm -rf "$cache/node"
-mkdir -p "$cache/node"
-cp "$here/package.json" "$here/package-lock.json" "$cache/node/"
-echo "fetch-reference: npm ci (shared/tokenize/exactness/package-lock.json)" >&2
-(cd "$cache/node" && npm ci --ignore-scripts --no-audit --no-fund --fetch-timeout=60000 \
-  --fetch-retries=1 --fetch-retry-maxtimeout=10000 --cache "$cache/npm-cache" >&2) ||
-  fail "npm ci failed"
-node -e "require('$cache/node/node_modules/tokenizers')" || fail "the tokenizers binding does not load"
-echo "$want" >"$cache/.stamp"
+npm_ci_locked "$here" "$cache/node"
+node -e "require('$cache/node/node_modules/tokenizers')" || npm_fetch_fail "the tokenizers binding does not load"
+npm_fetch_done "$want"
 echo "$cache/node/node_modules"
