@@ -150,10 +150,19 @@ TEST(ConnectionTest, RetryInitialConnectsWhenServerComesUpLater) {
   EXPECT_EQ(MetricValue(registry, "kvindex_nats_connected", "router"), 1);
 }
 
-TEST(ConnectionTest, UserPasswordAuth) {
+std::string PasswordConfig(const std::string& password) {
+  return "authorization { user: \"agent\", password: \"" + password + "\" }";
+}
+
+// A nats-server requiring user "agent" with `password`.
+StatusOr<std::unique_ptr<NatsServerProcess>> StartWithPassword(const std::string& password) {
   NatsServerOptions server_options;
-  server_options.config = R"(authorization { user: "agent", password: "pw-Secret-42" })";
-  auto server = NatsServerProcess::Start(server_options);
+  server_options.config = PasswordConfig(password);
+  return NatsServerProcess::Start(server_options);
+}
+
+TEST(ConnectionTest, UserPasswordAuth) {
+  auto server = StartWithPassword("pw-Secret-42");
   ASSERT_TRUE(server.ok()) << server.status();
   LogCapture logs;
   prometheus::Registry registry;
@@ -258,19 +267,13 @@ bool RoundTrip(const Connection& connection) {
   return connection.connected() && natsConnection_FlushTimeout(connection.raw(), 2000) == NATS_OK;
 }
 
-std::string PasswordConfig(const std::string& password) {
-  return "authorization { user: \"agent\", password: \"" + password + "\" }";
-}
-
 // Issue #21: a password can only be rotated with a restart (cnats takes it
 // once). With keep_trying_auth, the file rewritten first and the server's
 // config reloaded second: the server drops the connection, cnats is refused
 // twice with the old password and closes it, and a new connection is dialled
 // with the file read again. Nothing exits; the handles change generation.
 TEST(ConnectionTest, PasswordRotatedInItsFileNeedsNoRestart) {
-  NatsServerOptions server_options;
-  server_options.config = PasswordConfig("pw-One-1");
-  auto server = NatsServerProcess::Start(server_options);
+  auto server = StartWithPassword("pw-One-1");
   ASSERT_TRUE(server.ok()) << server.status();
   LogCapture logs;
   prometheus::Registry registry;
@@ -302,9 +305,7 @@ TEST(ConnectionTest, PasswordRotatedInItsFileNeedsNoRestart) {
 // connected and flagged auth_failing (readiness), until the file holds the
 // new password.
 TEST(ConnectionTest, RefusedCredentialsAreRetriedUntilTheFileIsFixed) {
-  NatsServerOptions server_options;
-  server_options.config = PasswordConfig("pw-One-1");
-  auto server = NatsServerProcess::Start(server_options);
+  auto server = StartWithPassword("pw-One-1");
   ASSERT_TRUE(server.ok()) << server.status();
   prometheus::Registry registry;
   NatsOptions options;
