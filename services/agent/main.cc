@@ -65,8 +65,6 @@ std::string SourcesJson(const kvindex::ingest::AgentPipeline& pipeline) {
 
 }  // namespace
 
-static std::atomic<bool> nats_closed{false};
-
 int main(int argc, char** argv) {
   using namespace kvindex;
   CLI::App app{"kvindex-agent: engine ZMQ KV events -> normalized placement events", kName};
@@ -245,21 +243,20 @@ int main(int argc, char** argv) {
   std::unique_ptr<PlacementPublisher> publisher;
   JetStreamPublisher* jetstream = nullptr;
   if (use_nats) {
-    // A connection the client library closed for good (refused credentials
-    // or TLS) does not come back: stop, and exit 1 so the supervisor sees it.
-    nats::Connection::Hooks hooks;
-    hooks.on_closed = [] {
-      nats_closed.store(true);
-      kill(getpid(), SIGTERM);
-    };
-    auto connected = nats::Connection::Connect(nats_options, &registry, "agent", std::move(hooks),
+    // Refused credentials never stop the agent (its buffer would be lost):
+    // the connection is dialled anew with every secret file read again,
+    // counted, and /readyz says so meanwhile.
+    nats_options.keep_trying_auth = true;
+    auto connected = nats::Connection::Connect(nats_options, &registry, "agent", {},
                                                /*retry_initial=*/true);
     if (!connected.ok()) return Fail(std::string(connected.status().message()), 1);
     connection = std::move(*connected);
+    nats::Connection* current = connection.get();
+    publisher_options.current_connection = [current] { return current->raw(); };
     // A refused publish that needs the stream to change (deleted, full)
     // checks it, creating it when missing, before the next round.
-    publisher_options.check_stream = [js = connection->jetstream(), stream_options] {
-      return nats::EnsureStream(js, stream_options);
+    publisher_options.check_stream = [current, stream_options] {
+      return nats::EnsureStream(current->jetstream(), stream_options);
     };
     auto owned =
         std::make_unique<JetStreamPublisher>(connection->raw(), publisher_options, &registry);
@@ -296,11 +293,23 @@ int main(int argc, char** argv) {
              .Register(registry)
              .Add({});
     // The stream and the listener need JetStream up; start order must not
-    // matter, so they are retried in the background.
+    // matter, so they are retried in the background. A new connection
+    // (dialled after refused credentials) gets a new listener.
     nats_setup = std::thread([&, stream_mismatch] {
       auto backoff = std::chrono::milliseconds(100);
       bool stream_ready = false;
+      uint64_t listening = connection->generation();
       while (!stopping.load()) {
+        if (const uint64_t now = connection->generation(); now != listening) {
+          listener->Stop();
+          listener = std::make_unique<ResyncListener>(
+              connection->jetstream(), stream_options.name,
+              stream_options.subjects.Expire(options.node),
+              [&pipeline] { pipeline.RequestSnapshots(true, {}); });
+          listening = now;
+          stream_ready = false;
+          backoff = std::chrono::milliseconds(100);
+        }
         if (!stream_ready) {
           std::vector<std::string> mismatch;
           Status s = nats::EnsureStream(connection->jetstream(), stream_options, &mismatch);
@@ -309,9 +318,12 @@ int main(int argc, char** argv) {
           if (stream_ready) jetstream->SetStreamReady(true);
           if (!s.ok()) logger->warn("stream {}: {} (retrying)", stream_options.name, s.ToString());
         }
-        if (stream_ready && listener->Start().ok()) return;
+        if (stream_ready && (listener->started() || listener->Start().ok())) {
+          backoff = std::chrono::milliseconds(200);  // watching for a new connection
+        } else {
+          backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
+        }
         std::this_thread::sleep_for(backoff);
-        backoff = std::min(backoff * 2, std::chrono::milliseconds(5000));
       }
     });
   }
@@ -330,9 +342,12 @@ int main(int argc, char** argv) {
                    },
                    {.open = true});
     server->Handle("GET", "/readyz",
-                   [&pipeline](const http::Request&, http::Response& r) {
+                   [&pipeline, &connection](const http::Request&, http::Response& r) {
                      r.content_type = "text/plain";
-                     if (pipeline.Ready()) {
+                     if (connection != nullptr && connection->auth_failing()) {
+                       r.status = 503;
+                       r.body = "not ready: NATS refuses the credentials (retrying)\n";
+                     } else if (pipeline.Ready()) {
                        r.body = "ready\n";
                      } else {
                        r.status = 503;
@@ -380,10 +395,6 @@ int main(int argc, char** argv) {
     connection.reset();
   } else {
     publisher->Flush().IgnoreError();  // best effort: stdout may be gone at shutdown
-  }
-  if (nats_closed.load()) {
-    logger->error("stopped: the NATS connection was closed for good (see above)");
-    return 1;
   }
   return 0;
 }

@@ -323,13 +323,6 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  // A NATS connection the client library closed for good (refused
-  // credentials or TLS) does not come back: exit 1 so the supervisor sees it.
-  static std::atomic<bool> nats_closed{false};
-  options.on_nats_closed = [] {
-    nats_closed.store(true);
-    kill(getpid(), SIGTERM);
-  };
   // A signal during start (a long bootstrap) cancels it: a waiter thread
   // takes the signal from the start on.
   static std::atomic<bool> stop{false};
@@ -368,10 +361,6 @@ int main(int argc, char** argv) {
   waiter.join();
   logger->info("signal {} received, shutting down", received);
   router.Stop();
-  if (nats_closed.load()) {
-    logger->error("stopped: the NATS connection was closed for good (see above)");
-    return 1;
-  }
   logger->info("stopped");
   return 0;
 }

@@ -117,17 +117,23 @@ Status Router::Start() {
   } else {
     // A NATS server that is down at start is retried in the background; the
     // apply loop opens the stream (creating it if missing) once it answers.
-    nats::Connection::Hooks hooks;
-    hooks.on_closed = options_.on_nats_closed;
+    // Refused credentials never stop the router: a new connection is dialled
+    // with every secret file read again (not ready meanwhile).
+    nats::NatsOptions nats_options = options_.nats;
+    nats_options.keep_trying_auth = true;
     KVINDEX_ASSIGN_OR_RETURN(connection_,
-                             nats::Connection::Connect(options_.nats, registry_.get(), "router",
-                                                       std::move(hooks), /*retry_initial=*/true));
+                             nats::Connection::Connect(nats_options, registry_.get(), "router", {},
+                                                       /*retry_initial=*/true));
     consume::JetStreamLogOptions log_options;
     log_options.stream = options_.stream.name;
     log_options.subjects = options_.stream.subjects.All();
-    jsCtx* js = connection_->jetstream();
+    nats::Connection* connection = connection_.get();
+    jsCtx* js = connection->jetstream();
+    log_options.current_js = [connection] { return connection->jetstream(); };
     const nats::StreamOptions stream = options_.stream;
-    log_options.prepare = [js, stream] { return nats::EnsureStream(js, stream); };
+    log_options.prepare = [connection, stream] {
+      return nats::EnsureStream(connection->jetstream(), stream);
+    };
     reader_ = std::make_unique<consume::JetStreamLogReader>(js, std::move(log_options));
   }
   apply_ = std::make_unique<consume::ApplyLoop>(reader_.get(), index_.get(), probe_.get(),
@@ -138,9 +144,9 @@ Status Router::Start() {
   if (!options_.embedded) {
     // Checkpoints carry the stream's identity; one from another stream, or
     // past its end, is not restored (storage/checkpointer.h).
-    jsCtx* js = connection_->jetstream();
-    checkpoint_options.stream_identity = [js, name = options_.stream.name] {
-      return StreamIdentityOf(js, name);
+    nats::Connection* connection = connection_.get();
+    checkpoint_options.stream_identity = [connection, name = options_.stream.name] {
+      return StreamIdentityOf(connection->jetstream(), name);
     };
   }
   checkpointer_ = std::make_unique<storage::Checkpointer>(checkpoint_options, apply_.get(),
@@ -170,10 +176,10 @@ Status Router::Start() {
       return status;
     }
   } else {
-    jsCtx* js = connection_->jetstream();
+    nats::Connection* connection = connection_.get();
     const nats::SubjectScheme subjects = options_.stream.subjects;
-    auto append = [js, subjects](const std::string& agent, const std::string& msg_id,
-                                 const std::vector<PlacementEvent>& events) -> Status {
+    auto append = [connection, subjects](const std::string& agent, const std::string& msg_id,
+                                         const std::vector<PlacementEvent>& events) -> Status {
       std::string data;
       codec::EncodePlacementBatch(events, &data);
       jsPubOptions pub;
@@ -181,8 +187,9 @@ Status Router::Start() {
       pub.MsgId = msg_id.c_str();
       jsPubAck* ack = nullptr;
       jsErrCode code = static_cast<jsErrCode>(0);
-      const natsStatus status = js_Publish(&ack, js, subjects.Expire(agent).c_str(), data.data(),
-                                           static_cast<int>(data.size()), &pub, &code);
+      const natsStatus status =
+          js_Publish(&ack, connection->jetstream(), subjects.Expire(agent).c_str(), data.data(),
+                     static_cast<int>(data.size()), &pub, &code);
       jsPubAck_Destroy(ack);
       return status == NATS_OK ? absl::OkStatus()
                                : nats::FromNats(status, "append to the control subject", code);
@@ -317,9 +324,9 @@ void Router::Bootstrap() {
 
 void Router::WatchStream() {
   auto logger = log::Get("router");
-  jsCtx* js = connection_->jetstream();
   do {
-    StatusOr<storage::StreamIdentity> identity = StreamIdentityOf(js, options_.stream.name);
+    StatusOr<storage::StreamIdentity> identity =
+        StreamIdentityOf(connection_->jetstream(), options_.stream.name);
     if (absl::IsNotFound(identity.status())) {
       if (stream_state_.exchange(1) != 1) {
         logger->error("stream '{}' does not exist: not ready until it does", options_.stream.name);
@@ -340,6 +347,10 @@ void Router::WatchStream() {
 }
 
 bool Router::StreamReady(std::string* reason) const {
+  if (connection_ != nullptr && connection_->auth_failing()) {
+    if (reason != nullptr) *reason = "NATS refuses the credentials (retrying)";
+    return false;
+  }
   const int state = stream_state_.load();
   if (state == 0) return true;
   if (reason != nullptr) {

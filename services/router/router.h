@@ -124,10 +124,6 @@ struct RouterOptions {
   // JetStream mode (embedded false): connection and stream.
   nats::NatsOptions nats;
   nats::StreamOptions stream;
-  // Called (from a NATS thread) when the client library closed the
-  // connection for good (e.g. authentication or TLS refused while
-  // reconnecting): the router cannot recover by itself. Default: none.
-  std::function<void()> on_nats_closed;
   // How often agents' leases are checked (JetStream mode). Default: 250 ms.
   std::chrono::milliseconds liveness_interval{250};
   // Longest agent lease honoured, whatever a heartbeat announces (JetStream

@@ -27,7 +27,9 @@ std::string NodeOfSubject(const char* subject) {
 }  // namespace
 
 JetStreamLogReader::JetStreamLogReader(jsCtx* js, JetStreamLogOptions options)
-    : js_(js), options_(std::move(options)) {}
+    : js_(js), options_(std::move(options)) {
+  if (options_.current_js) js_ = options_.current_js();
+}
 
 JetStreamLogReader::~JetStreamLogReader() { Unsubscribe(); }
 
@@ -77,8 +79,20 @@ Status JetStreamLogReader::Subscribe(uint64_t first_position) {
   return absl::OkStatus();
 }
 
+void JetStreamLogReader::FollowConnection() {
+  if (!options_.current_js) return;
+  jsCtx* now = options_.current_js();
+  if (now == nullptr || now == js_) return;
+  // A new connection: the old subscription died with the old one.
+  log::Get("consume")->info("stream '{}': reading through a new NATS connection after {}",
+                            options_.stream, last_returned_);
+  Abandon();
+  js_ = now;
+}
+
 Status JetStreamLogReader::Open(uint64_t first_position) {
   if (first_position == 0) return absl::InvalidArgumentError("log positions start at 1");
+  FollowConnection();
   if (options_.prepare) KVINDEX_RETURN_IF_ERROR(options_.prepare());
   KVINDEX_ASSIGN_OR_RETURN(nats::StreamState bounds, nats::GetStreamState(js_, options_.stream));
   last_returned_ = first_position - 1;
@@ -144,6 +158,7 @@ Status JetStreamLogReader::CheckStall() {
 Status JetStreamLogReader::Read(LogBatch* batch, size_t max_events,
                                 std::chrono::milliseconds wait) {
   if (!deferred_error_.ok()) return std::exchange(deferred_error_, absl::OkStatus());
+  FollowConnection();
   if (sub_ == nullptr) KVINDEX_RETURN_IF_ERROR(Subscribe(last_returned_ + 1));
   const size_t events_before = batch->events.size();
   const size_t messages_before = batch->messages.size();

@@ -52,6 +52,11 @@ struct JetStreamLogOptions {
   // Called by Open before anything else (e.g. create the stream when it is
   // missing, so start order never matters). Default: none.
   std::function<Status()> prepare;
+  // The JetStream context to read through now (nats::Connection::jetstream,
+  // which changes when credentials were refused and a new connection was
+  // dialled). Read moves to a new one by itself, resubscribing after the
+  // last message it returned. Default: none (the constructor's, for good).
+  std::function<jsCtx*()> current_js;
   // Testing (fault injection): called instead of natsSubscription_NextMsg.
   // Default: none (the client library's).
   std::function<natsStatus(natsMsg**, natsSubscription*, int64_t)> next_msg;
@@ -82,8 +87,10 @@ class JetStreamLogReader final : public LogReader {
   // Appends one message; false when it is not a new position.
   bool Append(natsMsg* msg, LogBatch* batch);
   Status CheckStall();
+  // Takes options_.current_js when it changed (abandoning the subscription).
+  void FollowConnection();
 
-  jsCtx* const js_;
+  jsCtx* js_;  // the reading thread's (see current_js)
   const JetStreamLogOptions options_;
   natsSubscription* sub_ = nullptr;
   uint64_t last_returned_ = 0;  // position of the last message handed out

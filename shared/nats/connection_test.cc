@@ -150,10 +150,19 @@ TEST(ConnectionTest, RetryInitialConnectsWhenServerComesUpLater) {
   EXPECT_EQ(MetricValue(registry, "kvindex_nats_connected", "router"), 1);
 }
 
-TEST(ConnectionTest, UserPasswordAuth) {
+std::string PasswordConfig(const std::string& password) {
+  return "authorization { user: \"agent\", password: \"" + password + "\" }";
+}
+
+// A nats-server requiring user "agent" with `password`.
+StatusOr<std::unique_ptr<NatsServerProcess>> StartWithPassword(const std::string& password) {
   NatsServerOptions server_options;
-  server_options.config = R"(authorization { user: "agent", password: "pw-Secret-42" })";
-  auto server = NatsServerProcess::Start(server_options);
+  server_options.config = PasswordConfig(password);
+  return NatsServerProcess::Start(server_options);
+}
+
+TEST(ConnectionTest, UserPasswordAuth) {
+  auto server = StartWithPassword("pw-Secret-42");
   ASSERT_TRUE(server.ok()) << server.status();
   LogCapture logs;
   prometheus::Registry registry;
@@ -251,6 +260,114 @@ TEST(ConnectionTest, TokenFileIsReadAgainOnReconnect) {
   EXPECT_EQ(closed_hook.load(), 0);
   EXPECT_FALSE((*connection)->closed());
   EXPECT_EQ(MetricValue(registry, "kvindex_nats_reconnects_total", "agent"), 1);
+}
+
+// One round trip to the server on the connection's current handle.
+bool RoundTrip(const Connection& connection) {
+  return connection.connected() && natsConnection_FlushTimeout(connection.raw(), 2000) == NATS_OK;
+}
+
+// Issue #21: a password can only be rotated with a restart (cnats takes it
+// once). With keep_trying_auth, the file rewritten first and the server's
+// config reloaded second: the server drops the connection, cnats is refused
+// twice with the old password and closes it, and a new connection is dialled
+// with the file read again. Nothing exits; the handles change generation.
+TEST(ConnectionTest, PasswordRotatedInItsFileNeedsNoRestart) {
+  auto server = StartWithPassword("pw-One-1");
+  ASSERT_TRUE(server.ok()) << server.status();
+  LogCapture logs;
+  prometheus::Registry registry;
+  NatsOptions options;
+  options.url = (*server)->url();
+  options.user = "agent";
+  options.password_file = WriteFile((*server)->dir(), "password", "pw-One-1\n");
+  options.keep_trying_auth = true;
+  ASSERT_TRUE(LoadSecrets(&options).ok());
+  auto connection = Connection::Connect(options, &registry, "agent", {}, true);
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  ASSERT_TRUE(RoundTrip(**connection));
+  EXPECT_EQ((*connection)->generation(), 1u);
+
+  WriteFile((*server)->dir(), "password", "pw-Two-2\n");
+  ASSERT_TRUE((*server)->Reload(PasswordConfig("pw-Two-2")).ok());
+  EXPECT_TRUE(WaitFor([&] { return (*connection)->generation() >= 2 && RoundTrip(**connection); }));
+  EXPECT_GE(MetricValue(registry, "kvindex_nats_redials_total", "agent"), 1);
+  EXPECT_GE(MetricValue(registry, "kvindex_nats_auth_failures_total", "agent"), 1);
+  EXPECT_EQ(MetricValue(registry, "kvindex_nats_auth_failing", "agent"), 0);
+  EXPECT_FALSE((*connection)->auth_failing());
+  const std::string text = logs.text();
+  for (const char* secret : {"pw-One-1", "pw-Two-2"}) {
+    EXPECT_EQ(text.find(secret), std::string::npos) << text;
+  }
+}
+
+// The server is rotated first: the process keeps running, refused, not
+// connected and flagged auth_failing (readiness), until the file holds the
+// new password.
+TEST(ConnectionTest, RefusedCredentialsAreRetriedUntilTheFileIsFixed) {
+  auto server = StartWithPassword("pw-One-1");
+  ASSERT_TRUE(server.ok()) << server.status();
+  prometheus::Registry registry;
+  NatsOptions options;
+  options.url = (*server)->url();
+  options.user = "agent";
+  options.password_file = WriteFile((*server)->dir(), "password", "pw-Wrong-0\n");
+  options.keep_trying_auth = true;
+  options.reconnect_wait_max = milliseconds(300);
+  ASSERT_TRUE(LoadSecrets(&options).ok());
+  // Refused at the first connect: still a Connection, not connected.
+  auto connection = Connection::Connect(options, &registry, "router", {}, true);
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  EXPECT_FALSE((*connection)->connected());
+  EXPECT_TRUE((*connection)->auth_failing());
+  EXPECT_EQ(MetricValue(registry, "kvindex_nats_auth_failing", "router"), 1);
+  // It keeps being refused (and counted) while the file is wrong.
+  EXPECT_TRUE(WaitFor([&] {
+    return MetricValue(registry, "kvindex_nats_redials_total", "router") >= 2 &&
+           MetricValue(registry, "kvindex_nats_auth_failures_total", "router") >= 3;
+  }));
+  EXPECT_FALSE((*connection)->connected());
+  EXPECT_TRUE((*connection)->auth_failing());
+
+  WriteFile((*server)->dir(), "password", "pw-One-1\n");
+  EXPECT_TRUE(WaitFor([&] { return RoundTrip(**connection); }));
+  EXPECT_FALSE((*connection)->auth_failing());
+  EXPECT_EQ(MetricValue(registry, "kvindex_nats_auth_failing", "router"), 0);
+  EXPECT_EQ(MetricValue(registry, "kvindex_nats_connected", "router"), 1);
+}
+
+// An NKey seed file rotated (a new key pair: the public key changes), then
+// the server's users list reloaded.
+TEST(ConnectionTest, NkeySeedRotatedInItsFileNeedsNoRestart) {
+  std::mt19937 random(std::random_device{}());
+  auto make_seed = [&random] {
+    std::array<uint8_t, 32> raw{};
+    for (auto& b : raw) b = static_cast<uint8_t>(random());
+    return internal::EncodeUserSeed(raw);
+  };
+  auto config = [](const std::string& seed) {
+    return strings::Cat(R"(authorization { users: [ { nkey: ")", *internal::PublicKeyFromSeed(seed),
+                        R"(" } ] })");
+  };
+  const std::string first = make_seed();
+  const std::string second = make_seed();
+  NatsServerOptions server_options;
+  server_options.config = config(first);
+  auto server = NatsServerProcess::Start(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  prometheus::Registry registry;
+  NatsOptions options;
+  options.url = (*server)->url();
+  options.nkey_seed_file = WriteFile((*server)->dir(), "user.nk", first + "\n");
+  options.keep_trying_auth = true;
+  auto connection = Connection::Connect(options, &registry, "agent", {}, true);
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  ASSERT_TRUE(RoundTrip(**connection));
+
+  WriteFile((*server)->dir(), "user.nk", second + "\n");
+  ASSERT_TRUE((*server)->Reload(config(second)).ok());
+  EXPECT_TRUE(WaitFor([&] { return (*connection)->generation() >= 2 && RoundTrip(**connection); }));
+  EXPECT_GE(MetricValue(registry, "kvindex_nats_redials_total", "agent"), 1);
 }
 
 TEST(ConnectionTest, TokenAuth) {

@@ -160,15 +160,8 @@ void JetStreamPublisher::SetResyncHandler(std::function<void(const ResyncRequest
 Status JetStreamPublisher::Start() {
   if (sender_.joinable()) return absl::OkStatus();
   KVINDEX_RETURN_IF_ERROR(options_.Validate());
-  jsOptions js_options;
-  jsOptions_Init(&js_options);
-  js_options.PublishAsync.MaxPending = static_cast<int64_t>(options_.max_in_flight) * 2;
-  js_options.PublishAsync.AckHandler = &JetStreamPublisher::OnAck;
-  js_options.PublishAsync.AckHandlerClosure = this;
-  const natsStatus status = natsConnection_JetStream(&js_, connection_, &js_options);
-  if (status != NATS_OK) {
-    return absl::InternalError(std::string("JetStream context: ") + natsStatus_GetText(status));
-  }
+  if (options_.current_connection) connection_ = options_.current_connection();
+  KVINDEX_RETURN_IF_ERROR(MakeContext());
   // A message over the server's max_payload would be refused, and retried,
   // forever: batches stay below it, and larger events are split.
   int64_t max_payload = natsConnection_GetMaxPayload(connection_);
@@ -185,6 +178,57 @@ Status JetStreamPublisher::Start() {
   }
   sender_ = std::thread([this] { Run(); });
   return absl::OkStatus();
+}
+
+Status JetStreamPublisher::MakeContext() {
+  jsOptions js_options;
+  jsOptions_Init(&js_options);
+  js_options.PublishAsync.MaxPending = static_cast<int64_t>(options_.max_in_flight) * 2;
+  js_options.PublishAsync.AckHandler = &JetStreamPublisher::OnAck;
+  js_options.PublishAsync.AckHandlerClosure = this;
+  const natsStatus status = natsConnection_JetStream(&js_, connection_, &js_options);
+  if (status != NATS_OK) {
+    js_ = nullptr;
+    return absl::InternalError(std::string("JetStream context: ") + natsStatus_GetText(status));
+  }
+  return absl::OkStatus();
+}
+
+void JetStreamPublisher::RebindLocked(natsConnection* next) {
+  mu_.Unlock();
+  if (js_ != nullptr) {
+    // The old connection is closed: take back what its context still tracks
+    // (no callback for those any more), wait for callbacks already running.
+    natsMsgList pending{};
+    if (handed_any_ && js_PublishAsyncGetPendingList(&pending, js_) == NATS_OK) {
+      natsMsgList_Destroy(&pending);
+    }
+    jsPubOptions wait;
+    jsPubOptions_Init(&wait);
+    wait.MaxWait = std::chrono::milliseconds(kCallbackDrain).count();
+    js_PublishAsyncComplete(js_, &wait);
+    jsCtx_Destroy(js_);
+    js_ = nullptr;
+  }
+  handed_any_ = false;
+  connection_ = next;
+  const Status made = MakeContext();
+  mu_.Lock();
+  if (!made.ok()) {
+    log::Get("publish")->error("new NATS connection: {}", made.ToString());
+    return;
+  }
+  // Nothing sent on the old connection will be answered: send it again
+  // (same ids; JetStream drops what had landed), then snapshot everything.
+  const bool had_in_flight = in_flight_ > 0;
+  for (Outgoing& out : outbox_) out.in_flight = false;
+  in_flight_ = 0;
+  if (had_in_flight) {
+    FailRoundLocked(Failure::kUnavailable, outbox_.front().msg_seq, "NATS connection replaced");
+  }
+  resync_all_ = true;
+  log::Get("publish")->info("publishing on a new NATS connection; {} message(s) to send again",
+                            outbox_.size());
 }
 
 void JetStreamPublisher::Stop() { StopAndDrain(std::chrono::steady_clock::now()); }
@@ -635,6 +679,12 @@ void JetStreamPublisher::MaybeRequestResyncLocked() {
 void JetStreamPublisher::Run() {
   MutexLock lock(&mu_);
   while (!stopping_) {
+    if (options_.current_connection) {
+      if (natsConnection* now = options_.current_connection(); now != connection_ && now) {
+        RebindLocked(now);
+        continue;
+      }
+    }
     SealDueLocked(false);
     // An acknowledgement the client never reported: treat it as failed.
     const auto overdue = std::chrono::steady_clock::now() - 2 * options_.ack_timeout;
@@ -647,8 +697,8 @@ void JetStreamPublisher::Run() {
     // Nothing goes out before the stream exists: a message refused for a
     // missing stream while the next one is stored would reach routers out
     // of order (a gap, a needless resync).
-    const bool connected =
-        stream_ready_ && natsConnection_Status(connection_) == NATS_CONN_STATUS_CONNECTED;
+    const bool connected = stream_ready_ && js_ != nullptr &&
+                           natsConnection_Status(connection_) == NATS_CONN_STATUS_CONNECTED;
     bool sent = false;
     if (connected) {
       if (retry_pending_ && std::chrono::steady_clock::now() >= retry_at_) {

@@ -108,6 +108,13 @@ struct JetStreamPublisherOptions {
   // that needs the stream to change (no_stream, limits, refused): checks the
   // stream, creating it when missing. Default: none.
   std::function<Status()> check_stream;
+  // The connection to publish on now (nats::Connection::raw, which changes
+  // when credentials were refused and a new connection was dialled). The
+  // sender moves to a new one by itself: what was in flight on the old one
+  // is sent again (same ids), and every source is snapshotted once the
+  // backlog is acknowledged (routers may have expired this agent while it
+  // was refused). Default: none (the constructor's connection, for good).
+  std::function<natsConnection*()> current_connection;
   // Testing: called first in every acknowledgement callback (on the client
   // library's thread). Default: none.
   std::function<void()> ack_observer;
@@ -231,7 +238,12 @@ class JetStreamPublisher final : public PlacementPublisher {
   void MaybeRequestResyncLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void MaybeCheckStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  natsConnection* const connection_;
+  // Creates js_ on connection_ (sender thread, or Start).
+  Status MakeContext();
+  // Moves to `next` (options_.current_connection changed); sender thread.
+  void RebindLocked(natsConnection* next) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Written by Start and the sender thread only.
+  natsConnection* connection_;
   JetStreamPublisherOptions options_;
   std::unique_ptr<Probe> probe_;
   std::function<void(const ResyncRequest&)> resync_handler_;

@@ -22,20 +22,32 @@ NATS_SERVER = os.environ.get("NATS_SERVER_BIN", "/usr/sbin/nats-server")
 class NatsServer:
     """One nats-server with JetStream and file storage."""
 
-    def __init__(self, name="n0", cluster_port=None, routes=(), config=None, port=None):
+    def __init__(self, name="n0", cluster_port=None, routes=(), config=None, port=None,
+                 reloadable=False):
+        """reloadable: the server name and JetStream go into the config file
+        instead of flags (nats-server 2.9 loses JetStream on a reload when
+        flags enabled it, and refuses a reload naming another server), so
+        reload() can rewrite the rest."""
         self.port = port or e2e.free_port()
+        self.name = name
         self.dir = tempfile.mkdtemp(prefix="kvindex-nats-")
-        self.args = [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port), "-js",
-                     "-sd", os.path.join(self.dir, "js"), "-n", name]
+        self.header = ""
+        self.args = [NATS_SERVER, "-a", "127.0.0.1", "-p", str(self.port)]
+        if reloadable:
+            self.header = 'server_name: %s\njetstream { store_dir: "%s" }\n' % (
+                name, os.path.join(self.dir, "js"))
+            config = config or ""
+        else:
+            self.args += ["-js", "-sd", os.path.join(self.dir, "js"), "-n", name]
         if cluster_port:
             self.args += ["--cluster_name", "kvindex", "--cluster",
                           "nats://127.0.0.1:%d" % cluster_port]
             if routes:
                 self.args += ["--routes", ",".join("nats://127.0.0.1:%d" % p for p in routes)]
-        if config:
+        if config is not None:
             path = os.path.join(self.dir, "server.conf")
             with open(path, "w") as f:
-                f.write(config)
+                f.write(self.header + config)
             self.args += ["-c", path]
         self.proc = None
         self.log = open(os.path.join(self.dir, "server.log"), "w")
@@ -71,6 +83,23 @@ class NatsServer:
             os.kill(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
         self.proc = None
+
+    def reload(self, config):
+        """Rewrites server.conf and makes the running server reload it
+        (SIGHUP, as `nats-server --signal reload=PID`); waits for its log line."""
+        done = "Reloaded server configuration"
+        log_path = os.path.join(self.dir, "server.log")
+
+        def reloads():
+            self.log.flush()
+            with open(log_path) as f:
+                return f.read().count(done)
+        before = reloads()
+        assert self.header, "reload needs NatsServer(reloadable=True)"
+        with open(os.path.join(self.dir, "server.conf"), "w") as f:
+            f.write(self.header + config)
+        os.kill(self.proc.pid, signal.SIGHUP)
+        e2e.wait_for(lambda: reloads() > before, 10, "nats-server reloaded its config")
 
     def stop(self):
         if self.proc is not None and self.proc.poll() is None:

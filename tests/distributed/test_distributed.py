@@ -349,7 +349,8 @@ def scenario_overflow(bin_dir):
 
 def scenario_auth(bin_dir):
     """(h) user/password and token auth: clients without or with wrong
-    credentials are rejected and counted; no secret appears in any log."""
+    credentials are rejected, counted and not ready (never an exit); no
+    secret appears in any log."""
     password = "s3cret-pass-%d" % os.getpid()
     server = ne.NatsServer(config='authorization { user: kv, password: "%s" }\n' % password)
     server.start()
@@ -362,14 +363,20 @@ def scenario_auth(bin_dir):
         f.write("not-" + password + "\n")
     procs = []
     try:
-        # Without credentials and with a wrong password: rejected, exit != 0.
+        # Without credentials and with a wrong password: rejected and
+        # counted, not ready, but running (retrying with the files read
+        # again: test_credential_rotation.py), and stopped cleanly.
         for extra in ([], ["--nats-user", "kv", "--nats-password-file", bad]):
             r = ne.NatsRouter(bin_dir, server.url, extra)
             procs.append(r)
             r.start()
-            code = r.proc.wait(timeout=30)
+            e2e.wait_for(lambda: r.proc.poll() is None and
+                         r.metric("kvindex_nats_auth_failures_total") >= 1, 30,
+                         "refusals counted")
+            status, _, body = r.request("GET", "/readyz")
+            assert status == 503 and "credentials" in body, (status, body)
+            assert r.stop() == 0
             logs = r.logs()
-            assert code != 0, logs
             assert any(w in logs for w in ("uthoriz", "uthenticat", "ermission")), logs
             assert password not in logs
         # The right password from a file, and from the environment.

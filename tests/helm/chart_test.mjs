@@ -327,6 +327,32 @@ const expectations = {
     check(sm?.spec.endpoints[0].authorization?.credentials?.name === "kvindex-api-token", "auth-token: ServiceMonitor scrapes with the token");
     check(find(objects, "Secret").length === 0, "auth-token: no generated Secret beside the given one");
   },
+  "router-limits"(objects) {
+    const sts = find(objects, "StatefulSet")[0];
+    const env = envOf(sts, "kvindex-router");
+    const want = {
+      KVINDEX_BOOTSTRAP_FROM: "https://kvindex-router.kvindex.svc:8443",
+      KVINDEX_BOOTSTRAP_MAX_BYTES: "2147483648",
+      KVINDEX_BOOTSTRAP_TIMEOUT: "2m",
+      KVINDEX_HTTP_MAX_BODY_TOTAL_BYTES: "33554432",
+      KVINDEX_HTTP_MAX_CONNECTIONS_PER_CLIENT: "64",
+      KVINDEX_MAX_MODELS: "8",
+      KVINDEX_BOOTSTRAP_CA: "/etc/kvindex/bootstrap-ca/ca.pem",
+    };
+    for (const [name, value] of Object.entries(want)) check(env[name] === value, `router-limits: ${name}=${env[name]}, expected ${value}`);
+    const pod = sts.spec.template.spec;
+    const container = pod.containers.find((c) => c.name === "kvindex-router");
+    check(
+      JSON.stringify(container.args) ===
+        JSON.stringify(["--tokenizer", "meta-llama/Llama-3.1-8B=/etc/kvindex/tokenizers/0", "--tokenizer", "Qwen/Qwen2.5-7B=/etc/kvindex/tokenizers/1"]),
+      `router-limits: --tokenizer arguments (${container.args})`,
+    );
+    const mounts = Object.fromEntries(container.volumeMounts.map((m) => [m.name, m]));
+    const volumes = Object.fromEntries(pod.volumes.map((v) => [v.name, v]));
+    check(volumes["kvindex-bootstrap-ca"]?.secret?.secretName === "kvindex-bootstrap-ca" && mounts["kvindex-bootstrap-ca"]?.mountPath === "/etc/kvindex/bootstrap-ca", "router-limits: the bootstrap CA Secret mounted");
+    check(volumes["kvindex-tokenizer-0"]?.persistentVolumeClaim?.claimName === "llama-tokenizer" && mounts["kvindex-tokenizer-0"]?.readOnly === true, "router-limits: tokenizer 0 from its PVC, read-only");
+    check(volumes["kvindex-tokenizer-1"]?.configMap?.name === "qwen-tokenizer" && mounts["kvindex-tokenizer-1"]?.mountPath === "/etc/kvindex/tokenizers/1", "router-limits: tokenizer 1 from its ConfigMap");
+  },
   sidecar(objects) {
     check(find(objects, "DaemonSet").length === 0, "sidecar: no DaemonSet");
     check(find(objects, "ConfigMap", "-agent-sidecar").length === 1, "sidecar: snippet ConfigMap");

@@ -197,6 +197,33 @@ Status NatsServerProcess::Restart() {
   return ready;
 }
 
+Status NatsServerProcess::Reload(const std::string& config) {
+  if (pid_ <= 0 || options_.config.empty()) {
+    return absl::FailedPreconditionError("reload: the server runs without a config file");
+  }
+  constexpr std::string_view kReloaded = "Reloaded server configuration";
+  auto count = [this, kReloaded] {
+    const std::string log = ReadFile(dir_ + "/server.log");
+    size_t n = 0;
+    for (size_t at = log.find(kReloaded); at != std::string::npos;
+         at = log.find(kReloaded, at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  const size_t before = count();
+  options_.config = config;
+  std::ofstream(dir_ + "/server.conf") << config << "\n";
+  kill(pid_, SIGHUP);
+  const auto deadline = steady_clock::now() + milliseconds(10000);
+  while (steady_clock::now() < deadline) {
+    if (count() > before) return absl::OkStatus();
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return absl::DeadlineExceededError(
+      strings::Cat("nats-server did not reload; log:\n", ReadFile(dir_ + "/server.log")));
+}
+
 StatusOr<std::unique_ptr<NatsCluster>> NatsCluster::Start(std::chrono::milliseconds timeout) {
   auto cluster = std::unique_ptr<NatsCluster>(new NatsCluster());
   std::vector<int> cluster_ports;

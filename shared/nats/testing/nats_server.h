@@ -75,6 +75,10 @@ class NatsServerProcess {
   void Kill();
   // Starts again (after Stop/Kill or Prepare) on the same ports and storage.
   Status Restart();
+  // Rewrites server.conf with `config` (the server must have been started
+  // with a config) and makes the running server reload it (SIGHUP, as
+  // `nats-server --signal reload`); waits until the server logged the reload.
+  Status Reload(const std::string& config);
 
  private:
   friend class NatsCluster;
