@@ -13,6 +13,7 @@
 #include "shared/metrics/metrics.h"
 #include "shared/query/json_writer.h"
 #include "shared/query/match_request.h"
+#include "shared/tokenize/chat_encoder.h"
 
 namespace kvindex::query {
 namespace {
@@ -92,6 +93,34 @@ Status TokenizeText(const ApiContext& context, MatchRequest* req) {
   if (ids->size() > kMaxTokens) {
     return absl::InvalidArgumentError("field 'text' makes more than " + std::to_string(kMaxTokens) +
                                       " tokens");
+  }
+  req->tokens = std::move(*ids);
+  req->has_tokens = true;
+  return absl::OkStatus();
+}
+
+// "messages": the body's chat request rendered and tokenized as vLLM does.
+Status TokenizeChat(const ApiContext& context, std::string_view body, MatchRequest* req) {
+  const tokenize::Tokenizer* tokenizer =
+      context.tokenizers == nullptr ? nullptr : context.tokenizers->Find(req->model);
+  if (tokenizer == nullptr) {
+    return absl::InvalidArgumentError("no tokenizer for model '" + req->model +
+                                      "': start the router with --tokenizer MODEL=DIR, or send "
+                                      "'tokens'");
+  }
+  StatusOr<tokenize::ChatRequest> chat = tokenize::ParseChatRequest(body);
+  if (!chat.ok()) return absl::InvalidArgumentError(std::string(Message(chat.status())));
+  StatusOr<std::vector<uint32_t>> ids = tokenize::EncodeChat(*tokenizer, *chat);
+  if (!ids.ok()) {
+    const bool elsewhere =
+        absl::IsUnimplemented(ids.status()) || absl::IsFailedPrecondition(ids.status());
+    return absl::InvalidArgumentError(
+        "field 'messages': " + std::string(Message(ids.status())) +
+        (elsewhere ? " (send 'tokens' from the model's render endpoint)" : ""));
+  }
+  if (ids->size() > kMaxTokens) {
+    return absl::InvalidArgumentError("field 'messages' makes more than " +
+                                      std::to_string(kMaxTokens) + " tokens");
   }
   req->tokens = std::move(*ids);
   req->has_tokens = true;
@@ -252,6 +281,8 @@ void RouterApi::Match(const http::Request& request, http::Response& response) co
   thread_local MatchRequest parsed;
   Status status = ParseMatchRequest(request.body, RequestDialect::kMatch, &parsed);
   if (status.ok() && parsed.has_text) status = TokenizeText(context_, &parsed);
+  const bool tokenized = parsed.has_text || parsed.has_messages;
+  if (status.ok() && parsed.has_messages) status = TokenizeChat(context_, request.body, &parsed);
   if (!status.ok()) {
     http::SetError(response, 400, Message(status));
   } else if (StatusOr<index::MatchResult> result =
@@ -260,7 +291,7 @@ void RouterApi::Match(const http::Request& request, http::Response& response) co
     http::SetError(response, StatusToHttp(result.status()), Message(result.status()));
   } else {
     WriteMatchResponse(parsed.model, *result, &response.body,
-                       parsed.has_text ? static_cast<int64_t>(parsed.tokens.size()) : -1);
+                       tokenized ? static_cast<int64_t>(parsed.tokens.size()) : -1);
   }
   if (context_.probe != nullptr)
     context_.probe->RecordRequest(consume::Endpoint::kMatch, response.status);

@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "shared/tokenize/chat_encoder.h"
 #include "shared/tokenize/utf8.h"
 
 namespace kvindex::tokenize {
@@ -33,6 +34,8 @@ std::string TokenString(const nlohmann::json& config, const char* key) {
 }
 
 }  // namespace
+
+Tokenizer::~Tokenizer() = default;
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& dir) {
   KVINDEX_ASSIGN_OR_RETURN(std::string tokenizer_json, ReadFile(dir + "/tokenizer.json", nullptr));
@@ -119,6 +122,13 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokeni
         }
         tok->bos_token_ = TokenString(config, "bos_token");
         tok->eos_token_ = TokenString(config, "eos_token");
+        StatusOr<std::unique_ptr<ChatEncoder>> chat = ChatEncoder::FromConfig(config);
+        if (chat.ok()) {
+          tok->chat_ = std::move(*chat);
+          tok->chat_status_ = absl::OkStatus();
+        } else {
+          tok->chat_status_ = absl::FailedPreconditionError(chat.status().message());
+        }
       }
     }
   } catch (const nlohmann::json::exception& e) {
