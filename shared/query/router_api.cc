@@ -77,8 +77,10 @@ StatusOr<index::MatchResult> Lookup(const ApiContext& context, const MatchReques
   return result;
 }
 
-// /v1/match "text": the model's tokenizer turns it into the request's tokens.
-Status TokenizeText(const ApiContext& context, MatchRequest* req) {
+// /v1/match "text" or "messages": the model's tokenizer turns the text, or
+// the body's chat request rendered as vLLM renders it, into the request's
+// tokens.
+Status Tokenize(const ApiContext& context, std::string_view body, MatchRequest* req) {
   const tokenize::Tokenizer* tokenizer =
       context.tokenizers == nullptr ? nullptr : context.tokenizers->Find(req->model);
   if (tokenizer == nullptr) {
@@ -86,40 +88,24 @@ Status TokenizeText(const ApiContext& context, MatchRequest* req) {
                                       "': start the router with --tokenizer MODEL=DIR, or send "
                                       "'tokens'");
   }
-  StatusOr<std::vector<uint32_t>> ids = tokenizer->Encode(req->text);
-  if (!ids.ok()) {
-    return absl::InvalidArgumentError("field 'text': " + std::string(Message(ids.status())));
+  const std::string field = req->has_text ? "text" : "messages";
+  StatusOr<std::vector<uint32_t>> ids;
+  if (req->has_text) {
+    ids = tokenizer->Encode(req->text);
+  } else {
+    StatusOr<tokenize::ChatRequest> chat = tokenize::ParseChatRequest(body);
+    ids = chat.ok() ? tokenize::EncodeChat(*tokenizer, *chat)
+                    : StatusOr<std::vector<uint32_t>>(chat.status());
   }
-  if (ids->size() > kMaxTokens) {
-    return absl::InvalidArgumentError("field 'text' makes more than " + std::to_string(kMaxTokens) +
-                                      " tokens");
-  }
-  req->tokens = std::move(*ids);
-  req->has_tokens = true;
-  return absl::OkStatus();
-}
-
-// "messages": the body's chat request rendered and tokenized as vLLM does.
-Status TokenizeChat(const ApiContext& context, std::string_view body, MatchRequest* req) {
-  const tokenize::Tokenizer* tokenizer =
-      context.tokenizers == nullptr ? nullptr : context.tokenizers->Find(req->model);
-  if (tokenizer == nullptr) {
-    return absl::InvalidArgumentError("no tokenizer for model '" + req->model +
-                                      "': start the router with --tokenizer MODEL=DIR, or send "
-                                      "'tokens'");
-  }
-  StatusOr<tokenize::ChatRequest> chat = tokenize::ParseChatRequest(body);
-  if (!chat.ok()) return absl::InvalidArgumentError(std::string(Message(chat.status())));
-  StatusOr<std::vector<uint32_t>> ids = tokenize::EncodeChat(*tokenizer, *chat);
   if (!ids.ok()) {
     const bool elsewhere =
         absl::IsUnimplemented(ids.status()) || absl::IsFailedPrecondition(ids.status());
     return absl::InvalidArgumentError(
-        "field 'messages': " + std::string(Message(ids.status())) +
+        "field '" + field + "': " + std::string(Message(ids.status())) +
         (elsewhere ? " (send 'tokens' from the model's render endpoint)" : ""));
   }
   if (ids->size() > kMaxTokens) {
-    return absl::InvalidArgumentError("field 'messages' makes more than " +
+    return absl::InvalidArgumentError("field '" + field + "' makes more than " +
                                       std::to_string(kMaxTokens) + " tokens");
   }
   req->tokens = std::move(*ids);
@@ -280,9 +266,8 @@ bool RouterApi::Ready(std::string* reason) const {
 void RouterApi::Match(const http::Request& request, http::Response& response) const {
   thread_local MatchRequest parsed;
   Status status = ParseMatchRequest(request.body, RequestDialect::kMatch, &parsed);
-  if (status.ok() && parsed.has_text) status = TokenizeText(context_, &parsed);
   const bool tokenized = parsed.has_text || parsed.has_messages;
-  if (status.ok() && parsed.has_messages) status = TokenizeChat(context_, request.body, &parsed);
+  if (status.ok() && tokenized) status = Tokenize(context_, request.body, &parsed);
   if (!status.ok()) {
     http::SetError(response, 400, Message(status));
   } else if (StatusOr<index::MatchResult> result =
