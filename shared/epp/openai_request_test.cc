@@ -67,8 +67,10 @@ TEST(TokenChainTest, PromptFirstRenderFailsOver) {
 }
 
 // --tokenizer: a text prompt of a model with a tokenizer is encoded in
-// process (BOS included, as vLLM adds it), before the render endpoint; a
-// chat request and a model without one go on to the render endpoint.
+// process (BOS included, as vLLM adds it), before the render endpoint; so is
+// a chat request, through the model's chat template (whose BOS is the only
+// one, as in vLLM); a chat this process cannot render (multimodal) and a
+// model without a tokenizer go on to the render endpoint.
 TEST(TokenChainTest, InProcessTokenizerBeforeRender) {
   const auto dir = std::filesystem::temp_directory_path() /
                    ("kvindex-epp-tokenizer-" + std::to_string(::getpid()));
@@ -87,6 +89,9 @@ TEST(TokenChainTest, InProcessTokenizerBeforeRender) {
       "end_of_word_suffix": null, "fuse_unk": false, "byte_fallback": false, "ignore_merges": false,
       "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3, "Ġab": 4, "Ġa": 5},
       "merges": ["a b", "Ġ a", "Ġa b"]}})";
+  std::ofstream(dir / "tokenizer_config.json")
+      << R"({"bos_token": "<s>", "chat_template": "{{ bos_token }}{% for m in messages %})"
+         R"({{ m.content }}{% endfor %}"})";
   auto registry = tokenize::TokenizerRegistry::Load({"m=" + dir.string()});
   std::filesystem::remove_all(dir);
   ASSERT_TRUE(registry.ok()) << registry.status();
@@ -99,14 +104,27 @@ TEST(TokenChainTest, InProcessTokenizerBeforeRender) {
   ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":"ab ab"})", "/v1/completions", &r).ok());
   EXPECT_EQ((*chain)->Tokens(r, "", &tokens), TokenOutcome::kTokens);
   EXPECT_EQ(tokens, (std::vector<uint32_t>{9, 2, 3, 2}));  // "a b" merges first
+  const std::string chat = R"({"model":"m","messages":[{"role":"user","content":[)"
+                           R"({"type":"text","text":"ab"},{"type":"text","text":"ab"}]}]})";
+  ASSERT_TRUE(ParseOpenAiRequest(chat, "/v1/chat/completions", &r).ok());
+  tokens.clear();
+  EXPECT_EQ((*chain)->Tokens(r, chat, &tokens), TokenOutcome::kTokens);
+  // Parts joined with "\n" (not in the vocabulary: dropped); one BOS, the
+  // template's "<s>" as an added token (id 6 as Hugging Face assigns it: the
+  // file's 9 is not in the vocabulary).
+  EXPECT_EQ(tokens, (std::vector<uint32_t>{6, 2, 2}));
+  const std::string image = R"({"model":"m","messages":[{"role":"user","content":[)"
+                            R"({"type":"image_url","image_url":{"url":"x"}}]}]})";
+  ASSERT_TRUE(ParseOpenAiRequest(image, "/v1/chat/completions", &r).ok());
+  EXPECT_EQ((*chain)->Tokens(r, image, &tokens), TokenOutcome::kFailed);  // render: nobody there
   ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"other","prompt":"ab"})", "/v1/completions", &r).ok());
   EXPECT_EQ((*chain)->Tokens(r, "{}", &tokens), TokenOutcome::kFailed);  // render: nobody there
   auto counts = (*chain)->Counts();
   ASSERT_EQ(counts.size(), 3u);
   EXPECT_EQ(counts[1].name, "tokenizer");
-  EXPECT_EQ(counts[1].tokens, 1u);
-  EXPECT_EQ(counts[1].skipped, 1u);
-  EXPECT_EQ(counts[2].failed, 1u);
+  EXPECT_EQ(counts[1].tokens, 2u);
+  EXPECT_EQ(counts[1].skipped, 2u);
+  EXPECT_EQ(counts[2].failed, 2u);
 }
 
 TEST(TokenChainTest, RenderAnswerShapes) {

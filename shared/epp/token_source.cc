@@ -4,6 +4,8 @@
 
 #include <utility>
 
+#include "shared/tokenize/chat_encoder.h"
+
 namespace kvindex::epp {
 
 TokenOutcome PromptTokenSource::Tokens(const OpenAiRequest& request, std::string_view /*body*/,
@@ -13,12 +15,26 @@ TokenOutcome PromptTokenSource::Tokens(const OpenAiRequest& request, std::string
   return TokenOutcome::kTokens;
 }
 
-TokenOutcome TokenizerTokenSource::Tokens(const OpenAiRequest& request, std::string_view /*body*/,
+TokenOutcome TokenizerTokenSource::Tokens(const OpenAiRequest& request, std::string_view body,
                                           std::vector<uint32_t>* out) const {
-  if (!request.has_prompt_text) return TokenOutcome::kSkip;
+  const bool chat = request.kind == OpenAiRequest::Kind::kChat;
+  if (!chat && !request.has_prompt_text) return TokenOutcome::kSkip;
   const tokenize::Tokenizer* tokenizer = registry_->Find(request.model);
   if (tokenizer == nullptr) return TokenOutcome::kSkip;
-  StatusOr<std::vector<uint32_t>> ids = tokenizer->Encode(request.prompt_text);
+  StatusOr<std::vector<uint32_t>> ids;
+  if (chat) {
+    // The body's messages, tools, ... rendered and tokenized as vLLM does.
+    StatusOr<tokenize::ChatRequest> parsed = tokenize::ParseChatRequest(body);
+    if (!parsed.ok()) return TokenOutcome::kFailed;
+    ids = tokenize::EncodeChat(*tokenizer, *parsed);
+    // Not renderable here (no template, a feature outside the subset,
+    // multimodal content): the render endpoint's turn.
+    if (absl::IsUnimplemented(ids.status()) || absl::IsFailedPrecondition(ids.status())) {
+      return TokenOutcome::kSkip;
+    }
+  } else {
+    ids = tokenizer->Encode(request.prompt_text);
+  }
   if (!ids.ok()) return TokenOutcome::kFailed;
   *out = std::move(*ids);
   return TokenOutcome::kTokens;

@@ -50,9 +50,13 @@ class PromptTokenSource final : public TokenSource {
 };
 
 // A text prompt (/v1/completions) encoded by the in-process tokenizer of the
-// request's model, with its special tokens as vLLM adds them. Chat requests
-// skip (the render endpoint renders their template); so does a model with
-// no tokenizer. Text the tokenizer refuses (invalid UTF-8) fails.
+// request's model, with its special tokens as vLLM adds them; a chat request
+// (/v1/chat/completions) rendered with the model's chat template and
+// tokenized as vLLM does (shared/tokenize/chat_encoder.h). A model with no
+// tokenizer skips; so does a chat this process cannot render (no template,
+// a template or request feature outside the subset, multimodal content):
+// the render endpoint gets it. Text the tokenizer refuses (invalid UTF-8)
+// and chats the template refuses fail.
 class TokenizerTokenSource final : public TokenSource {
  public:
   explicit TokenizerTokenSource(const tokenize::TokenizerRegistry* registry)

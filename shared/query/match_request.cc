@@ -289,8 +289,8 @@ bool FastParse(std::string_view body, RequestDialect dialect, MatchRequest* out,
       if ((p = FastString(p, end, &text)) == nullptr) return false;
       out->model.assign(text);
       *has_model = true;
-    } else if (key == "text" && dialect == RequestDialect::kMatch) {
-      return false;  // strings with escapes: the simdjson path
+    } else if ((key == "text" || key == "messages") && dialect == RequestDialect::kMatch) {
+      return false;  // strings with escapes, chats: the simdjson path
     } else if (key == tokens_key) {
       if ((p = FastU32Array(p, end, kMaxTokens, &out->tokens)) == nullptr) return false;
       out->has_tokens = true;
@@ -375,7 +375,7 @@ Status ReadOptionalString(od::value value, std::string_view field, std::string* 
 
 void MatchRequest::Clear() {
   model.clear();
-  has_tokens = has_local_hashes = has_text = false;
+  has_tokens = has_local_hashes = has_text = has_messages = false;
   tokens.clear();
   text.clear();
   local_hashes.clear();
@@ -393,14 +393,17 @@ static Status Finish(RequestDialect dialect, bool has_model, MatchRequest* out) 
   if (out->has_tokens && out->has_local_hashes) {
     return Invalid("give either 'tokens' or 'local_hashes', not both");
   }
-  if (out->has_text && (out->has_tokens || out->has_local_hashes)) {
-    return Invalid("give one of 'tokens', 'local_hashes' or 'text', not several");
+  if (int{out->has_tokens} + int{out->has_local_hashes} + int{out->has_text} +
+          int{out->has_messages} >
+      1) {
+    return Invalid("give one of 'tokens', 'local_hashes', 'text' or 'messages', not several");
   }
-  if (!out->has_tokens && !out->has_local_hashes && !out->has_text) {
+  if (!out->has_tokens && !out->has_local_hashes && !out->has_text && !out->has_messages) {
     return Invalid(dialect == RequestDialect::kQuery
                        ? std::string("missing field 'token_ids' (an array of u32)")
                        : std::string("missing field 'tokens' (an array of u32), 'local_hashes' "
-                                     "(an array of u64) or 'text' (a string)"));
+                                     "(an array of u64), 'text' (a string) or 'messages' (an "
+                                     "array of chat messages)"));
   }
   return absl::OkStatus();
 }
@@ -452,6 +455,14 @@ static Status ParseWithSimdjson(std::string_view body, RequestDialect dialect, M
       }
       out->text.assign(text);
       out->has_text = true;
+    } else if (key == "messages" && dialect == RequestDialect::kMatch) {
+      // Only checked here; the router parses the chat from the body.
+      od::json_type type;
+      if (auto error = value.type().get(type); error != simdjson::SUCCESS) {
+        return InvalidJson(error);
+      }
+      if (type != od::json_type::array) return Invalid("field 'messages' must be an array");
+      out->has_messages = true;
     } else if (key == "local_hashes" && dialect == RequestDialect::kMatch) {
       KVINDEX_RETURN_IF_ERROR(
           ReadUnsignedArray(value, "local_hashes", UINT64_MAX, kMaxTokens, &out->local_hashes));

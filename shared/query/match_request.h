@@ -32,6 +32,9 @@ struct MatchRequest {
   bool has_tokens = false;
   bool has_local_hashes = false;
   bool has_text = false;  // /v1/match "text": the model's tokenizer makes `tokens`
+  // /v1/match "messages" (an array): the caller renders the body's chat
+  // request (shared/tokenize/chat_request.h) and tokenizes it into `tokens`.
+  bool has_messages = false;
   std::vector<uint32_t> tokens;
   std::string text;
   std::vector<uint64_t> local_hashes;
@@ -43,8 +46,8 @@ struct MatchRequest {
 };
 
 enum class RequestDialect : uint8_t {
-  // /v1/match: {"model", "tokens" | "local_hashes" | "text", "lora_name", "cache_salt",
-  // "max_blocks"}
+  // /v1/match: {"model", "tokens" | "local_hashes" | "text" | "messages", "lora_name",
+  // "cache_salt", "max_blocks"}
   kMatch,
   // /query (Mooncake indexer RFC as served by Dynamo's standalone indexer):
   // {"token_ids", "model_name" (or "model"), "lora_name", "cache_salt"}

@@ -13,6 +13,7 @@
 #include "shared/metrics/metrics.h"
 #include "shared/query/json_writer.h"
 #include "shared/query/match_request.h"
+#include "shared/tokenize/chat_encoder.h"
 
 namespace kvindex::query {
 namespace {
@@ -76,8 +77,10 @@ StatusOr<index::MatchResult> Lookup(const ApiContext& context, const MatchReques
   return result;
 }
 
-// /v1/match "text": the model's tokenizer turns it into the request's tokens.
-Status TokenizeText(const ApiContext& context, MatchRequest* req) {
+// /v1/match "text" or "messages": the model's tokenizer turns the text, or
+// the body's chat request rendered as vLLM renders it, into the request's
+// tokens.
+Status Tokenize(const ApiContext& context, std::string_view body, MatchRequest* req) {
   const tokenize::Tokenizer* tokenizer =
       context.tokenizers == nullptr ? nullptr : context.tokenizers->Find(req->model);
   if (tokenizer == nullptr) {
@@ -85,13 +88,25 @@ Status TokenizeText(const ApiContext& context, MatchRequest* req) {
                                       "': start the router with --tokenizer MODEL=DIR, or send "
                                       "'tokens'");
   }
-  StatusOr<std::vector<uint32_t>> ids = tokenizer->Encode(req->text);
+  const std::string field = req->has_text ? "text" : "messages";
+  StatusOr<std::vector<uint32_t>> ids;
+  if (req->has_text) {
+    ids = tokenizer->Encode(req->text);
+  } else {
+    StatusOr<tokenize::ChatRequest> chat = tokenize::ParseChatRequest(body);
+    ids = chat.ok() ? tokenize::EncodeChat(*tokenizer, *chat)
+                    : StatusOr<std::vector<uint32_t>>(chat.status());
+  }
   if (!ids.ok()) {
-    return absl::InvalidArgumentError("field 'text': " + std::string(Message(ids.status())));
+    const bool elsewhere =
+        absl::IsUnimplemented(ids.status()) || absl::IsFailedPrecondition(ids.status());
+    return absl::InvalidArgumentError(
+        "field '" + field + "': " + std::string(Message(ids.status())) +
+        (elsewhere ? " (send 'tokens' from the model's render endpoint)" : ""));
   }
   if (ids->size() > kMaxTokens) {
-    return absl::InvalidArgumentError("field 'text' makes more than " + std::to_string(kMaxTokens) +
-                                      " tokens");
+    return absl::InvalidArgumentError("field '" + field + "' makes more than " +
+                                      std::to_string(kMaxTokens) + " tokens");
   }
   req->tokens = std::move(*ids);
   req->has_tokens = true;
@@ -251,7 +266,8 @@ bool RouterApi::Ready(std::string* reason) const {
 void RouterApi::Match(const http::Request& request, http::Response& response) const {
   thread_local MatchRequest parsed;
   Status status = ParseMatchRequest(request.body, RequestDialect::kMatch, &parsed);
-  if (status.ok() && parsed.has_text) status = TokenizeText(context_, &parsed);
+  const bool tokenized = parsed.has_text || parsed.has_messages;
+  if (status.ok() && tokenized) status = Tokenize(context_, request.body, &parsed);
   if (!status.ok()) {
     http::SetError(response, 400, Message(status));
   } else if (StatusOr<index::MatchResult> result =
@@ -260,7 +276,7 @@ void RouterApi::Match(const http::Request& request, http::Response& response) co
     http::SetError(response, StatusToHttp(result.status()), Message(result.status()));
   } else {
     WriteMatchResponse(parsed.model, *result, &response.body,
-                       parsed.has_text ? static_cast<int64_t>(parsed.tokens.size()) : -1);
+                       tokenized ? static_cast<int64_t>(parsed.tokens.size()) : -1);
   }
   if (context_.probe != nullptr)
     context_.probe->RecordRequest(consume::Endpoint::kMatch, response.status);

@@ -60,6 +60,9 @@ class RouterApiTest : public ::testing::Test {
                   {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}}},
                  {"added_tokens", json::array()}};
     std::ofstream(tokenizer_dir_ / "tokenizer.json") << spec.dump();
+    std::ofstream(tokenizer_dir_ / "tokenizer_config.json")
+        << R"({"chat_template": "{% for m in messages %}{{ m.content }}{% endfor %})"
+           R"({% if add_generation_prompt %}m{% endif %}"})";
     auto tokenizers = tokenize::TokenizerRegistry::Load({"m=" + tokenizer_dir_.string()});
     ASSERT_TRUE(tokenizers.ok()) << tokenizers.status();
     tokenizers_ = std::move(*tokenizers);
@@ -211,6 +214,35 @@ TEST_F(RouterApiTest, MatchText) {
   auto not_string = Call("POST", "/v1/match", R"({"model":"m","text":5})");
   EXPECT_EQ(not_string.status, 400);
   EXPECT_NE(not_string.body.find("'text' must be a string"), std::string::npos);
+}
+
+TEST_F(RouterApiTest, MatchMessages) {
+  // Parts joined as vLLM does ("\n" is not in the vocabulary: dropped), then
+  // the generation prompt "m": tokens 1..13, as MatchTokens.
+  auto r = Call("POST", "/v1/match",
+                R"({"model":"m","messages":[{"role":"user","content":[)"
+                R"({"type":"text","text":"abcdef"},"ghijkl"]}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["blocks"], 3);
+  EXPECT_EQ(j["tokens"], 13);
+  EXPECT_EQ(j["workers"][0]["longest"], 3);
+  r = Call(
+      "POST", "/v1/match",
+      R"({"model":"m","add_generation_prompt":false,"messages":[{"role":"user","content":"abcd"}]})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body)["tokens"], 4);
+
+  auto image = Call("POST", "/v1/match",
+                    R"({"model":"m","messages":[{"role":"user","content":[{"type":"image_url",)"
+                    R"("image_url":{"url":"x"}}]}]})");
+  EXPECT_EQ(image.status, 400);
+  EXPECT_NE(image.body.find("render endpoint"), std::string::npos) << image.body;
+  auto not_array = Call("POST", "/v1/match", R"({"model":"m","messages":{}})");
+  EXPECT_EQ(not_array.status, 400);
+  EXPECT_NE(not_array.body.find("'messages' must be an array"), std::string::npos);
+  auto both = Call("POST", "/v1/match", R"({"model":"m","messages":[],"text":"a"})");
+  EXPECT_EQ(both.status, 400);
 }
 
 TEST_F(RouterApiTest, MatchLocalHashes) {

@@ -1,12 +1,16 @@
 #include "shared/tokenize/tokenizer.h"
 
 #include <algorithm>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "shared/tokenize/chat_encoder.h"
 #include "shared/tokenize/utf8.h"
 
 namespace kvindex::tokenize {
@@ -34,12 +38,24 @@ std::string TokenString(const nlohmann::json& config, const char* key) {
 
 }  // namespace
 
+Tokenizer::~Tokenizer() = default;
+
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::Load(const std::string& dir) {
-  KVINDEX_ASSIGN_OR_RETURN(std::string tokenizer_json, ReadFile(dir + "/tokenizer.json", nullptr));
-  bool missing = false;
-  auto config = ReadFile(dir + "/tokenizer_config.json", &missing);
-  if (!config.ok() && !missing) return config.status();
-  auto loaded = FromJson(tokenizer_json, config.ok() ? *config : std::string());
+  StatusOr<std::unique_ptr<Tokenizer>> loaded;
+  {
+    KVINDEX_ASSIGN_OR_RETURN(std::string tokenizer_json,
+                             ReadFile(dir + "/tokenizer.json", nullptr));
+    bool missing = false;
+    auto config = ReadFile(dir + "/tokenizer_config.json", &missing);
+    if (!config.ok() && !missing) return config.status();
+    loaded = FromJson(tokenizer_json, config.ok() ? *config : std::string());
+  }
+#if defined(__GLIBC__)
+  // The files and their JSON trees (several times the files' size) are
+  // freed by now; hand those pages back to the system rather than leaving
+  // them in the process's RSS (glibc keeps freed heap otherwise).
+  malloc_trim(0);
+#endif
   if (!loaded.ok()) {
     return absl::Status(loaded.status().code(),
                         absl::StrCat(dir, "/tokenizer.json: ", loaded.status().message()));
@@ -119,6 +135,13 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokeni
         }
         tok->bos_token_ = TokenString(config, "bos_token");
         tok->eos_token_ = TokenString(config, "eos_token");
+        StatusOr<std::unique_ptr<ChatEncoder>> chat = ChatEncoder::FromConfig(config);
+        if (chat.ok()) {
+          tok->chat_ = std::move(*chat);
+          tok->chat_status_ = absl::OkStatus();
+        } else {
+          tok->chat_status_ = absl::FailedPreconditionError(chat.status().message());
+        }
       }
     }
   } catch (const nlohmann::json::exception& e) {

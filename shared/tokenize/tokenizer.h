@@ -31,6 +31,8 @@ namespace kvindex::tokenize {
 // A point of a text where encoding can resume: the ids of text[0, offset)
 // are the first `ids` ids of the whole text's, whatever follows, provided
 // the text is unchanged up to offset + Tokenizer::resume_margin().
+class ChatEncoder;
+
 struct Checkpoint {
   uint32_t offset;
   uint32_t ids;
@@ -69,6 +71,13 @@ class Tokenizer {
   const std::string& chat_template() const { return chat_template_; }
   const std::string& bos_token() const { return bos_token_; }
   const std::string& eos_token() const { return eos_token_; }
+  // The chat template, parsed at load (chat_encoder.h); null when the model
+  // has none or it does not parse, chat_status() then says why
+  // (FailedPrecondition / Unimplemented: render elsewhere).
+  const ChatEncoder* chat() const { return chat_.get(); }
+  const Status& chat_status() const { return chat_status_; }
+
+  ~Tokenizer();
 
  private:
   Tokenizer() = default;
@@ -92,6 +101,8 @@ class Tokenizer {
   size_t resume_margin_ = 4;
   bool line_checkpoints_ = false;
   std::string chat_template_, bos_token_, eos_token_;
+  std::unique_ptr<const ChatEncoder> chat_;
+  Status chat_status_ = absl::FailedPreconditionError("no tokenizer_config.json chat_template");
 };
 
 }  // namespace kvindex::tokenize

@@ -1,11 +1,17 @@
 // `kvindex-ctl tokenize`: the ids a model's tokenizer gives a text, exactly
 // as Hugging Face's Tokenizer.encode with its defaults (docs/tokenize.md).
 //
-//   kvindex-ctl tokenize --tokenizer DIR [--no-special-tokens] [--file PATH | TEXT]
+//   kvindex-ctl tokenize --tokenizer DIR [--no-special-tokens] [--chat FILE | --file PATH | TEXT]
 //
 // DIR holds tokenizer.json (and tokenizer_config.json). Prints one JSON line
-// {"ids": [...]}. Exit 1 when the tokenizer does not load or the text is not
-// UTF-8 (one line on stderr), 2 on bad flags.
+// {"ids": [...]}. --chat FILE: an OpenAI messages array, or a chat request
+// object (messages, tools, add_generation_prompt, chat_template_kwargs,
+// ...), rendered with the model's chat template as vLLM renders it
+// (generation prompt on by default) and tokenized as vLLM does
+// (chat_encoder.h; special tokens only if the request's
+// add_special_tokens says so). Exit 1 when the tokenizer does not load, the
+// text is not UTF-8 or the chat cannot be rendered (one line on stderr), 2
+// on bad flags.
 #pragma once
 
 #include <ostream>
@@ -17,6 +23,7 @@ struct TokenizeArgs {
   std::string tokenizer;  // directory with tokenizer.json
   std::string file;       // read the text from here (else `text`)
   std::string text;
+  std::string chat;  // a chat request file (else text)
   bool add_special_tokens = true;
 };
 

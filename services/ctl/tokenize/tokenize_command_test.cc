@@ -65,6 +65,28 @@ TEST_F(TokenizeCommandTest, ReadsFile) {
   EXPECT_EQ(out_.str(), "{\"ids\": [6, 2, 6, 3]}\n");
 }
 
+TEST_F(TokenizeCommandTest, ChatRendersTheTemplateWithoutASecondBos) {
+  std::ofstream(dir_ / "tokenizer_config.json")
+      << R"({"bos_token": "<s>", "chat_template": "{{ bos_token }}{% for m in messages %})"
+         R"({{ m.content }}{% endfor %}{% if add_generation_prompt %} c{% endif %}"})";
+  std::ofstream(dir_ / "chat.json") << R"([{"role": "user", "content": "ab"}])";
+  TokenizeArgs args;
+  args.chat = (dir_ / "chat.json").string();
+  ASSERT_EQ(Run(args), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "{\"ids\": [6, 3, 5]}\n");  // the generation prompt " c" too
+  std::ofstream(dir_ / "chat.json")
+      << R"({"messages": [{"role": "user", "content": "ab"}], "add_generation_prompt": false})";
+  ASSERT_EQ(Run(args), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "{\"ids\": [6, 3]}\n");
+  std::ofstream(dir_ / "chat.json") << R"({"messages": 1})";
+  EXPECT_EQ(Run(args), 1);
+  EXPECT_NE(err_.str().find("'messages'"), std::string::npos) << err_.str();
+  std::filesystem::remove(dir_ / "tokenizer_config.json");
+  std::ofstream(dir_ / "chat.json") << R"([{"role": "user", "content": "ab"}])";
+  EXPECT_EQ(Run(args), 1);
+  EXPECT_NE(err_.str().find("chat_template"), std::string::npos) << err_.str();
+}
+
 TEST_F(TokenizeCommandTest, ErrorsAreOneLineAndExitOne) {
   TokenizeArgs args;
   args.text = "a\xff";

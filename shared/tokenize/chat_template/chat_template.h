@@ -38,6 +38,12 @@ class ChatTemplate {
   StatusOr<std::string> Render(const nlohmann::ordered_json& context,
                                const RenderLimits& limits = {}) const;
 
+  // vLLM's content-format detection ("auto"): true ("openai" format) when
+  // the template loops over a message's content, so vLLM hands it content
+  // as a list of parts; false ("string"): content flattened to a string.
+  // content_format.cc.
+  bool IteratesMessageContent() const;
+
  private:
   std::shared_ptr<const std::vector<Node>> body_;
 };
