@@ -25,6 +25,10 @@ constexpr std::string_view kSources = "sources";
 constexpr std::string_view kHeartbeatSeq = "heartbeat_seq";
 constexpr std::string_view kIncarnation = "incarnation";
 constexpr std::string_view kMsgSeq = "msg_seq";
+constexpr std::string_view kEndpoints = "endpoints";
+constexpr std::string_view kAddress = "address";
+// Longest endpoint address accepted ("host:port"; a DNS name is <= 253).
+constexpr size_t kMaxAddressBytes = 512;
 
 using Packer = msgpack::packer<msgpack::sbuffer>;
 
@@ -42,6 +46,10 @@ void PackEvent(Packer& packer, const PlacementEvent& event) {
   if (blocks) fields += 2;
   if (stored) fields += 2;
   if (heartbeat) fields += 2;
+  // Written only when there is one, so a heartbeat without endpoints is the
+  // same bytes as before the field existed.
+  const bool endpoints = heartbeat && !event.endpoints.empty();
+  if (endpoints) fields += 1;
   if (expired) fields += 1;
   packer.pack_map(fields);
   PackString(packer, kKind);
@@ -86,6 +94,21 @@ void PackEvent(Packer& packer, const PlacementEvent& event) {
       packer.pack_uint32(source.dp_rank);
     }
   }
+  if (endpoints) {
+    PackString(packer, kEndpoints);
+    packer.pack_array(static_cast<uint32_t>(event.endpoints.size()));
+    for (const SourceEndpoint& endpoint : event.endpoints) {
+      packer.pack_map(4);
+      PackString(packer, kWorker);
+      PackString(packer, endpoint.source.worker);
+      PackString(packer, kDpRank);
+      packer.pack_uint32(endpoint.source.dp_rank);
+      PackString(packer, kModel);
+      PackString(packer, endpoint.model);
+      PackString(packer, kAddress);
+      PackString(packer, endpoint.address);
+    }
+  }
   if (expired) {
     PackString(packer, kHeartbeatSeq);
     packer.pack_uint64(event.heartbeat_seq);
@@ -121,6 +144,38 @@ std::optional<PlacementKind> KindFromName(std::string_view name) {
     if (PlacementKindName(kind) == name) return kind;
   }
   return std::nullopt;
+}
+
+// One map of a heartbeat's "endpoints": {worker, dp_rank, model, address};
+// unknown keys ignored.
+StatusOr<SourceEndpoint> DecodeEndpoint(const msgpack::object& object) {
+  if (object.type != msgpack::type::MAP) return FieldError(kEndpoints, "must hold maps");
+  SourceEndpoint endpoint;
+  bool has_worker = false;
+  for (uint32_t i = 0; i < object.via.map.size; ++i) {
+    const msgpack::object_kv& kv = object.via.map.ptr[i];
+    if (kv.key.type != msgpack::type::STR) continue;
+    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
+    if (key == kWorker) {
+      KVINDEX_ASSIGN_OR_RETURN(std::string_view worker, AsString(kv.val, key));
+      endpoint.source.worker = std::string(worker);
+      has_worker = true;
+    } else if (key == kDpRank) {
+      KVINDEX_ASSIGN_OR_RETURN(endpoint.source.dp_rank, AsUint32(kv.val, key));
+    } else if (key == kModel) {
+      KVINDEX_ASSIGN_OR_RETURN(std::string_view model, AsString(kv.val, key));
+      endpoint.model = std::string(model);
+    } else if (key == kAddress) {
+      KVINDEX_ASSIGN_OR_RETURN(std::string_view address, AsString(kv.val, key));
+      endpoint.address = std::string(address);
+    }
+  }
+  if (!has_worker) return FieldError(kEndpoints, "entry without 'worker'");
+  if (endpoint.address.empty() || endpoint.address.size() > kMaxAddressBytes ||
+      endpoint.address.find(':') == std::string::npos) {
+    return FieldError(kEndpoints, "entry without a 'host:port' address");
+  }
+  return endpoint;
 }
 
 // Returns nullopt (skip) for an unknown kind.
@@ -184,6 +239,12 @@ StatusOr<std::optional<PlacementEvent>> DecodeEvent(const msgpack::object& objec
         KVINDEX_ASSIGN_OR_RETURN(std::string_view worker, AsString(pair.via.array.ptr[0], key));
         KVINDEX_ASSIGN_OR_RETURN(uint32_t rank, AsUint32(pair.via.array.ptr[1], key));
         event.sources.push_back(SourceKey{std::string(worker), rank});
+      }
+    } else if (key == kEndpoints) {
+      if (value.type != msgpack::type::ARRAY) return FieldError(key, "must be an array");
+      for (uint32_t j = 0; j < value.via.array.size; ++j) {
+        KVINDEX_ASSIGN_OR_RETURN(SourceEndpoint endpoint, DecodeEndpoint(value.via.array.ptr[j]));
+        event.endpoints.push_back(std::move(endpoint));
       }
     }
     // Unknown keys: ignored (forward compatibility).
