@@ -1,7 +1,8 @@
 #include "shared/codec/load_codec.h"
 
 #include <cmath>
-#include <msgpack.hpp>
+
+#include "shared/codec/msgpack_map.h"
 
 #include "shared/nats/subjects.h"
 
@@ -19,28 +20,20 @@ constexpr std::string_view kRunning = "running";
 constexpr std::string_view kKvUse = "kv_use";
 constexpr std::string_view kHealthy = "healthy";
 
-using Packer = msgpack::packer<msgpack::sbuffer>;
-
-void PackString(Packer& packer, std::string_view value) {
-  packer.pack_str(static_cast<uint32_t>(value.size()));
-  packer.pack_str_body(value.data(), static_cast<uint32_t>(value.size()));
-}
+using internal::Packer;
+using internal::PackString;
+constexpr std::string_view kWhat = "load report";
 
 Status FieldError(std::string_view field, std::string_view problem) {
-  return absl::InvalidArgumentError("load report: field '" + std::string(field) + "' " +
-                                    std::string(problem));
+  return internal::FieldError(kWhat, field, problem);
 }
 
 StatusOr<uint64_t> AsUint(const msgpack::object& object, std::string_view field) {
-  if (object.type != msgpack::type::POSITIVE_INTEGER) {
-    return FieldError(field, "must be an unsigned integer");
-  }
-  return object.via.u64;
+  return internal::AsUint(object, kWhat, field);
 }
 
 StatusOr<std::string_view> AsString(const msgpack::object& object, std::string_view field) {
-  if (object.type != msgpack::type::STR) return FieldError(field, "must be a string");
-  return std::string_view(object.via.str.ptr, object.via.str.size);
+  return internal::AsString(object, kWhat, field);
 }
 
 // A finite, non-negative number (integer or float).
@@ -133,21 +126,9 @@ void EncodeLoadReport(const LoadReport& report, std::string* out) {
 }
 
 StatusOr<LoadReport> DecodeLoadReport(std::string_view bytes) {
-  msgpack::object_handle handle;
-  try {
-    std::size_t offset = 0;
-    const size_t n = bytes.size();
-    const msgpack::unpack_limit limits(/*array=*/n, /*map=*/n / 2, /*str=*/n, /*bin=*/n,
-                                       /*ext=*/n, /*depth=*/8);
-    handle = msgpack::unpack(bytes.data(), bytes.size(), offset, nullptr, nullptr, limits);
-    if (offset != bytes.size()) return absl::InvalidArgumentError("load report: trailing bytes");
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(std::string("load report: not msgpack: ") + e.what());
-  }
+  KVINDEX_ASSIGN_OR_RETURN(msgpack::object_handle handle,
+                           internal::UnpackMap(bytes, kWhat, /*depth=*/8));
   const msgpack::object& root = handle.get();
-  if (root.type != msgpack::type::MAP) {
-    return absl::InvalidArgumentError("load report: top level must be a map");
-  }
   LoadReport report;
   bool has_version = false;
   const msgpack::object* samples = nullptr;

@@ -1,7 +1,8 @@
 #include "shared/codec/placement_codec.h"
 
-#include <msgpack.hpp>
 #include <optional>
+
+#include "shared/codec/msgpack_map.h"
 
 namespace kvindex::codec {
 namespace {
@@ -30,12 +31,9 @@ constexpr std::string_view kAddress = "address";
 // Longest endpoint address accepted ("host:port"; a DNS name is <= 253).
 constexpr size_t kMaxAddressBytes = 512;
 
-using Packer = msgpack::packer<msgpack::sbuffer>;
-
-void PackString(Packer& packer, std::string_view value) {
-  packer.pack_str(static_cast<uint32_t>(value.size()));
-  packer.pack_str_body(value.data(), static_cast<uint32_t>(value.size()));
-}
+using internal::Packer;
+using internal::PackString;
+constexpr std::string_view kWhat = "placement batch";
 
 void PackEvent(Packer& packer, const PlacementEvent& event) {
   const bool blocks = event.kind == PlacementKind::kStored || event.kind == PlacementKind::kRemoved;
@@ -116,15 +114,11 @@ void PackEvent(Packer& packer, const PlacementEvent& event) {
 }
 
 Status FieldError(std::string_view field, std::string_view problem) {
-  return absl::InvalidArgumentError("placement batch: field '" + std::string(field) + "' " +
-                                    std::string(problem));
+  return internal::FieldError(kWhat, field, problem);
 }
 
 StatusOr<uint64_t> AsUint(const msgpack::object& object, std::string_view field) {
-  if (object.type != msgpack::type::POSITIVE_INTEGER) {
-    return FieldError(field, "must be an unsigned integer");
-  }
-  return object.via.u64;
+  return internal::AsUint(object, kWhat, field);
 }
 
 StatusOr<uint32_t> AsUint32(const msgpack::object& object, std::string_view field) {
@@ -134,8 +128,7 @@ StatusOr<uint32_t> AsUint32(const msgpack::object& object, std::string_view fiel
 }
 
 StatusOr<std::string_view> AsString(const msgpack::object& object, std::string_view field) {
-  if (object.type != msgpack::type::STR) return FieldError(field, "must be a string");
-  return std::string_view(object.via.str.ptr, object.via.str.size);
+  return internal::AsString(object, kWhat, field);
 }
 
 std::optional<PlacementKind> KindFromName(std::string_view name) {
@@ -283,27 +276,9 @@ void EncodePlacementBatch(std::span<const PlacementEvent> events, std::string* o
 }
 
 StatusOr<DecodedPlacementBatch> DecodePlacementBatch(std::string_view bytes) {
-  msgpack::object_handle handle;
-  try {
-    std::size_t offset = 0;
-    // Every element takes at least one byte, so no honest container is
-    // longer than the message; without the limits a corrupt length header
-    // would have msgpack reserve up to 2^32 elements (64 GiB) up front.
-    const size_t n = bytes.size();
-    const msgpack::unpack_limit limits(/*array=*/n, /*map=*/n / 2, /*str=*/n, /*bin=*/n,
-                                       /*ext=*/n, /*depth=*/16);
-    handle = msgpack::unpack(bytes.data(), bytes.size(), offset, nullptr, nullptr, limits);
-    if (offset != bytes.size()) {
-      return absl::InvalidArgumentError("placement batch: trailing bytes at offset " +
-                                        std::to_string(offset));
-    }
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(std::string("placement batch: not msgpack: ") + e.what());
-  }
+  KVINDEX_ASSIGN_OR_RETURN(msgpack::object_handle handle,
+                           internal::UnpackMap(bytes, kWhat, /*depth=*/16));
   const msgpack::object& root = handle.get();
-  if (root.type != msgpack::type::MAP) {
-    return absl::InvalidArgumentError("placement batch: top level must be a map");
-  }
   DecodedPlacementBatch batch;
   bool has_version = false;
   const msgpack::object* events = nullptr;

@@ -15,7 +15,8 @@ the same JetStream stream, with no --endpoints-file:
      without prefix; an engine whose /metrics fails is not picked;
   3. node-b is killed -9: its load samples go stale (counted), then its
      lease expires and every replica forgets w1's endpoint;
-  4. one router is killed -9: the other keeps answering, warm (prefix).
+  4. one router is killed -9: the other keeps answering, warm (prefix);
+  5. an --embedded router scrapes the engines' /metrics itself.
 
 Usage: test_epp_fleet.py BIN_DIR
 """
@@ -179,6 +180,23 @@ def main():
         for channel in channels:
             channel.close()
         assert routers[1].stop() == 0, routers[1].logs()
+        routers.pop()
+
+        # 5. --embedded scrapes the engines' /metrics itself.
+        port = e2e.free_port()
+        embedded = e2e.Router(bin_dir, [
+            engines[0].source("w0", "m", B) + ",endpoint=" + a,
+            engines[1].source("w1", "m", B) + ",endpoint=" + b], extra_args=[
+            "--epp", "127.0.0.1:%d" % port, "--epp-config", config, "--load-interval", "50ms"])
+        routers.append(embedded.start())
+        embedded.wait_ready()
+        channel = grpc.insecure_channel("127.0.0.1:%d" % port)
+        metrics[1].waiting, metrics[1].kv = 0, 0.1
+        e2e.wait_for(lambda: pick(channel, FRESH[0]) in (a + "," + b, b + "," + a), 5, "both")
+        metrics[1].fail = True
+        e2e.wait_for(lambda: pick(channel, FRESH[0]) == a, 5, "embedded: unhealthy w1 not picked")
+        channel.close()
+        assert embedded.stop() == 0, embedded.logs()
         routers.pop()
         print("1 passed, 0 failed")
     finally:
