@@ -512,7 +512,7 @@ function schemaTests() {
 // kubelet would start it: its env (field references filled, $(VAR)
 // expanded), its Secret volumes written to a temporary folder (paths
 // rewritten), nothing else in the environment.
-const FIELDS = { "spec.nodeName": "node-1", "status.hostIP": "10.1.2.3", "metadata.name": "engine-0" };
+const FIELDS = { "spec.nodeName": "node-1", "status.hostIP": "10.1.2.3", "status.podIP": "10.4.5.6", "metadata.name": "engine-0" };
 // Values of secretKeyRef variables (Secret/key). Credentials in a URL are
 // refused by the binaries (a negative case below).
 const SECRET_VALUES = {
