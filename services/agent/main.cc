@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "services/agent/jsonl_publisher.h"
+#include "services/agent/load_publisher.h"
 #include "shared/config/cli.h"
 #include "shared/http/server.h"
 #include "shared/ingest/agent_pipeline.h"
@@ -119,6 +120,11 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"jsonl"}));
   app.add_option("--lease", lease, "Heartbeat lease announced to routers (e.g. 30s)")
       ->capture_default_str();
+  std::string load_interval = "50ms";
+  app.add_option("--load-interval", load_interval,
+                 "Scrape the engines' /metrics (sources with endpoint=) this often and publish "
+                 "their load on core NATS for the endpoint picker; 0 = never")
+      ->capture_default_str();
   app.add_option("--heartbeat-interval", heartbeat_interval,
                  "Interval between heartbeats (0: a third of the lease)")
       ->capture_default_str();
@@ -159,13 +165,15 @@ int main(int argc, char** argv) {
   };
   std::chrono::milliseconds lease_ms{0};
   std::chrono::milliseconds batch_delay_ms{0};
+  std::chrono::milliseconds load_interval_ms{0};
   for (const Duration& d :
        {Duration{"--lease", &lease, &lease_ms},
         Duration{"--batch-delay", &batch_delay, &batch_delay_ms},
         Duration{"--ack-timeout", &ack_timeout, &publisher_options.ack_timeout},
         Duration{"--replay-timeout", &replay_timeout, &options.replay_timeout},
         Duration{"--replay-cooldown", &replay_cooldown, &options.replay_cooldown},
-        Duration{"--heartbeat-interval", &heartbeat_interval, &options.heartbeat_interval}}) {
+        Duration{"--heartbeat-interval", &heartbeat_interval, &options.heartbeat_interval},
+        Duration{"--load-interval", &load_interval, &load_interval_ms}}) {
     StatusOr<std::chrono::milliseconds> value = config::ParseDuration(*d.text);
     if (!value.ok()) {
       return Fail(std::string(d.flag) + ": " + std::string(value.status().message()), 2);
@@ -374,10 +382,16 @@ int main(int argc, char** argv) {
                 status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1);
   }
   logger->info("agent {} following {} source(s)", options.node, options.sources.size());
+  std::unique_ptr<epp::LoadScraper> load =
+      use_nats
+          ? agent::StartLoadPublisher(connection->raw(), stream_options.subjects.prefix,
+                                      options.node, options.sources, load_interval_ms, &registry)
+          : nullptr;
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   logger->info("signal {}: stopping", signal_number);
+  if (load) load->Stop();
   pipeline.Stop();
   stopping.store(true);
   if (nats_setup.joinable()) nats_setup.join();

@@ -191,6 +191,14 @@ int main(int argc, char** argv) {
   app.add_option("--render-timeout", render_timeout,
                  "Deadline of one render call; past it the pick is load-only (counted)")
       ->capture_default_str();
+  std::string load_max_age = "1s", load_interval = "50ms";
+  app.add_option("--load-max-age", load_max_age,
+                 "An engine load sample older than this is not used by the picker (counted)")
+      ->capture_default_str();
+  app.add_option("--load-interval", load_interval,
+                 "--embedded --epp: scrape the engines' /metrics (sources with endpoint=) this "
+                 "often; 0 = never")
+      ->capture_default_str();
   app.add_option("--ready-max-lag", options.ready_max_lag,
                  "Once caught up, /readyz stays 200 unless the router falls more than this "
                  "many log positions behind the log's end (0 = no bound)")
@@ -257,6 +265,16 @@ int main(int argc, char** argv) {
     return Fail("--render-timeout: must be a positive duration", 2);
   } else {
     options.epp.tokens.render_timeout = *d;
+  }
+  if (auto d = config::ParseDuration(load_max_age); !d.ok() || d->count() <= 0) {
+    return Fail("--load-max-age: must be a positive duration", 2);
+  } else {
+    options.epp.load_max_age = *d;
+  }
+  if (auto d = config::ParseDuration(load_interval); !d.ok() || d->count() < 0) {
+    return Fail("--load-interval: must be a duration (0 = off)", 2);
+  } else {
+    options.load_interval = *d;
   }
   auto replay = config::ParseDuration(replay_timeout);
   if (!replay.ok()) return Fail("--replay-timeout: " + std::string(replay.status().message()), 2);

@@ -231,6 +231,7 @@ Status Router::Start() {
     std::vector<epp::Endpoint> from_sources = epp::EndpointsFromSources(options_.agent.sources);
     epp_options.static_endpoints.insert(epp_options.static_endpoints.end(), from_sources.begin(),
                                         from_sources.end());
+    if (!options_.embedded) epp_options.announced = AnnouncedEndpoints(apply_.get());
     epp_ = std::make_unique<epp::EppServer>(std::move(epp_options), index_.get(),
                                             [this] { return Ready(); });
     context.extra_collectables.push_back(epp_->collectable());
@@ -242,7 +243,10 @@ Status Router::Start() {
 
   // The picker listens before /readyz can answer 200.
   if (epp_) {
-    if (Status status = epp_->Start(); !status.ok()) {
+    Status status = epp_->Start();
+    if (status.ok()) status = StartLoadSignals();
+    if (!status.ok()) {
+      StopLoadSignals();
       epp_->Stop();
       if (ingest_) ingest_->Stop();
       if (liveness_) liveness_->Stop();
@@ -254,6 +258,7 @@ Status Router::Start() {
   server_ = std::make_unique<http::Server>(options_.HttpOptions());
   api_->Register(*server_);
   if (Status status = server_->Start(); !status.ok()) {
+    StopLoadSignals();
     if (epp_) epp_->Stop();
     if (ingest_) ingest_->Stop();
     if (liveness_) liveness_->Stop();
@@ -267,6 +272,34 @@ Status Router::Start() {
   }
   running_ = true;
   return absl::OkStatus();
+}
+
+Status Router::StartLoadSignals() {
+  if (options_.embedded) {
+    if (options_.load_interval.count() <= 0) return absl::OkStatus();
+    epp::LoadTable* table = epp_->load();
+    epp::LoadScraperOptions scrape;
+    scrape.interval = options_.load_interval;
+    load_scraper_ = std::make_unique<epp::LoadScraper>(
+        epp::ScrapeTargets(options_.agent.sources), scrape,
+        [table](const std::vector<codec::SourceLoad>& samples) {
+          const auto now = epp::LoadTable::Clock::now();
+          for (const codec::SourceLoad& s : samples) table->Update(s.source, s.load, now);
+        },
+        registry_.get(), "kvindex_router");
+    load_scraper_->Start();
+    return absl::OkStatus();
+  }
+  KVINDEX_ASSIGN_OR_RETURN(load_feed_,
+                           LoadFeed::Subscribe(connection_->raw(), options_.stream.subjects.prefix,
+                                               &apply_->agents(), epp_.get()));
+  return absl::OkStatus();
+}
+
+void Router::StopLoadSignals() {
+  if (load_scraper_) load_scraper_->Stop();
+  load_scraper_.reset();
+  load_feed_.reset();
 }
 
 void Router::Bootstrap() {
@@ -364,6 +397,7 @@ bool Router::StreamReady(std::string* reason) const {
 
 void Router::Stop() {
   if (!running_) return;
+  StopLoadSignals();
   if (epp_) epp_->Stop();
   server_->Stop();
   if (stream_watch_.joinable()) {

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "services/router/embedded/embedded_ingest.h"
+#include "services/router/epp_wiring.h"
 #include "shared/base/status.h"
 #include "shared/base/stop_signal.h"
 #include "shared/consume/apply_loop.h"
@@ -47,6 +48,7 @@
 #include "shared/consume/liveness_monitor.h"
 #include "shared/consume/router_probe.h"
 #include "shared/epp/epp_server.h"
+#include "shared/epp/load_scraper.h"
 #include "shared/http/server.h"
 #include "shared/index/kv_index.h"
 #include "shared/ingest/agent_pipeline.h"
@@ -144,6 +146,10 @@ struct RouterOptions {
   size_t log_capacity = size_t{1} << 20;
   // The endpoint picker (--epp ...; docs/epp.md); off while epp.listen is "".
   epp::EppOptions epp;
+  // --embedded with --epp: how often the router scrapes the engines'
+  // /metrics of the sources with endpoint= (--load-interval); 0 = never.
+  // Default: 50 ms.
+  std::chrono::milliseconds load_interval{50};
 
   Status Validate() const;
   // The HTTP server's options (listen address, limits, timeouts, token).
@@ -171,6 +177,10 @@ class Router {
   const storage::RestoreResult& restored() const { return restored_; }
 
  private:
+  // The picker's load signals (docs/epp.md): embedded, scrape the sources'
+  // engines; --nats, subscribe to the agents' load reports.
+  Status StartLoadSignals();
+  void StopLoadSignals();
   // --bootstrap-from: the peer's newest checkpoint into the empty data dir.
   void Bootstrap();
   // JetStream mode: every second, whether the stream exists and is the one
@@ -192,6 +202,9 @@ class Router {
   std::unique_ptr<EmbeddedIngest> ingest_;
   std::unique_ptr<tokenize::TokenizerRegistry> tokenizers_;  // before api_: it points here
   std::unique_ptr<epp::EppServer> epp_;
+  // The picker's load signals: core NATS (--nats) or its own scrapes.
+  std::unique_ptr<LoadFeed> load_feed_;
+  std::unique_ptr<epp::LoadScraper> load_scraper_;
   std::unique_ptr<query::RouterApi> api_;
   std::unique_ptr<http::Server> server_;
   storage::RestoreResult restored_;

@@ -1,7 +1,8 @@
 #include "shared/codec/placement_codec.h"
 
-#include <msgpack.hpp>
 #include <optional>
+
+#include "shared/codec/msgpack_map.h"
 
 namespace kvindex::codec {
 namespace {
@@ -25,13 +26,14 @@ constexpr std::string_view kSources = "sources";
 constexpr std::string_view kHeartbeatSeq = "heartbeat_seq";
 constexpr std::string_view kIncarnation = "incarnation";
 constexpr std::string_view kMsgSeq = "msg_seq";
+constexpr std::string_view kEndpoints = "endpoints";
+constexpr std::string_view kAddress = "address";
+// Longest endpoint address accepted ("host:port"; a DNS name is <= 253).
+constexpr size_t kMaxAddressBytes = 512;
 
-using Packer = msgpack::packer<msgpack::sbuffer>;
-
-void PackString(Packer& packer, std::string_view value) {
-  packer.pack_str(static_cast<uint32_t>(value.size()));
-  packer.pack_str_body(value.data(), static_cast<uint32_t>(value.size()));
-}
+using internal::Packer;
+using internal::PackString;
+constexpr std::string_view kWhat = "placement batch";
 
 void PackEvent(Packer& packer, const PlacementEvent& event) {
   const bool blocks = event.kind == PlacementKind::kStored || event.kind == PlacementKind::kRemoved;
@@ -42,6 +44,10 @@ void PackEvent(Packer& packer, const PlacementEvent& event) {
   if (blocks) fields += 2;
   if (stored) fields += 2;
   if (heartbeat) fields += 2;
+  // Written only when there is one, so a heartbeat without endpoints is the
+  // same bytes as before the field existed.
+  const bool endpoints = heartbeat && !event.endpoints.empty();
+  if (endpoints) fields += 1;
   if (expired) fields += 1;
   packer.pack_map(fields);
   PackString(packer, kKind);
@@ -86,6 +92,21 @@ void PackEvent(Packer& packer, const PlacementEvent& event) {
       packer.pack_uint32(source.dp_rank);
     }
   }
+  if (endpoints) {
+    PackString(packer, kEndpoints);
+    packer.pack_array(static_cast<uint32_t>(event.endpoints.size()));
+    for (const SourceEndpoint& endpoint : event.endpoints) {
+      packer.pack_map(4);
+      PackString(packer, kWorker);
+      PackString(packer, endpoint.source.worker);
+      PackString(packer, kDpRank);
+      packer.pack_uint32(endpoint.source.dp_rank);
+      PackString(packer, kModel);
+      PackString(packer, endpoint.model);
+      PackString(packer, kAddress);
+      PackString(packer, endpoint.address);
+    }
+  }
   if (expired) {
     PackString(packer, kHeartbeatSeq);
     packer.pack_uint64(event.heartbeat_seq);
@@ -93,15 +114,11 @@ void PackEvent(Packer& packer, const PlacementEvent& event) {
 }
 
 Status FieldError(std::string_view field, std::string_view problem) {
-  return absl::InvalidArgumentError("placement batch: field '" + std::string(field) + "' " +
-                                    std::string(problem));
+  return internal::FieldError(kWhat, field, problem);
 }
 
 StatusOr<uint64_t> AsUint(const msgpack::object& object, std::string_view field) {
-  if (object.type != msgpack::type::POSITIVE_INTEGER) {
-    return FieldError(field, "must be an unsigned integer");
-  }
-  return object.via.u64;
+  return internal::AsUint(object, kWhat, field);
 }
 
 StatusOr<uint32_t> AsUint32(const msgpack::object& object, std::string_view field) {
@@ -111,8 +128,7 @@ StatusOr<uint32_t> AsUint32(const msgpack::object& object, std::string_view fiel
 }
 
 StatusOr<std::string_view> AsString(const msgpack::object& object, std::string_view field) {
-  if (object.type != msgpack::type::STR) return FieldError(field, "must be a string");
-  return std::string_view(object.via.str.ptr, object.via.str.size);
+  return internal::AsString(object, kWhat, field);
 }
 
 std::optional<PlacementKind> KindFromName(std::string_view name) {
@@ -121,6 +137,38 @@ std::optional<PlacementKind> KindFromName(std::string_view name) {
     if (PlacementKindName(kind) == name) return kind;
   }
   return std::nullopt;
+}
+
+// One map of a heartbeat's "endpoints": {worker, dp_rank, model, address};
+// unknown keys ignored.
+StatusOr<SourceEndpoint> DecodeEndpoint(const msgpack::object& object) {
+  if (object.type != msgpack::type::MAP) return FieldError(kEndpoints, "must hold maps");
+  SourceEndpoint endpoint;
+  bool has_worker = false;
+  for (uint32_t i = 0; i < object.via.map.size; ++i) {
+    const msgpack::object_kv& kv = object.via.map.ptr[i];
+    if (kv.key.type != msgpack::type::STR) continue;
+    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
+    if (key == kWorker) {
+      KVINDEX_ASSIGN_OR_RETURN(std::string_view worker, AsString(kv.val, key));
+      endpoint.source.worker = std::string(worker);
+      has_worker = true;
+    } else if (key == kDpRank) {
+      KVINDEX_ASSIGN_OR_RETURN(endpoint.source.dp_rank, AsUint32(kv.val, key));
+    } else if (key == kModel) {
+      KVINDEX_ASSIGN_OR_RETURN(std::string_view model, AsString(kv.val, key));
+      endpoint.model = std::string(model);
+    } else if (key == kAddress) {
+      KVINDEX_ASSIGN_OR_RETURN(std::string_view address, AsString(kv.val, key));
+      endpoint.address = std::string(address);
+    }
+  }
+  if (!has_worker) return FieldError(kEndpoints, "entry without 'worker'");
+  if (endpoint.address.empty() || endpoint.address.size() > kMaxAddressBytes ||
+      endpoint.address.find(':') == std::string::npos) {
+    return FieldError(kEndpoints, "entry without a 'host:port' address");
+  }
+  return endpoint;
 }
 
 // Returns nullopt (skip) for an unknown kind.
@@ -185,6 +233,12 @@ StatusOr<std::optional<PlacementEvent>> DecodeEvent(const msgpack::object& objec
         KVINDEX_ASSIGN_OR_RETURN(uint32_t rank, AsUint32(pair.via.array.ptr[1], key));
         event.sources.push_back(SourceKey{std::string(worker), rank});
       }
+    } else if (key == kEndpoints) {
+      if (value.type != msgpack::type::ARRAY) return FieldError(key, "must be an array");
+      for (uint32_t j = 0; j < value.via.array.size; ++j) {
+        KVINDEX_ASSIGN_OR_RETURN(SourceEndpoint endpoint, DecodeEndpoint(value.via.array.ptr[j]));
+        event.endpoints.push_back(std::move(endpoint));
+      }
     }
     // Unknown keys: ignored (forward compatibility).
   }
@@ -222,27 +276,9 @@ void EncodePlacementBatch(std::span<const PlacementEvent> events, std::string* o
 }
 
 StatusOr<DecodedPlacementBatch> DecodePlacementBatch(std::string_view bytes) {
-  msgpack::object_handle handle;
-  try {
-    std::size_t offset = 0;
-    // Every element takes at least one byte, so no honest container is
-    // longer than the message; without the limits a corrupt length header
-    // would have msgpack reserve up to 2^32 elements (64 GiB) up front.
-    const size_t n = bytes.size();
-    const msgpack::unpack_limit limits(/*array=*/n, /*map=*/n / 2, /*str=*/n, /*bin=*/n,
-                                       /*ext=*/n, /*depth=*/16);
-    handle = msgpack::unpack(bytes.data(), bytes.size(), offset, nullptr, nullptr, limits);
-    if (offset != bytes.size()) {
-      return absl::InvalidArgumentError("placement batch: trailing bytes at offset " +
-                                        std::to_string(offset));
-    }
-  } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(std::string("placement batch: not msgpack: ") + e.what());
-  }
+  KVINDEX_ASSIGN_OR_RETURN(msgpack::object_handle handle,
+                           internal::UnpackMap(bytes, kWhat, /*depth=*/16));
   const msgpack::object& root = handle.get();
-  if (root.type != msgpack::type::MAP) {
-    return absl::InvalidArgumentError("placement batch: top level must be a map");
-  }
   DecodedPlacementBatch batch;
   bool has_version = false;
   const msgpack::object* events = nullptr;

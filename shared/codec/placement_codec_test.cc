@@ -8,6 +8,16 @@
 namespace kvindex::codec {
 namespace {
 
+SourceEndpoint Ep(const std::string& worker, uint32_t rank, const std::string& model,
+                  const std::string& address) {
+  SourceEndpoint endpoint;
+  endpoint.source.worker = worker;
+  endpoint.source.dp_rank = rank;
+  endpoint.model = model;
+  endpoint.address = address;
+  return endpoint;
+}
+
 std::vector<PlacementEvent> SampleEvents() {
   PlacementEvent stored;
   stored.kind = PlacementKind::kStored;
@@ -43,6 +53,10 @@ std::vector<PlacementEvent> SampleEvents() {
   heartbeat.lease_ms = 30000;
   heartbeat.sources = {{"w0", 0}, {"w0", 1}};
 
+  PlacementEvent announcing = heartbeat;
+  announcing.endpoints.push_back(Ep("w0", 1, "llama", "10.0.0.7:8000"));
+  announcing.endpoints.push_back(Ep("w0", 0, "", "[::1]:8000"));
+
   PlacementEvent expired;
   expired.kind = PlacementKind::kWorkerExpired;
   expired.source = {"w9", 0};
@@ -51,7 +65,7 @@ std::vector<PlacementEvent> SampleEvents() {
   agent_expired.kind = PlacementKind::kAgentExpired;
   agent_expired.agent = "node-b";
   agent_expired.heartbeat_seq = 0xFFFFFFFFFFFFull;
-  return {stored, root_stored, removed, cleared, heartbeat, expired, agent_expired};
+  return {stored, root_stored, removed, cleared, heartbeat, announcing, expired, agent_expired};
 }
 
 TEST(PlacementCodecTest, RoundTripsEveryKind) {
@@ -148,6 +162,83 @@ TEST(PlacementCodecTest, ForwardCompatible) {
   EXPECT_EQ(decoded->events[0].kind, PlacementKind::kCleared);
   EXPECT_EQ(decoded->events[0].source.worker, "w");
   EXPECT_EQ(decoded->skipped_unknown_kind, 1u);
+}
+
+// A heartbeat as agents wrote it before "endpoints" existed (msgpack by
+// hand, the fields of docs/events.md in the encoder's order).
+std::string OldHeartbeatBytes() {
+  msgpack::sbuffer buffer;
+  msgpack::packer<msgpack::sbuffer> p(buffer);
+  p.pack_map(2);
+  p.pack("v");
+  p.pack(1);
+  p.pack("events");
+  p.pack_array(1);
+  p.pack_map(9);
+  p.pack("kind");
+  p.pack("heartbeat");
+  p.pack("model");
+  p.pack("");
+  p.pack("worker");
+  p.pack("");
+  p.pack("dp_rank");
+  p.pack(0);
+  p.pack("agent");
+  p.pack("node-a");
+  p.pack("event_id");
+  p.pack(0);
+  p.pack("ts_ns");
+  p.pack(0);
+  p.pack("lease_ms");
+  p.pack(30000);
+  p.pack("sources");
+  p.pack_array(1);
+  p.pack_array(2);
+  p.pack("w0");
+  p.pack(0);
+  return std::string(buffer.data(), buffer.size());
+}
+
+// The endpoints field is added compatibly: a heartbeat without endpoints is
+// byte for byte what the encoder wrote before it existed, so an old message
+// decodes to no endpoints; one with endpoints keeps every other field (an
+// old reader skips the unknown key, ForwardCompatible above).
+TEST(PlacementCodecTest, HeartbeatEndpointsAreACompatibleAddition) {
+  PlacementEvent heartbeat;
+  heartbeat.kind = PlacementKind::kHeartbeat;
+  heartbeat.agent = "node-a";
+  heartbeat.lease_ms = 30000;
+  heartbeat.sources = {{"w0", 0}};
+  std::string bytes;
+  EncodePlacementBatch({&heartbeat, 1}, &bytes);
+  EXPECT_EQ(bytes, OldHeartbeatBytes());
+  auto old = DecodePlacementBatch(OldHeartbeatBytes());
+  ASSERT_TRUE(old.ok()) << old.status();
+  ASSERT_EQ(old->events.size(), 1u);
+  EXPECT_TRUE(old->events[0].endpoints.empty());
+  EXPECT_EQ(old->events[0], heartbeat);
+
+  heartbeat.endpoints.push_back(Ep("w0", 0, "m", "10.0.0.7:8000"));
+  EncodePlacementBatch({&heartbeat, 1}, &bytes);
+  auto decoded = DecodePlacementBatch(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->events[0], heartbeat);
+  EXPECT_EQ(decoded->events[0].sources, old->events[0].sources);
+}
+
+TEST(PlacementCodecTest, BadEndpointEntriesAreRejected) {
+  for (const std::string& address :
+       {std::string(), std::string("no-port"), std::string(600, 'a')}) {
+    PlacementEvent heartbeat;
+    heartbeat.kind = PlacementKind::kHeartbeat;
+    heartbeat.sources = {{"w0", 0}};
+    heartbeat.endpoints.push_back(Ep("w0", 0, "m", address + (address.size() > 100 ? ":1" : "")));
+    std::string bytes;
+    EncodePlacementBatch({&heartbeat, 1}, &bytes);
+    auto decoded = DecodePlacementBatch(bytes);
+    ASSERT_FALSE(decoded.ok()) << address;
+    EXPECT_NE(decoded.status().message().find("'endpoints'"), std::string::npos);
+  }
 }
 
 std::string Pack(const std::function<void(msgpack::packer<msgpack::sbuffer>&)>& fn) {

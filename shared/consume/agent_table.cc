@@ -77,6 +77,13 @@ std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message
         for (const SourceKey& source : event.sources) {
           if (auto why = check(source)) return why;
         }
+        // A node announces endpoints of the sources it lists (and so owns).
+        for (const SourceEndpoint& endpoint : event.endpoints) {
+          if (std::find(event.sources.begin(), event.sources.end(), endpoint.source) ==
+              event.sources.end()) {
+            return LogRefusal::kForeignSource;
+          }
+        }
         break;
       case PlacementKind::kStored:
       case PlacementKind::kRemoved:

@@ -8,7 +8,8 @@
 //     must name that node, every event must be the node's own, of a kind
 //     the subject may carry, and about sources the node owns: a source is
 //     owned by the node that first announced it (heartbeat or event) until
-//     that node expires. Anything else is refused whole (LogRefusal), before
+//     that node expires; a heartbeat's endpoints name only sources that
+//     heartbeat lists. Anything else is refused whole (LogRefusal), before
 //     the table or the index changes. A new incarnation more than
 //     max_incarnation_ahead past the time the log stored its message is
 //     refused too: one forged message cannot number a node into silence.

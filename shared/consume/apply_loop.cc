@@ -272,6 +272,14 @@ void ApplyLoop::RecordActivity(std::span<const PlacementEvent> applied,
         entry.source = source;
         entry.agent = event.agent;
         entry.live = true;
+        entry.endpoint.clear();
+        entry.endpoint_model.clear();
+      }
+      for (const SourceEndpoint& announced : event.endpoints) {
+        auto it = activity_.find(announced.source);
+        if (it == activity_.end()) continue;  // not listed: refused before (AgentTable)
+        it->second.endpoint = announced.address;
+        it->second.endpoint_model = announced.model;
       }
       continue;
     }
@@ -281,6 +289,7 @@ void ApplyLoop::RecordActivity(std::span<const PlacementEvent> applied,
         if (key.worker != event.source.worker) continue;
         entry.live = false;
         entry.cleared = true;
+        entry.endpoint.clear();
       }
       continue;
     }

@@ -80,6 +80,10 @@ class ApplyLoop {
     bool cleared = false;
     // Listed in its agent's heartbeats since the agent last expired.
     bool live = false;
+    // The endpoint ("host:port") and model its agent's last heartbeat
+    // announced for it ("" = none); gone with the source's expiry.
+    std::string endpoint;
+    std::string endpoint_model;
   };
 
   // `reader`, `index` and `probe` (nullable) must outlive the loop.

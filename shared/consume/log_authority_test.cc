@@ -60,6 +60,14 @@ PlacementEvent Heartbeat(const std::string& node, std::vector<SourceKey> sources
   return e;
 }
 
+SourceEndpoint Ep(const std::string& worker, const std::string& address) {
+  SourceEndpoint endpoint;
+  endpoint.source.worker = worker;
+  endpoint.model = "m";
+  endpoint.address = address;
+  return endpoint;
+}
+
 PlacementEvent Expire(const std::string& node, uint64_t heartbeat_seq) {
   PlacementEvent e;
   e.kind = PlacementKind::kAgentExpired;
@@ -122,6 +130,43 @@ struct Replica {
     return {};
   }
 };
+
+// Endpoints on the log (#22 item 4): a heartbeat announces endpoints of the
+// sources it lists; one naming another source is refused whole (a node
+// cannot point a gateway at someone else's worker); the agent's expiry
+// takes the endpoint away.
+TEST(LogAuthorityTest, HeartbeatEndpointsNameOnlyTheNodesOwnSources) {
+  Replica r;
+  r.NodeAStarts();
+  PlacementEvent announce = Heartbeat("node-a", {{"w0", 0}});
+  announce.endpoints.push_back(Ep("w0", "10.0.0.7:8000"));
+  r.reader.Add(3, Header("node-a", 3), {announce}, false, AgentSubject("node-a"), kNow);
+  PlacementEvent forged = Heartbeat("node-b", {{"w1", 0}});
+  forged.endpoints.push_back(Ep("w1", "10.0.0.9:8000"));
+  forged.endpoints.push_back(Ep("w0", "10.0.0.9:8000"));
+  r.reader.Add(4, Header("node-b", 1), {forged}, false, AgentSubject("node-b"), kNow);
+  r.Run();
+  EXPECT_EQ(r.Refused("foreign_source"), 1);
+  auto endpoint_of = [&r](const SourceKey& source) {
+    for (const auto& row : r.loop->Activity()) {
+      if (row.source == source) return row.endpoint + "/" + row.endpoint_model;
+    }
+    return std::string("none");
+  };
+  EXPECT_EQ(endpoint_of({"w0", 0}), "10.0.0.7:8000/m");
+  EXPECT_EQ(endpoint_of({"w1", 0}), "none");  // node-b's whole heartbeat was refused
+
+  // A heartbeat without endpoints withdraws them; the next announces again.
+  r.reader.Add(5, Header("node-a", 4), {Heartbeat("node-a", {{"w0", 0}})}, false,
+               AgentSubject("node-a"), kNow);
+  r.Run();
+  EXPECT_EQ(endpoint_of({"w0", 0}), "/");
+  r.reader.Add(6, Header("node-a", 5), {announce}, false, AgentSubject("node-a"), kNow);
+  r.reader.Add(7, {}, {Expire("node-a", 6)}, false, ExpireSubject("node-a"), kNow);
+  r.Run();
+  EXPECT_EQ(endpoint_of({"w0", 0}), "none");
+  EXPECT_EQ(r.loop->agents().Owner({"w0", 0}), std::nullopt);
+}
 
 // #21: from node-b's subject, a header saying agent=node-a with incarnation
 // 2^64-1 made every later message of node-a stale. Refused now; node-a's

@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 #include <utility>
@@ -70,10 +71,44 @@ void EndpointTable::Publish(std::vector<Endpoint> endpoints) {
   snapshot_ = std::move(set);
 }
 
-std::vector<Endpoint> EndpointTable::Combined() const {
+std::vector<Endpoint> EndpointTable::Combined() {
   std::vector<Endpoint> all = static_;
   all.insert(all.end(), from_file_.begin(), from_file_.end());
+  const size_t configured = all.size();
+  uint64_t announced = 0;
+  for (const Endpoint& endpoint : announced_) {
+    const auto first = all.begin(), last = all.begin() + static_cast<ptrdiff_t>(configured);
+    if (std::any_of(first, last, [&](const Endpoint& e) { return e.source == endpoint.source; })) {
+      continue;  // the static override
+    }
+    all.push_back(endpoint);
+    ++announced;
+  }
+  announced_count_.store(announced, std::memory_order_relaxed);
   return all;
+}
+
+void EndpointTable::SetAnnounced(std::function<std::vector<Endpoint>()> provider,
+                                 std::chrono::milliseconds refresh_interval) {
+  provider_ = std::move(provider);
+  refresh_interval_ = refresh_interval;
+  {
+    MutexLock lock(&refresh_mu_);
+    next_refresh_ = std::chrono::steady_clock::now() + refresh_interval_;
+  }
+  RefreshAnnounced();
+}
+
+void EndpointTable::RefreshAnnounced() {
+  std::vector<Endpoint> announced = provider_();
+  std::vector<Endpoint> all;
+  {
+    MutexLock lock(&mu_);
+    if (announced == announced_) return;
+    announced_ = std::move(announced);
+    all = Combined();
+  }
+  Publish(std::move(all));
 }
 
 void EndpointTable::SetStatic(std::vector<Endpoint> endpoints) {
@@ -119,6 +154,18 @@ Status EndpointTable::SetFile(std::string path, std::chrono::milliseconds reload
 }
 
 void EndpointTable::MaybeReload() {
+  if (provider_) {
+    bool due = false;
+    {
+      MutexLock lock(&refresh_mu_);
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= next_refresh_) {
+        next_refresh_ = now + refresh_interval_;
+        due = true;
+      }
+    }
+    if (due) RefreshAnnounced();
+  }
   if (path_.empty()) return;
   {
     MutexLock lock(&reload_mu_);

@@ -1,6 +1,6 @@
 // EndpointTable: the endpoints the picker may choose, each tied to the
 // index source (worker, dp_rank) whose cache it serves (docs/epp.md,
-// "Endpoints"). Two origins:
+// "Endpoints"). Three origins, in order of precedence:
 //   - the --source values' endpoint=HOST:PORT (SetStatic);
 //   - --endpoints-file PATH, llm-d's file-discovery shape, re-read when the
 //     file changes (checked at most every `reload_interval`):
@@ -10,6 +10,10 @@
 //           port: 8000
 //           labels: {model: M, dp_rank: "0", worker: w0}
 //     A file that does not parse keeps the previous endpoints (counted).
+//   - announced at run time (SetAnnounced: with --nats, the agents'
+//     heartbeats on the log, live sources only), asked again at most every
+//     `refresh_interval`; a source that a static or file endpoint already
+//     names keeps that one (the static override).
 // An endpoint with an empty model serves every model.
 //
 // Thread safety: Snapshot() and MaybeReload() from any thread.
@@ -18,6 +22,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +39,8 @@ struct Endpoint {
   std::string address;  // "host:port", as written into x-gateway-destination-endpoint
   SourceKey source;     // the index source it serves
   std::string model;    // "" = any model
+
+  friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };
 
 struct EndpointSet {
@@ -57,24 +64,39 @@ class EndpointTable {
   // on change from then on.
   Status SetFile(std::string path,
                  std::chrono::milliseconds reload_interval = std::chrono::milliseconds(500));
-  // Re-reads the file when its modification time or size changed.
+  // The announced endpoints: `provider` is asked now and again on
+  // MaybeReload, at most every `refresh_interval`.
+  void SetAnnounced(std::function<std::vector<Endpoint>()> provider,
+                    std::chrono::milliseconds refresh_interval = std::chrono::milliseconds(200));
+  // Re-reads the file when its modification time or size changed, and asks
+  // for the announced endpoints when they are due.
   void MaybeReload();
 
   std::shared_ptr<const EndpointSet> Snapshot() const;
 
   uint64_t reloads() const { return reloads_.load(std::memory_order_relaxed); }
   uint64_t reload_errors() const { return reload_errors_.load(std::memory_order_relaxed); }
+  // Endpoints announced (not overridden) in the current snapshot.
+  uint64_t announced() const { return announced_count_.load(std::memory_order_relaxed); }
 
  private:
   void Publish(std::vector<Endpoint> endpoints);
-  // The static endpoints, then the file's.
-  std::vector<Endpoint> Combined() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The static endpoints, the file's, then the announced ones of sources
+  // neither names.
+  std::vector<Endpoint> Combined() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Status Load();
+  void RefreshAnnounced();
 
   mutable Mutex mu_;
   std::shared_ptr<const EndpointSet> snapshot_ ABSL_GUARDED_BY(mu_);
   std::vector<Endpoint> static_ ABSL_GUARDED_BY(mu_);
   std::vector<Endpoint> from_file_ ABSL_GUARDED_BY(mu_);
+  std::vector<Endpoint> announced_ ABSL_GUARDED_BY(mu_);
+  std::function<std::vector<Endpoint>()> provider_;  // set before the first pick
+  std::chrono::milliseconds refresh_interval_{200};
+  Mutex refresh_mu_;
+  std::chrono::steady_clock::time_point next_refresh_ ABSL_GUARDED_BY(refresh_mu_);
+  std::atomic<uint64_t> announced_count_{0};
   std::string path_;
   std::chrono::milliseconds reload_interval_{500};
   Mutex reload_mu_;

@@ -10,6 +10,14 @@
 namespace kvindex::epp {
 namespace {
 
+Endpoint Ep(const std::string& address, const std::string& worker) {
+  Endpoint endpoint;
+  endpoint.address = address;
+  endpoint.source.worker = worker;
+  endpoint.model = "m";
+  return endpoint;
+}
+
 TEST(EndpointsTest, ParsesFileDiscoveryShape) {
   auto parsed = ParseEndpointsFile(
       "endpoints:\n"
@@ -51,6 +59,30 @@ TEST(EndpointsTest, ReReadsOnChangeAndKeepsTheOldOnError) {
   EXPECT_EQ(table.reload_errors(), 1u);
   unlink(path.c_str());
   rmdir(dir);
+}
+
+// Announced endpoints (the log's, --nats) follow their provider, asked again
+// when due; a source that a static or file endpoint names keeps that one.
+TEST(EndpointsTest, AnnouncedEndpointsFollowTheProviderUnderTheStaticOverride) {
+  std::vector<Endpoint> live = {Ep("10.0.0.1:8000", "w0"), Ep("10.0.0.2:8000", "w1")};
+  EndpointTable table;
+  table.SetStatic({Ep("10.9.9.9:8000", "w1")});
+  table.SetAnnounced([&live] { return live; }, std::chrono::milliseconds(0));
+  auto addresses = [&table] {
+    std::vector<std::string> out;
+    for (const Endpoint& e : table.Snapshot()->endpoints) out.push_back(e.address);
+    return out;
+  };
+  EXPECT_EQ(addresses(), (std::vector<std::string>{"10.9.9.9:8000", "10.0.0.1:8000"}));
+  EXPECT_EQ(table.announced(), 1u);
+  live.erase(live.begin());  // w0's agent expired
+  live.push_back(Ep("10.0.0.3:8000", "w2"));
+  table.MaybeReload();
+  EXPECT_EQ(addresses(), (std::vector<std::string>{"10.9.9.9:8000", "10.0.0.3:8000"}));
+  live.clear();
+  table.MaybeReload();
+  EXPECT_EQ(addresses(), (std::vector<std::string>{"10.9.9.9:8000"}));
+  EXPECT_EQ(table.announced(), 0u);
 }
 
 }  // namespace

@@ -11,7 +11,10 @@ namespace kvindex::epp {
 
 EppServer::EppServer(EppOptions options, const index::IndexInterface* index,
                      std::function<bool()> ready)
-    : options_(std::move(options)), index_(index), ready_(std::move(ready)) {
+    : options_(std::move(options)),
+      index_(index),
+      ready_(std::move(ready)),
+      load_(options_.load_max_age) {
   collectable_ = std::make_shared<metrics::CallbackCollectable>([this] { return Collect(); });
 }
 
@@ -27,11 +30,12 @@ Status EppServer::Start() {
     KVINDEX_ASSIGN_OR_RETURN(config, ParsePickerConfig(text.str()));
   }
   endpoints_.SetStatic(options_.static_endpoints);
+  if (options_.announced) endpoints_.SetAnnounced(options_.announced);
   if (!options_.endpoints_file.empty()) {
     KVINDEX_RETURN_IF_ERROR(endpoints_.SetFile(options_.endpoints_file));
   }
   KVINDEX_ASSIGN_OR_RETURN(tokens_, BuildTokenChain(options_.tokens));
-  picker_ = std::make_unique<Picker>(std::move(config), index_, &endpoints_);
+  picker_ = std::make_unique<Picker>(std::move(config), index_, &endpoints_, &load_);
   service_ = std::make_unique<ExtProcService>(options_.service, picker_.get(), tokens_.get());
   health_ = std::make_unique<HealthService>(ready_);
   {
@@ -133,6 +137,19 @@ std::vector<prometheus::MetricFamily> EppServer::Collect() const {
       metrics::GaugeFamily("kvindex_router_epp_endpoints", "Endpoints known to the picker");
   metrics::AddSample(endpoints, static_cast<double>(endpoints_.Snapshot()->endpoints.size()));
   out.push_back(std::move(endpoints));
+  auto announced = metrics::GaugeFamily(
+      "kvindex_router_epp_endpoints_announced",
+      "Endpoints the picker learned from the agents' heartbeats on the log (--nats)");
+  metrics::AddSample(announced, static_cast<double>(endpoints_.announced()));
+  out.push_back(std::move(announced));
+  auto load = metrics::CounterFamily(
+      "kvindex_router_epp_load_samples_total",
+      "Engine load samples: received, refused (sender does not own the source, or "
+      "undecodable), stale (older than --load-max-age when a pick wanted it)");
+  metrics::AddSample(load, static_cast<double>(load_.updates()), {{"outcome", "received"}});
+  metrics::AddSample(load, static_cast<double>(load_refused_.load()), {{"outcome", "refused"}});
+  metrics::AddSample(load, static_cast<double>(load_.stale()), {{"outcome", "stale"}});
+  out.push_back(std::move(load));
   return out;
 }
 

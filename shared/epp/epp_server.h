@@ -16,6 +16,7 @@
 #include <prometheus/registry.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "shared/epp/endpoints.h"
 #include "shared/epp/ext_proc_service.h"
 #include "shared/epp/health_service.h"
+#include "shared/epp/load_table.h"
 #include "shared/epp/picker.h"
 #include "shared/epp/token_source.h"
 #include "shared/index/index_interface.h"
@@ -49,6 +51,11 @@ struct EppOptions {
   std::string endpoints_file;
   // Endpoints from --source endpoint=...
   std::vector<Endpoint> static_endpoints;
+  // Endpoints announced on the log (--nats: the live sources' endpoints
+  // from their agents' heartbeats); none when unset.
+  std::function<std::vector<Endpoint>()> announced;
+  // --load-max-age: a load sample older than this is not used. Default: 1 s.
+  std::chrono::milliseconds load_max_age{1000};
 };
 
 class EppServer {
@@ -66,6 +73,12 @@ class EppServer {
   // The kvindex_router_epp_* families, collected at scrape time.
   const prometheus::Collectable* collectable() const { return collectable_.get(); }
   const ServiceCounters* counters() const { return service_ ? &service_->counters() : nullptr; }
+  // The engines' load the picker scores with (fed by the router: core NATS
+  // or, embedded, its own scraper).
+  LoadTable* load() { return &load_; }
+  // Load reports refused (a sample for a source its sender does not own, or
+  // undecodable); counted here, shown in /metrics.
+  void CountLoadRefused() { load_refused_.fetch_add(1, std::memory_order_relaxed); }
 
  private:
   std::vector<prometheus::MetricFamily> Collect() const;
@@ -74,6 +87,8 @@ class EppServer {
   const index::IndexInterface* const index_;
   const std::function<bool()> ready_;
   EndpointTable endpoints_;
+  LoadTable load_;
+  std::atomic<uint64_t> load_refused_{0};
   std::unique_ptr<TokenChain> tokens_;
   std::unique_ptr<Picker> picker_;
   std::unique_ptr<ExtProcService> service_;

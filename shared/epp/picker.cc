@@ -65,6 +65,8 @@ StatusOr<PickerConfig> ParsePickerConfig(const std::string& yaml_text) {
         config.fallbacks = value.as<uint32_t>();
       } else if (key == "max_inflight_per_endpoint") {
         config.max_inflight_per_endpoint = value.as<uint32_t>();
+      } else if (key == "max_queue_per_endpoint") {
+        config.max_queue_per_endpoint = value.as<uint32_t>();
       } else if (key == "models") {
         for (const auto& m : value) {
           ModelAlias alias;
@@ -74,7 +76,8 @@ StatusOr<PickerConfig> ParsePickerConfig(const std::string& yaml_text) {
         }
       } else {
         return invalid("unknown key '" + key +
-                       "' (scorers, tiers, seed, fallbacks, max_inflight_per_endpoint, models)");
+                       "' (scorers, tiers, seed, fallbacks, max_inflight_per_endpoint, "
+                       "max_queue_per_endpoint, models)");
       }
     }
   } catch (const YAML::Exception& e) {
@@ -83,8 +86,9 @@ StatusOr<PickerConfig> ParsePickerConfig(const std::string& yaml_text) {
   return config;
 }
 
-Picker::Picker(PickerConfig config, const index::IndexInterface* index, EndpointTable* endpoints)
-    : config_(std::move(config)), index_(index), endpoints_(endpoints) {}
+Picker::Picker(PickerConfig config, const index::IndexInterface* index, EndpointTable* endpoints,
+               const LoadTable* load)
+    : config_(std::move(config)), index_(index), endpoints_(endpoints), load_(load) {}
 
 std::atomic<int64_t>* Picker::Counter(const std::string& address) {
   {
@@ -118,10 +122,11 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   }
 
   struct Candidate {
-    const Endpoint* endpoint;
-    std::atomic<int64_t>* inflight;
+    const Endpoint* endpoint = nullptr;
+    std::atomic<int64_t>* inflight = nullptr;
     double prefix = 0;
     uint32_t matched = 0;
+    codec::EngineLoad load;  // -1s: no fresh sample
     double score = 0;
     uint64_t tie = 0;
   };
@@ -130,20 +135,33 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   for (const Endpoint& endpoint : set->endpoints) {
     if (!model.empty() && !endpoint.model.empty() && endpoint.model != model) continue;
     if (input.subset != nullptr && !InSubset(*input.subset, endpoint.address)) continue;
-    candidates.push_back({&endpoint, Counter(endpoint.address)});
+    Candidate& c = candidates.emplace_back();
+    c.endpoint = &endpoint;
+    c.inflight = Counter(endpoint.address);
   }
   if (candidates.empty()) {
     return absl::UnavailableError(
         input.subset != nullptr ? "no eligible endpoint in the subset hint"
                                 : "no eligible endpoint for model '" + std::string(model) + "'");
   }
-  if (config_.max_inflight_per_endpoint > 0) {
+  if (load_ != nullptr) {
+    const auto now = LoadTable::Clock::now();
+    for (Candidate& c : candidates) {
+      if (auto fresh = load_->Fresh(c.endpoint->source, now)) c.load = *fresh;
+    }
+    std::erase_if(candidates, [](const Candidate& c) { return !c.load.healthy; });
+    if (candidates.empty()) return absl::UnavailableError("every eligible engine is unhealthy");
+  }
+  if (config_.max_inflight_per_endpoint > 0 || config_.max_queue_per_endpoint > 0) {
     const auto limit = static_cast<int64_t>(config_.max_inflight_per_endpoint);
-    std::erase_if(candidates, [limit](const Candidate& c) {
-      return c.inflight->load(std::memory_order_relaxed) >= limit;
+    const double queue_limit = config_.max_queue_per_endpoint;
+    std::erase_if(candidates, [limit, queue_limit](const Candidate& c) {
+      return (limit > 0 && c.inflight->load(std::memory_order_relaxed) >= limit) ||
+             (queue_limit > 0 && c.load.waiting >= queue_limit);
     });
     if (candidates.empty()) {
-      return absl::ResourceExhaustedError("every eligible endpoint is at its in-flight limit");
+      return absl::ResourceExhaustedError(
+          "every eligible endpoint is at its in-flight or queue limit");
     }
   }
 
@@ -175,8 +193,12 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   }
 
   int64_t most_inflight = 0;
+  double most_waiting = -1, least_waiting = -1;
   for (const Candidate& c : candidates) {
     most_inflight = std::max(most_inflight, c.inflight->load(std::memory_order_relaxed));
+    if (c.load.waiting < 0) continue;
+    most_waiting = std::max(most_waiting, c.load.waiting);
+    least_waiting = least_waiting < 0 ? c.load.waiting : std::min(least_waiting, c.load.waiting);
   }
   for (Candidate& c : candidates) {
     const double inflight =
@@ -184,9 +206,14 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
             ? 1.0
             : 1.0 - static_cast<double>(c.inflight->load(std::memory_order_relaxed)) /
                         static_cast<double>(most_inflight);
-    // kv_use and queue: no load signal (0 for every candidate).
+    // No fresh sample: 0 on kv and queue.
+    const double kv = c.load.kv_use < 0 ? 0.0 : 1.0 - c.load.kv_use;
+    const double queue = c.load.waiting < 0 ? 0.0
+                         : most_waiting <= least_waiting
+                             ? 1.0
+                             : (most_waiting - c.load.waiting) / (most_waiting - least_waiting);
     c.score = config_.prefix_weight * c.prefix + config_.inflight_weight * inflight +
-              config_.kv_cache_weight * 0.0 + config_.queue_weight * 0.0;
+              config_.kv_cache_weight * kv + config_.queue_weight * queue;
     c.tie = TieKey(config_.seed, request_key, c.endpoint->address);
   }
   const size_t keep = size_t{config_.fallbacks} + 1;

@@ -1,15 +1,19 @@
 // Picker: scores the candidate endpoints of a request and picks the best,
 // then the next best N as fallbacks (docs/epp.md, "Scores and the pick").
 //
-//   score = w_prefix * prefix + w_kv * (1 - kv_use) + w_queue * queue
+//   score = w_prefix * prefix + w_kv * kv + w_queue * queue
 //         + w_inflight * inflight
 //   prefix   = sum over tiers of tier_weight * matched blocks in that tier,
 //              over the request's blocks (0..1), from the same index lookup
 //              as /v1/match (IndexInterface::MatchTokens);
+//   kv       = 1 - the engine's KV-cache use (0..1);
+//   queue    = (most waiting - waiting) / (most - least waiting) over the
+//              candidates that report it (1 when all wait alike);
 //   inflight = 1 - picks in flight to the endpoint / the most in flight to
-//              any candidate (1 when none is busy);
-//   kv_use, queue: engine load signals. None reach the router yet: they are
-//              0 for every candidate (documented), so they do not reorder.
+//              any candidate (1 when none is busy).
+// kv and queue come from the LoadTable (engines' /metrics): a candidate
+// without a fresh sample scores 0 on both; one whose engine is unhealthy, or
+// whose queue is at max_queue_per_endpoint, is not picked.
 // Ties (equal scores) go to the candidate with the highest
 // hash(seed, request key, address): random across requests, the same on
 // every replica for the same request and seed.
@@ -29,6 +33,7 @@
 #include "shared/base/mutex.h"
 #include "shared/base/status.h"
 #include "shared/epp/endpoints.h"
+#include "shared/epp/load_table.h"
 #include "shared/index/index_interface.h"
 
 namespace kvindex::epp {
@@ -51,6 +56,10 @@ struct PickerConfig {
   // Shedding: an endpoint with this many picks in flight is not picked; all
   // of them full -> ResourceExhausted (429). 0 = no limit. Default: 0.
   uint32_t max_inflight_per_endpoint = 0;
+  // Shedding on the engine's queue: an endpoint whose fresh sample reports
+  // this many waiting requests is not picked; all of them full -> 429.
+  // 0 = no limit. Default: 0.
+  uint32_t max_queue_per_endpoint = 0;
   // Request model -> index model (and LoRA adapter).
   absl::flat_hash_map<std::string, ModelAlias> aliases;
 };
@@ -61,6 +70,7 @@ struct PickerConfig {
 //   seed: 0
 //   fallbacks: 2
 //   max_inflight_per_endpoint: 0
+//   max_queue_per_endpoint: 0
 //   models: {alias-name: {model: M, lora: adapter}}
 StatusOr<PickerConfig> ParsePickerConfig(const std::string& yaml_text);
 
@@ -83,11 +93,14 @@ struct PickResult {
 
 class Picker {
  public:
-  Picker(PickerConfig config, const index::IndexInterface* index, EndpointTable* endpoints);
+  // `load` (nullable: no load signals) must outlive the picker.
+  Picker(PickerConfig config, const index::IndexInterface* index, EndpointTable* endpoints,
+         const LoadTable* load = nullptr);
 
-  // Unavailable: no endpoint eligible (none for the model, or the subset
-  // leaves none). ResourceExhausted: every eligible endpoint has
-  // max_inflight_per_endpoint picks in flight (shed). On success the pick counts as in flight until
+  // Unavailable: no endpoint eligible (none for the model, the subset
+  // leaves none, or every engine left is unhealthy). ResourceExhausted:
+  // every eligible endpoint is at max_inflight_per_endpoint picks in flight
+  // or max_queue_per_endpoint waiting (shed). On success the pick counts as in flight until
   // Release.
   StatusOr<PickResult> Pick(const PickInput& input);
   void Release(const std::string& address);
@@ -102,6 +115,7 @@ class Picker {
   const PickerConfig config_;
   const index::IndexInterface* const index_;
   EndpointTable* const endpoints_;
+  const LoadTable* const load_;
   std::atomic<uint64_t> load_only_counter_{0};
   mutable SharedMutex inflight_mu_;
   // Counters are never erased, so a pointer stays valid.

@@ -429,6 +429,12 @@ struct AgentPipeline::Impl final : public BatchSink {
     heartbeat.lease_ms = options.heartbeat_lease_ms;
     for (const auto& source : sources) {
       heartbeat.sources.push_back({source->spec.worker, source->spec.dp_rank});
+      // endpoint=HOST:PORT travels with the source (docs/epp.md, "Endpoints").
+      if (!source->spec.endpoint.empty()) {
+        heartbeat.endpoints.push_back({{source->spec.worker, source->spec.dp_rank},
+                                       source->spec.model,
+                                       source->spec.endpoint});
+      }
     }
     PublishBatch(&events);
     probe.CountHeartbeat();

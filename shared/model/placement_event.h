@@ -35,6 +35,16 @@ inline constexpr int kNumPlacementKinds = 6;
 // "stored", "removed", "cleared", "heartbeat", "worker_expired", "agent_expired".
 std::string_view PlacementKindName(PlacementKind kind);
 
+// A heartbeat's announcement of where a source's engine serves requests
+// (the OpenAI server a gateway routes to; docs/epp.md, "Endpoints").
+struct SourceEndpoint {
+  SourceKey source;
+  std::string model;    // the source's model ("" = not said)
+  std::string address;  // "host:port"
+
+  friend bool operator==(const SourceEndpoint&, const SourceEndpoint&) = default;
+};
+
 struct PlacementEvent {
   PlacementKind kind = PlacementKind::kStored;
   std::string model;
@@ -61,6 +71,8 @@ struct PlacementEvent {
   // kHeartbeat: lease in milliseconds and the sources the agent serves.
   uint32_t lease_ms = 0;
   std::vector<SourceKey> sources;
+  // kHeartbeat: endpoints of some of `sources` (those configured with one).
+  std::vector<SourceEndpoint> endpoints;
 
   // kAgentExpired: log position of the last heartbeat of `agent` that the
   // deciding router had applied (0: none).

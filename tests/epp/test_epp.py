@@ -137,7 +137,10 @@ def main():
         router = e2e.Router(bin_dir, sources, extra_args=[
             "--epp", "127.0.0.1:%d" % epp_port, "--epp-health", "127.0.0.1:%d" % health_port,
             "--render-url", "http://127.0.0.1:%d" % render.server_address[1],
-            "--render-timeout", "2s"])
+            "--render-timeout", "2s",
+            # Nothing serves /metrics at EP: no load signals (an engine whose
+            # /metrics fails is unhealthy); test_epp_fleet.py covers them.
+            "--load-interval", "0"])
         # w2's startup replay must wait for us: a long replay deadline.
         router.args[router.args.index("--replay-timeout") + 1] = "30s"
         router.start()
@@ -302,7 +305,8 @@ def main():
             f.write("max_inflight_per_endpoint: 1\n")
         closed = e2e.Router(bin_dir, sources[:2], extra_args=[
             "--epp", "127.0.0.1:%d" % closed_port, "--epp-failure-mode", "closed",
-            "--epp-max-body-bytes", "1000", "--epp-config", config]).start()
+            "--epp-max-body-bytes", "1000", "--epp-config", config,
+            "--load-interval", "0"]).start()
         routers.append(closed)
         closed.wait_ready()
         closed_channel = grpc.insecure_channel("127.0.0.1:%d" % closed_port)

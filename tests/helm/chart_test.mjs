@@ -168,7 +168,36 @@ function recording(value, where, objects) {
   return value;
 }
 
+// GAIE's InferencePool (inference.networking.k8s.io/v1) has no compiled
+// schema in the npm packages: its API's rules, checked by hand (spec fields
+// and types from the v1 API; unknown fields refused as strict validation
+// would).
+function validateInferencePool(obj, where) {
+  const name = `${where}: InferencePool/${obj.metadata?.name}`;
+  const keys = (o, allowed, at) => {
+    const extra = Object.keys(o || {}).filter((k) => !allowed.includes(k));
+    return check(extra.length === 0, `${name}: unknown fields at ${at}: ${extra.join(", ")}`);
+  };
+  const port = (n) => Number.isInteger(n) && n >= 1 && n <= 65535;
+  const spec = obj.spec || {};
+  keys(obj, ["apiVersion", "kind", "metadata", "spec"], "/");
+  keys(spec, ["selector", "targetPorts", "endpointPickerRef"], "/spec");
+  const labels = spec.selector?.matchLabels;
+  keys(spec.selector, ["matchLabels"], "/spec/selector");
+  check(labels && Object.keys(labels).length >= 1 && Object.values(labels).every((v) => typeof v === "string"), `${name}: spec.selector.matchLabels must be a non-empty string map`);
+  const ports = spec.targetPorts;
+  check(Array.isArray(ports) && ports.length >= 1 && ports.length <= 8 && ports.every((p) => port(p.number) && Object.keys(p).length === 1), `${name}: spec.targetPorts must be 1..8 {number} ports`);
+  const ref = spec.endpointPickerRef;
+  check(ref && typeof ref.name === "string" && ref.name.length > 0, `${name}: spec.endpointPickerRef.name is required`);
+  keys(ref, ["group", "kind", "name", "port", "failureMode"], "/spec/endpointPickerRef");
+  check((ref?.kind ?? "Service") !== "Service" || port(ref?.port?.number), `${name}: a Service endpointPickerRef needs port.number`);
+  return check(["FailOpen", "FailClose", undefined].includes(ref?.failureMode), `${name}: failureMode must be FailOpen or FailClose`);
+}
+
 function validateObject(obj, where) {
+  if (obj.apiVersion === "inference.networking.k8s.io/v1" && obj.kind === "InferencePool") {
+    return validateInferencePool(obj, where);
+  }
   let validate;
   try {
     validate = schemaValidator(obj.apiVersion, obj.kind);
@@ -277,7 +306,29 @@ const expectations = {
     check(find(objects, "ServiceMonitor").length === 1 && find(objects, "NetworkPolicy").length === 1, "agents-only: the agents' ServiceMonitor and NetworkPolicy only");
     check(!objects.some((o) => o.kind === "ConfigMap" && o.metadata.name.endsWith("-dashboard")), "agents-only: no dashboard");
   },
+  epp(objects) {
+    const sts = find(objects, "StatefulSet")[0];
+    const env = envOf(sts, "kvindex-router");
+    check(env.KVINDEX_EPP === "0.0.0.0:9002" && env.KVINDEX_EPP_HEALTH === "0.0.0.0:9003", "epp: the routers serve ext_proc on 9002 and health on 9003");
+    check(env.KVINDEX_LOAD_MAX_AGE === "2s", "epp: epp.config reaches the router");
+    const ports = sts.spec.template.spec.containers[0].ports.map((p) => `${p.name}=${p.containerPort}`);
+    check(ports.includes("epp=9002") && ports.includes("epp-health=9003"), `epp: container ports (${ports})`);
+    const svc = find(objects, "Service", "-router-epp")[0];
+    const byName = Object.fromEntries((svc?.spec.ports || []).map((p) => [p.name, p]));
+    check(byName["grpc-ext-proc"]?.port === 9002 && byName["grpc-ext-proc"].appProtocol === "kubernetes.io/h2c" && byName["grpc-ext-proc"].targetPort === "epp", "epp: the EPP Service's ext_proc port, h2c");
+    check(byName["grpc-health"]?.port === 9003 && byName["grpc-health"].targetPort === "epp-health", "epp: the EPP Service's health port");
+    check(selects(svc?.spec.selector, sts.spec.template.metadata.labels), "epp: the EPP Service selects the routers");
+    const pool = find(objects, "InferencePool")[0];
+    check(pool?.spec.endpointPickerRef.name === svc?.metadata.name && pool.spec.endpointPickerRef.port.number === 9002 && pool.spec.endpointPickerRef.failureMode === "FailOpen", "epp: the InferencePool's picker is the EPP Service on 9002, FailOpen");
+    check(pool?.spec.selector.matchLabels.app === "vllm-llama" && pool.spec.targetPorts[0].number === 8000, "epp: the pool selects the engines on 8000");
+    const policy = find(objects, "NetworkPolicy", "-router")[0];
+    const allowed = (policy?.spec.ingress || []).flatMap((r) => r.ports || []).map((p) => p.port);
+    check(allowed.includes(9002) && allowed.includes(9003), `epp: the routers' NetworkPolicy admits 9002 and 9003 (${allowed})`);
+    const sidecar = objects.find((o) => o.kind === "ConfigMap" && o.metadata.name.endsWith("-agent-sidecar"));
+    check(/endpoint=\$\(POD_IP\):8000/.test(sidecar?.data["container.yaml"] || ""), "epp: the agents announce endpoint=$(POD_IP):8000");
+  },
   default(objects) {
+    check(find(objects, "InferencePool").length === 0 && find(objects, "Service", "-router-epp").length === 0, "default: no endpoint picker objects (epp.enabled=false)");
     const sts = find(objects, "StatefulSet")[0];
     check(sts?.spec.replicas === 2, "default: 2 router replicas");
     check(find(objects, "DaemonSet").length === 0, "default: no agent DaemonSet (agent.enabled=false)");
@@ -487,7 +538,7 @@ function schemaTests() {
 // kubelet would start it: its env (field references filled, $(VAR)
 // expanded), its Secret volumes written to a temporary folder (paths
 // rewritten), nothing else in the environment.
-const FIELDS = { "spec.nodeName": "node-1", "status.hostIP": "10.1.2.3", "metadata.name": "engine-0" };
+const FIELDS = { "spec.nodeName": "node-1", "status.hostIP": "10.1.2.3", "status.podIP": "10.4.5.6", "metadata.name": "engine-0" };
 // Values of secretKeyRef variables (Secret/key). Credentials in a URL are
 // refused by the binaries (a negative case below).
 const SECRET_VALUES = {

@@ -243,6 +243,7 @@ pasted into may set no fsGroup.
 {{- if hasKey . "dp_ranks" }}{{ $parts = append $parts (printf "dp_ranks=%s" (include "kvindex.envValue" .dp_ranks)) }}{{ end -}}
 {{- if hasKey . "dp_rank" }}{{ $parts = append $parts (printf "dp_rank=%s" (include "kvindex.envValue" .dp_rank)) }}{{ end -}}
 {{- if .report_mode }}{{ $parts = append $parts (printf "report_mode=%s" .report_mode) }}{{ end -}}
+{{- if .endpoint }}{{ $parts = append $parts (printf "endpoint=%s" .endpoint) }}{{ end -}}
 {{- $specs = append $specs (join "," $parts) -}}
 {{- end -}}
 {{- join ";" $specs -}}
@@ -273,6 +274,10 @@ env:
     valueFrom:
       fieldRef:
         fieldPath: metadata.name
+  - name: POD_IP
+    valueFrom:
+      fieldRef:
+        fieldPath: status.podIP
   - name: KVINDEX_NODE
     {{- if .sidecar }}
     value: "$(POD_NAME)"
@@ -337,4 +342,27 @@ volumeMounts:
       port: 53
     - protocol: TCP
       port: 53
+{{- end -}}
+
+{{/* The endpoint picker on the router container (epp.enabled): its env and ports. */}}
+{{- define "kvindex.epp.routerEnv" -}}
+{{- if .Values.epp.enabled -}}
+- name: KVINDEX_EPP
+  value: {{ printf "0.0.0.0:%d" (int .Values.epp.port) | quote }}
+- name: KVINDEX_EPP_HEALTH
+  value: {{ printf "0.0.0.0:%d" (int .Values.epp.healthPort) | quote }}
+{{- with (include "kvindex.configEnv" .Values.epp.config) }}
+{{ . | trim }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+{{- define "kvindex.epp.routerPorts" -}}
+{{- if .Values.epp.enabled -}}
+- name: epp
+  containerPort: {{ .Values.epp.port }}
+  protocol: TCP
+- name: epp-health
+  containerPort: {{ .Values.epp.healthPort }}
+  protocol: TCP
+{{- end -}}
 {{- end -}}
