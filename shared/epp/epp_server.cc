@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "shared/epp/tls_credentials.h"
 #include "shared/log/log.h"
 
 namespace kvindex::epp {
@@ -35,8 +36,16 @@ Status EppServer::Start() {
   service_ = std::make_unique<ExtProcService>(options_.service, picker_.get(), tokens_.get());
   health_ = std::make_unique<HealthService>(ready_);
   {
+    if (options_.tls_cert.empty() != options_.tls_key.empty()) {
+      return absl::InvalidArgumentError("--epp-tls-cert and --epp-tls-key go together");
+    }
+    std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+    if (!options_.tls_cert.empty()) {
+      KVINDEX_ASSIGN_OR_RETURN(credentials,
+                               WatchedTlsCredentials(options_.tls_cert, options_.tls_key));
+    }
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port_);
+    builder.AddListeningPort(options_.listen, credentials, &port_);
     // A message past the body limit (plus framing) ends the stream.
     builder.SetMaxReceiveMessageSize(static_cast<int>(
         std::min<size_t>(options_.service.max_body_bytes + (64 << 10), INT32_MAX)));
@@ -60,7 +69,7 @@ Status EppServer::Start() {
   }
   started_.store(true, std::memory_order_release);
   log::Get("router")->info(
-      "endpoint picker (ext_proc) on port {}{}", port_,
+      "endpoint picker (ext_proc{}) on port {}{}", options_.tls_cert.empty() ? "" : ", TLS", port_,
       health_port_ != 0 ? " (health also on " + std::to_string(health_port_) + ")" : std::string());
   return absl::OkStatus();
 }

@@ -1,9 +1,9 @@
 // EppServer: the endpoint picker's gRPC servers (docs/epp.md): the
 // ext_proc service and grpc.health.v1.Health on --epp, Health alone on
-// --epp-health. Health services "", envoy.service.ext_proc.v3.
-// ExternalProcessor and "readiness" are SERVING when `ready` says so (the
-// router's /readyz: ingest ready and the log caught up), "liveness" while
-// the process runs (health_service.h).
+// --epp-health (TLS on --epp with --epp-tls-cert/--epp-tls-key). Health services "",
+// envoy.service.ext_proc.v3. ExternalProcessor and "readiness" are SERVING when `ready` says so
+// (the router's /readyz: ingest ready and the log caught up), "liveness" while the process runs
+// (health_service.h).
 //
 //   EppServer server(options, &index, [&] { return router_ready(); });
 //   KVINDEX_RETURN_IF_ERROR(server.Start());
@@ -41,6 +41,11 @@ struct EppOptions {
   std::string listen;
   // --epp-health host:port; "" = none (health is on --epp's port too).
   std::string health_listen;
+  // --epp-tls-cert / --epp-tls-key: PEM certificate chain and private key;
+  // both set = TLS on --epp (not on --epp-health: kubelet's gRPC probes
+  // speak cleartext), re-read when the files change (tls_credentials.h).
+  std::string tls_cert;
+  std::string tls_key;
   ServiceOptions service;
   TokenChainOptions tokens;
   // --epp-config: YAML of PickerConfig (picker.h); "" = defaults.
