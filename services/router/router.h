@@ -196,6 +196,8 @@ class Router {
   std::unique_ptr<EmbeddedIngest> ingest_;
   std::unique_ptr<tokenize::TokenizerRegistry> tokenizers_;  // before api_: it points here
   std::unique_ptr<epp::EppServer> epp_;
+  // Predict on route: fed by the apply loop, read by the picker.
+  std::shared_ptr<epp::SpeculativeCache> speculative_;
   std::unique_ptr<query::RouterApi> api_;
   std::unique_ptr<http::Server> server_;
   storage::RestoreResult restored_;

@@ -26,6 +26,7 @@
 #include "shared/epp/ext_proc_service.h"
 #include "shared/epp/health_service.h"
 #include "shared/epp/picker.h"
+#include "shared/epp/speculative.h"
 #include "shared/epp/token_source.h"
 #include "shared/index/index_interface.h"
 #include "shared/metrics/metrics.h"
@@ -54,6 +55,10 @@ struct EppOptions {
   std::string endpoints_file;
   // Endpoints from --source endpoint=...
   std::vector<Endpoint> static_endpoints;
+  // Predict on route: the cache the apply loop feeds (OnApplied); null =
+  // the server makes its own (no contradicting events reach it: tests and
+  // benchmarks). Configured from --epp-config at Start.
+  std::shared_ptr<SpeculativeCache> speculative;
 };
 
 class EppServer {
@@ -71,6 +76,7 @@ class EppServer {
   // The kvindex_router_epp_* families, collected at scrape time.
   const prometheus::Collectable* collectable() const { return collectable_.get(); }
   const ServiceCounters* counters() const { return service_ ? &service_->counters() : nullptr; }
+  const SpeculativeCache& speculative() const { return *speculative_; }
 
  private:
   std::vector<prometheus::MetricFamily> Collect() const;
@@ -80,6 +86,7 @@ class EppServer {
   const std::function<bool()> ready_;
   EndpointTable endpoints_;
   std::unique_ptr<TokenChain> tokens_;
+  std::shared_ptr<SpeculativeCache> speculative_;
   std::unique_ptr<Picker> picker_;
   std::unique_ptr<ExtProcService> service_;
   std::unique_ptr<HealthService> health_;
