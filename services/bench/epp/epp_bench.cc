@@ -3,11 +3,15 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -42,7 +46,8 @@ struct Options {
   uint32_t queries = 64;  // distinct prompts per size
   std::vector<uint32_t> sizes = {1024, 8192, 32768};
   std::vector<uint32_t> streams = {1, 16, 64};
-  uint32_t channels = 2;  // gRPC connections (Envoy: one per worker thread)
+  uint32_t channels = 2;               // gRPC connections (Envoy: one per worker thread)
+  uint32_t speculative_ttl_ms = 2000;  // the router's default
   std::string duration = "3s";
   uint64_t seed = 42;
   bool json = false;
@@ -192,6 +197,9 @@ int RunEppBench(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--channels", o.channels, "gRPC connections the streams share")
       ->capture_default_str();
+  app.add_option("--speculative-ttl-ms", o.speculative_ttl_ms,
+                 "Predict on route in the timed picker (0 = off)")
+      ->capture_default_str();
   app.add_option("--duration", o.duration, "Run time of each measurement")->capture_default_str();
   app.add_option("--seed", o.seed, "Workload seed")->capture_default_str();
   app.add_flag("--json", o.json, "Print one JSON object");
@@ -236,11 +244,31 @@ int RunEppBench(int argc, char** argv) {
     endpoint.model = kModel;
     epp_options.static_endpoints.push_back(std::move(endpoint));
   }
+  // The timed picker runs the router's defaults (predict on route on, with
+  // --speculative-ttl-ms); the checking one runs without speculation, so
+  // its picks must be exactly the index's best.
+  const std::string config_dir =
+      std::filesystem::temp_directory_path() / ("kvindex-bench-epp-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(config_dir);
+  auto write_config = [&](const std::string& name, uint32_t ttl_ms) {
+    const std::string path = config_dir + "/" + name;
+    std::ofstream(path) << "speculative: {ttl_ms: " << ttl_ms << "}\n";
+    return path;
+  };
+  epp_options.config_path = write_config("timed.yaml", o.speculative_ttl_ms);
   epp::EppServer picker(epp_options, index.get(), [] { return true; });
-  if (Status status = picker.Start(); !status.ok()) {
-    std::fprintf(stderr, "kvindex-bench epp: %s\n", status.ToString().c_str());
-    return 1;
+  epp_options.config_path = write_config("check.yaml", 0);
+  epp::EppServer checker(epp_options, index.get(), [] { return true; });
+  for (epp::EppServer* server : {&picker, &checker}) {
+    if (Status status = server->Start(); !status.ok()) {
+      std::fprintf(stderr, "kvindex-bench epp: %s\n", status.ToString().c_str());
+      std::filesystem::remove_all(config_dir);
+      return 1;
+    }
   }
+  std::filesystem::remove_all(config_dir);
+  auto check_channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(checker.port()),
+                                           grpc::InsecureChannelCredentials());
   InProcessSink sink;
   consume::InProcessLogReader reader(&sink);
   consume::ApplyLoop loop(&reader, index.get(), nullptr, {});  // not started: nothing to apply
@@ -279,7 +307,7 @@ int RunEppBench(int argc, char** argv) {
     }
     // The pick is a real one: the worker with the best tier-weighted prefix.
     {
-      PickClient client(channels[0]);
+      PickClient client(check_channel);
       for (size_t q = 0; q < prompts.size(); ++q) {
         auto pick = client.Pick(pick_bodies[q]);
         auto match =
@@ -347,6 +375,7 @@ int RunEppBench(int argc, char** argv) {
   }
   server.Stop();
   picker.Stop();
+  checker.Stop();
 
   // Headline figures: throughput at 1k tokens (the best stream count),
   // latency at 8k tokens on one stream (a pick's own cost, not queueing).
@@ -372,6 +401,7 @@ int RunEppBench(int argc, char** argv) {
         {"block_size", o.block_size},
         {"build_seconds", build_s},
         {"channels", o.channels},
+        {"speculative_ttl_ms", o.speculative_ttl_ms},
         {"seconds_per_cell", seconds},
         {"picks_checked", checked},
         {"wrong_picks", wrong_picks},

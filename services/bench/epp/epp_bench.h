@@ -15,7 +15,10 @@
 // request: request headers, the body (FULL_DUPLEX_STREAMED), the pick
 // (timed: pick latency), the echoed body, end. The same number of
 // keep-alive HTTP connections then post the same prompts to /v1/match
-// (match_client.h).
+// (match_client.h). The timed picker runs the router's defaults, predict
+// on route included (--speculative-ttl-ms 2000); before timing, every
+// query's pick from a second picker without speculation is checked to be
+// the worker with the index's best tier-weighted prefix.
 //
 // JSON: picks_per_s_1k (the best of the stream counts at 1k tokens),
 // pick_p50_ms_8k / pick_p99_ms_8k (one stream, 8k tokens),
