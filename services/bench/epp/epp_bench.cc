@@ -21,12 +21,12 @@
 
 #include "services/bench/epp/match_client.h"
 #include "services/bench/epp/pick_client.h"
+#include "services/bench/http/synthetic_index.h"
 #include "shared/base/percentile.h"
 #include "shared/config/cli.h"
 #include "shared/consume/apply_loop.h"
 #include "shared/consume/in_process_log_reader.h"
 #include "shared/epp/epp_server.h"
-#include "shared/hashing/canonical_hash.h"
 #include "shared/http/server.h"
 #include "shared/index/kv_index.h"
 #include "shared/publish/in_process_sink.h"
@@ -56,65 +56,6 @@ struct Options {
 std::string WorkerName(uint32_t w) { return "worker-" + std::to_string(w); }
 std::string EndpointOf(uint32_t w) {
   return "10.0." + std::to_string(w / 256) + "." + std::to_string(w % 256) + ":8000";
-}
-
-// Fills `index` with prompts of the largest size until it holds `entries`
-// entries: half of them share a "system prompt" of 1..64 blocks with a
-// recent one; each is stored on `replicas` random workers, a random prefix
-// (a quarter to all of it) each, a fifth in the host tier. Returns
-// `queries` of the prompts (a reservoir sample).
-std::vector<std::vector<uint32_t>> BuildIndex(const Options& o, index::KvIndex* index) {
-  std::mt19937_64 rng(o.seed);
-  const size_t prompt_tokens = *std::max_element(o.sizes.begin(), o.sizes.end());
-  const size_t prompt_blocks = prompt_tokens / o.block_size;
-  std::vector<std::vector<uint32_t>> recent, sample;
-  std::vector<uint64_t> local, seq;
-  std::vector<uint32_t> workers(o.workers);
-  for (uint32_t w = 0; w < o.workers; ++w) workers[w] = w;
-  uint64_t position = 1, prompts = 0;
-  auto entries = [&] {
-    uint64_t total = 0;
-    for (uint64_t e : index->Stats().entries) total += e;
-    return total;
-  };
-  while (entries() < o.entries) {
-    std::vector<uint32_t> tokens(prompt_tokens);
-    size_t shared = 0;
-    if (!recent.empty() && (rng() & 1)) {
-      const auto& base = recent[rng() % recent.size()];
-      shared = size_t{1 + rng() % 64} * o.block_size;
-      std::copy(base.begin(), base.begin() + static_cast<long>(shared), tokens.begin());
-    }
-    for (size_t i = shared; i < tokens.size(); ++i)
-      tokens[i] = static_cast<uint32_t>(rng() % 128000);
-    hashing::ComputeLocalHashes(tokens, o.block_size, hashing::LocalHashSeed("", ""), &local);
-    hashing::ComputeSequenceHashes(local, std::nullopt, &seq);
-    std::shuffle(workers.begin(), workers.end(), rng);
-    for (uint32_t r = 0; r < std::min(o.replicas, o.workers); ++r) {
-      PlacementEvent event;
-      event.kind = PlacementKind::kStored;
-      event.model = kModel;
-      event.source = {WorkerName(workers[r]), 0};
-      event.agent = "bench";
-      event.tier = (rng() % 5 == 0) ? Tier::kHost : Tier::kDevice;
-      event.block_size = o.block_size;
-      const size_t length = prompt_blocks / 4 + rng() % (prompt_blocks - prompt_blocks / 4 + 1);
-      event.block_hashes.assign(seq.begin(), seq.begin() + static_cast<long>(length));
-      index->Apply(event, position++);
-    }
-    if (recent.size() < 64) {
-      recent.push_back(tokens);
-    } else {
-      recent[rng() % recent.size()] = tokens;
-    }
-    ++prompts;
-    if (sample.size() < o.queries) {
-      sample.push_back(std::move(tokens));
-    } else if (rng() % prompts < o.queries) {
-      sample[rng() % sample.size()] = std::move(tokens);
-    }
-  }
-  return sample;
 }
 
 std::string TokenList(const std::vector<uint32_t>& tokens, size_t n) {
@@ -224,7 +165,17 @@ int RunEppBench(int argc, char** argv) {
   // 1. The index.
   auto index = std::make_unique<index::KvIndex>();
   const auto build_start = Clock::now();
-  const auto prompts = BuildIndex(o, index.get());
+  const auto prompts = BuildSyntheticIndex(
+      {.model = kModel,
+       .entries = o.entries,
+       .workers = o.workers,
+       .block_size = o.block_size,
+       .prompt_blocks = *std::max_element(o.sizes.begin(), o.sizes.end()) / o.block_size,
+       .replicas = o.replicas,
+       .queries = o.queries,
+       .max_shared_blocks = 64,
+       .seed = o.seed},
+      index.get());
   const double build_s = std::chrono::duration<double>(Clock::now() - build_start).count();
   uint64_t total_entries = 0;
   for (uint64_t e : index->Stats().entries) total_entries += e;
