@@ -18,6 +18,9 @@
 #if KVINDEX_BENCH_HAVE_RESTART
 #include "services/bench/restart/restart_bench.h"
 #endif
+#if KVINDEX_BENCH_HAVE_EPP
+#include "services/bench/epp/epp_bench.h"
+#endif
 #if KVINDEX_BENCH_HAVE_TOKENIZE
 #include "services/bench/tokenize/tokenize_bench.h"
 #endif
@@ -46,6 +49,10 @@ constexpr kvindex::config::Subcommand kSubcommands[] = {
 #if KVINDEX_BENCH_HAVE_TOKENIZE
     {"tokenize", "tokenizer throughput per model next to Hugging Face tokenizers",
      kvindex::bench::RunTokenizeBench},
+#endif
+#if KVINDEX_BENCH_HAVE_EPP
+    {"epp", "endpoint picks through gRPC (ext_proc) next to /v1/match over HTTP",
+     kvindex::bench::RunEppBench},
 #endif
 };
 

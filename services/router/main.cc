@@ -169,6 +169,10 @@ int main(int argc, char** argv) {
                  "gRPC h2c) and grpc.health.v1 on host:port; off unless given");
   app.add_option("--epp-health", options.epp.health_listen,
                  "Also serve grpc.health.v1 alone on host:port");
+  app.add_option("--epp-tls-cert", options.epp.tls_cert,
+                 "PEM certificate (chain) for TLS on --epp, re-read when it changes");
+  app.add_option("--epp-tls-key", options.epp.tls_key,
+                 "PEM private key for TLS on --epp, re-read when it changes");
   app.add_option("--epp-max-body-bytes", options.epp.service.max_body_bytes,
                  "Largest request body the picker buffers; past it: load-only pick and pass "
                  "through (failure mode open) or 413 (closed)")
@@ -261,6 +265,12 @@ int main(int argc, char** argv) {
   options.http_backend =
       http_server == "civetweb" ? http::Backend::kThreadPerConnection : http::Backend::kEventLoop;
   options.epp.service.fail_open = epp_failure_mode == "open";
+  if (options.epp.tls_cert.empty() != options.epp.tls_key.empty()) {
+    return Fail("--epp-tls-cert and --epp-tls-key go together", 2);
+  }
+  if (!options.epp.tls_cert.empty() && options.epp.listen.empty()) {
+    return Fail("--epp-tls-cert: TLS is for --epp, which is not given", 2);
+  }
   if (auto d = config::ParseDuration(render_timeout); !d.ok() || d->count() <= 0) {
     return Fail("--render-timeout: must be a positive duration", 2);
   } else {

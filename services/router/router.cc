@@ -110,6 +110,14 @@ Status Router::Start() {
   probe_->Bind(index_.get(), [this] { return apply_ ? apply_->Pending() : 0; });
   consume::ApplyOptions apply_options;
   apply_options.models = options_.models;
+  if (!options_.epp.listen.empty()) {
+    // The picker's speculative entries learn of removals from the log.
+    speculative_ = std::make_shared<epp::SpeculativeCache>(
+        epp::SpeculativeOptions{.ttl = std::chrono::milliseconds(0)});
+    apply_options.on_applied = [cache = speculative_](std::span<const PlacementEvent> events) {
+      cache->OnApplied(events);
+    };
+  }
 
   if (options_.embedded) {
     sink_ = std::make_unique<InProcessSink>(options_.log_capacity);
@@ -228,6 +236,7 @@ Status Router::Start() {
     // The endpoint picker (--epp): the same index and readiness as the API.
     epp::EppOptions epp_options = options_.epp;
     epp_options.tokens.tokenizers = tokenizers_.get();
+    epp_options.speculative = speculative_;
     std::vector<epp::Endpoint> from_sources = epp::EndpointsFromSources(options_.agent.sources);
     epp_options.static_endpoints.insert(epp_options.static_endpoints.end(), from_sources.begin(),
                                         from_sources.end());

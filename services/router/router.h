@@ -205,6 +205,8 @@ class Router {
   // The picker's load signals: core NATS (--nats) or its own scrapes.
   std::unique_ptr<LoadFeed> load_feed_;
   std::unique_ptr<epp::LoadScraper> load_scraper_;
+  // Predict on route: fed by the apply loop, read by the picker.
+  std::shared_ptr<epp::SpeculativeCache> speculative_;
   std::unique_ptr<query::RouterApi> api_;
   std::unique_ptr<http::Server> server_;
   storage::RestoreResult restored_;

@@ -227,6 +227,7 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
     const std::span<const PlacementEvent> applied =
         rewrite ? std::span<const PlacementEvent>(rewritten_) : events;
     const index::ApplyResult result = index_->ApplyMessage(applied, message.position);
+    if (options_.on_applied) options_.on_applied(applied);
     if (!result.status.ok()) {
       // Applied as far as memory allowed (the position still moves): what
       // is left out is never matched, so routing degrades, never lies.

@@ -65,6 +65,10 @@ struct ApplyOptions {
   std::chrono::milliseconds open_retry{100};
   // Authority, incarnation and tombstone bounds of the agent table.
   AgentTableOptions agents;
+  // Called on the writer thread with the events of each message right after
+  // the index applied them (expiries as the clears they became): the
+  // endpoint picker's speculative entries learn of removals. Default: none.
+  std::function<void(std::span<const PlacementEvent>)> on_applied;
 };
 
 class ApplyLoop {

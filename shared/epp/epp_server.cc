@@ -5,6 +5,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "shared/epp/tls_credentials.h"
 #include "shared/log/log.h"
 
 namespace kvindex::epp {
@@ -15,6 +16,9 @@ EppServer::EppServer(EppOptions options, const index::IndexInterface* index,
       index_(index),
       ready_(std::move(ready)),
       load_(options_.load_max_age) {
+  speculative_ = options_.speculative ? options_.speculative
+                                      : std::make_shared<SpeculativeCache>(SpeculativeOptions{
+                                            .ttl = std::chrono::milliseconds(0)});
   collectable_ = std::make_shared<metrics::CallbackCollectable>([this] { return Collect(); });
 }
 
@@ -35,12 +39,22 @@ Status EppServer::Start() {
     KVINDEX_RETURN_IF_ERROR(endpoints_.SetFile(options_.endpoints_file));
   }
   KVINDEX_ASSIGN_OR_RETURN(tokens_, BuildTokenChain(options_.tokens));
+  speculative_->Configure(config.speculative);
   picker_ = std::make_unique<Picker>(std::move(config), index_, &endpoints_, &load_);
+  picker_->SetSpeculative(speculative_.get());
   service_ = std::make_unique<ExtProcService>(options_.service, picker_.get(), tokens_.get());
   health_ = std::make_unique<HealthService>(ready_);
   {
+    if (options_.tls_cert.empty() != options_.tls_key.empty()) {
+      return absl::InvalidArgumentError("--epp-tls-cert and --epp-tls-key go together");
+    }
+    std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+    if (!options_.tls_cert.empty()) {
+      KVINDEX_ASSIGN_OR_RETURN(credentials,
+                               WatchedTlsCredentials(options_.tls_cert, options_.tls_key));
+    }
     grpc::ServerBuilder builder;
-    builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port_);
+    builder.AddListeningPort(options_.listen, credentials, &port_);
     // A message past the body limit (plus framing) ends the stream.
     builder.SetMaxReceiveMessageSize(static_cast<int>(
         std::min<size_t>(options_.service.max_body_bytes + (64 << 10), INT32_MAX)));
@@ -64,7 +78,7 @@ Status EppServer::Start() {
   }
   started_.store(true, std::memory_order_release);
   log::Get("router")->info(
-      "endpoint picker (ext_proc) on port {}{}", port_,
+      "endpoint picker (ext_proc{}) on port {}{}", options_.tls_cert.empty() ? "" : ", TLS", port_,
       health_port_ != 0 ? " (health also on " + std::to_string(health_port_) + ")" : std::string());
   return absl::OkStatus();
 }
@@ -130,6 +144,32 @@ std::vector<prometheus::MetricFamily> EppServer::Collect() const {
                        {{"source", s.name}, {"outcome", "failed"}});
   }
   out.push_back(std::move(tokens));
+  const SpeculativeCounters& sc = speculative_->counters();
+  auto spec_blocks = metrics::CounterFamily(
+      "kvindex_router_epp_speculative_blocks_total",
+      "Predict on route: (block, source) entries recorded after picks, dropped because the cache "
+      "was full, purged past their TTL");
+  metrics::AddSample(spec_blocks, static_cast<double>(sc.recorded.load()),
+                     {{"outcome", "recorded"}});
+  metrics::AddSample(spec_blocks, static_cast<double>(sc.dropped_full.load()),
+                     {{"outcome", "dropped_full"}});
+  metrics::AddSample(spec_blocks, static_cast<double>(sc.expired.load()), {{"outcome", "expired"}});
+  out.push_back(std::move(spec_blocks));
+  auto spec_invalidated =
+      metrics::CounterFamily("kvindex_router_epp_speculative_invalidations_total",
+                             "Predict on route: (model, source) speculative entries dropped by a "
+                             "removal, clear or expiry");
+  metrics::AddSample(spec_invalidated, static_cast<double>(sc.invalidated.load()));
+  out.push_back(std::move(spec_invalidated));
+  auto spec_picks = metrics::CounterFamily(
+      "kvindex_router_epp_speculative_picks_total",
+      "Picks whose endpoint held more of the prefix speculatively than in the index");
+  metrics::AddSample(spec_picks, static_cast<double>(sc.picks.load()));
+  out.push_back(std::move(spec_picks));
+  auto spec_entries = metrics::GaugeFamily("kvindex_router_epp_speculative_entries",
+                                           "Predict on route: speculative entries held");
+  metrics::AddSample(spec_entries, static_cast<double>(speculative_->size()));
+  out.push_back(std::move(spec_entries));
   auto open = metrics::GaugeFamily("kvindex_router_epp_streams_open", "ext_proc streams open now");
   metrics::AddSample(open, static_cast<double>(c.streams_open.load()));
   out.push_back(std::move(open));

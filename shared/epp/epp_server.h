@@ -1,9 +1,9 @@
 // EppServer: the endpoint picker's gRPC servers (docs/epp.md): the
 // ext_proc service and grpc.health.v1.Health on --epp, Health alone on
-// --epp-health. Health services "", envoy.service.ext_proc.v3.
-// ExternalProcessor and "readiness" are SERVING when `ready` says so (the
-// router's /readyz: ingest ready and the log caught up), "liveness" while
-// the process runs (health_service.h).
+// --epp-health (TLS on --epp with --epp-tls-cert/--epp-tls-key). Health services "",
+// envoy.service.ext_proc.v3. ExternalProcessor and "readiness" are SERVING when `ready` says so
+// (the router's /readyz: ingest ready and the log caught up), "liveness" while the process runs
+// (health_service.h).
 //
 //   EppServer server(options, &index, [&] { return router_ready(); });
 //   KVINDEX_RETURN_IF_ERROR(server.Start());
@@ -28,6 +28,7 @@
 #include "shared/epp/health_service.h"
 #include "shared/epp/load_table.h"
 #include "shared/epp/picker.h"
+#include "shared/epp/speculative.h"
 #include "shared/epp/token_source.h"
 #include "shared/index/index_interface.h"
 #include "shared/metrics/metrics.h"
@@ -43,6 +44,11 @@ struct EppOptions {
   std::string listen;
   // --epp-health host:port; "" = none (health is on --epp's port too).
   std::string health_listen;
+  // --epp-tls-cert / --epp-tls-key: PEM certificate chain and private key;
+  // both set = TLS on --epp (not on --epp-health: kubelet's gRPC probes
+  // speak cleartext), re-read when the files change (tls_credentials.h).
+  std::string tls_cert;
+  std::string tls_key;
   ServiceOptions service;
   TokenChainOptions tokens;
   // --epp-config: YAML of PickerConfig (picker.h); "" = defaults.
@@ -56,6 +62,10 @@ struct EppOptions {
   std::function<std::vector<Endpoint>()> announced;
   // --load-max-age: a load sample older than this is not used. Default: 1 s.
   std::chrono::milliseconds load_max_age{1000};
+  // Predict on route: the cache the apply loop feeds (OnApplied); null =
+  // the server makes its own (no contradicting events reach it: tests and
+  // benchmarks). Configured from --epp-config at Start.
+  std::shared_ptr<SpeculativeCache> speculative;
 };
 
 class EppServer {
@@ -79,6 +89,7 @@ class EppServer {
   // Load reports refused (a sample for a source its sender does not own, or
   // undecodable); counted here, shown in /metrics.
   void CountLoadRefused() { load_refused_.fetch_add(1, std::memory_order_relaxed); }
+  const SpeculativeCache& speculative() const { return *speculative_; }
 
  private:
   std::vector<prometheus::MetricFamily> Collect() const;
@@ -90,6 +101,7 @@ class EppServer {
   LoadTable load_;
   std::atomic<uint64_t> load_refused_{0};
   std::unique_ptr<TokenChain> tokens_;
+  std::shared_ptr<SpeculativeCache> speculative_;
   std::unique_ptr<Picker> picker_;
   std::unique_ptr<ExtProcService> service_;
   std::unique_ptr<HealthService> health_;

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <span>
 
+#include "shared/hashing/canonical_hash.h"
+
 namespace kvindex::epp {
 namespace {
 
@@ -67,6 +69,12 @@ StatusOr<PickerConfig> ParsePickerConfig(const std::string& yaml_text) {
         config.max_inflight_per_endpoint = value.as<uint32_t>();
       } else if (key == "max_queue_per_endpoint") {
         config.max_queue_per_endpoint = value.as<uint32_t>();
+      } else if (key == "speculative") {
+        if (value["ttl_ms"]) {
+          config.speculative.ttl = std::chrono::milliseconds(value["ttl_ms"].as<uint32_t>());
+        }
+        if (value["max_entries"])
+          config.speculative.max_entries = value["max_entries"].as<size_t>();
       } else if (key == "models") {
         for (const auto& m : value) {
           ModelAlias alias;
@@ -77,7 +85,7 @@ StatusOr<PickerConfig> ParsePickerConfig(const std::string& yaml_text) {
       } else {
         return invalid("unknown key '" + key +
                        "' (scorers, tiers, seed, fallbacks, max_inflight_per_endpoint, "
-                       "max_queue_per_endpoint, models)");
+                       "max_queue_per_endpoint, models, speculative)");
       }
     }
   } catch (const YAML::Exception& e) {
@@ -127,6 +135,7 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
     double prefix = 0;
     uint32_t matched = 0;
     codec::EngineLoad load;  // -1s: no fresh sample
+    uint32_t speculative = 0;  // blocks past `matched` only speculation holds
     double score = 0;
     uint64_t tie = 0;
   };
@@ -191,6 +200,31 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   } else {
     request_key = load_only_counter_.fetch_add(1, std::memory_order_relaxed) + 1;
   }
+  thread_local std::vector<uint64_t> seq_hashes;
+  seq_hashes.clear();
+  if (result.prefix_scored && result.request_blocks > 0 && speculative_ != nullptr &&
+      speculative_->enabled()) {
+    // Predict on route: blocks recent picks sent to a source count for it
+    // as device blocks, only past what the index holds (max, never a sum).
+    if (const std::optional<uint32_t> block_size = index_->BlockSize(model);
+        block_size.has_value() && *block_size > 0) {
+      thread_local std::vector<uint64_t> local;
+      hashing::ComputeLocalHashes(std::span<const uint32_t>(*input.tokens)
+                                      .first(size_t{result.request_blocks} * *block_size),
+                                  *block_size, hashing::LocalHashSeed(lora, input.cache_salt),
+                                  &local);
+      hashing::ComputeSequenceHashes(local, std::nullopt, &seq_hashes);
+      thread_local std::vector<std::pair<SourceKey, uint32_t>> held;
+      speculative_->Prefixes(model, seq_hashes, SpeculativeCache::Clock::now(), &held);
+      for (const auto& [source, blocks] : held) {
+        for (Candidate& c : candidates) {
+          if (c.endpoint->source != source || blocks <= c.matched) continue;
+          c.speculative = blocks - c.matched;
+          c.prefix = std::max(c.prefix, config_.tier_weights[0] * blocks / result.request_blocks);
+        }
+      }
+    }
+  }
 
   int64_t most_inflight = 0;
   double most_waiting = -1, least_waiting = -1;
@@ -232,7 +266,13 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
     }
     result.endpoints.push_back(c.endpoint->address);
   }
-  result.matched_blocks = candidates[0].matched;
+  result.matched_blocks = candidates[0].matched + candidates[0].speculative;
+  result.speculative_blocks = candidates[0].speculative;
+  if (!seq_hashes.empty()) {
+    if (result.speculative_blocks > 0) speculative_->CountPick();
+    speculative_->Record(model, candidates[0].endpoint->source, seq_hashes,
+                         SpeculativeCache::Clock::now());
+  }
   candidates[0].inflight->fetch_add(1, std::memory_order_relaxed);
   return result;
 }

@@ -34,6 +34,7 @@
 #include "shared/base/status.h"
 #include "shared/epp/endpoints.h"
 #include "shared/epp/load_table.h"
+#include "shared/epp/speculative.h"
 #include "shared/index/index_interface.h"
 
 namespace kvindex::epp {
@@ -62,6 +63,8 @@ struct PickerConfig {
   uint32_t max_queue_per_endpoint = 0;
   // Request model -> index model (and LoRA adapter).
   absl::flat_hash_map<std::string, ModelAlias> aliases;
+  // Predict on route (speculative.h): ttl 0 = off. Default: 2 s.
+  SpeculativeOptions speculative;
 };
 
 // The YAML config (docs/epp.md):
@@ -72,6 +75,7 @@ struct PickerConfig {
 //   max_inflight_per_endpoint: 0
 //   max_queue_per_endpoint: 0
 //   models: {alias-name: {model: M, lora: adapter}}
+//   speculative: {ttl_ms: 2000, max_entries: 1000000}
 StatusOr<PickerConfig> ParsePickerConfig(const std::string& yaml_text);
 
 struct PickInput {
@@ -89,6 +93,8 @@ struct PickResult {
   uint32_t request_blocks = 0;  // the request's full blocks (0: load-only)
   uint32_t matched_blocks = 0;  // the pick's matched prefix blocks
   bool prefix_scored = false;   // the index answered for the request's tokens
+  // Of the pick's prefix, blocks only speculative entries held (0: none).
+  uint32_t speculative_blocks = 0;
 };
 
 class Picker {
@@ -108,6 +114,9 @@ class Picker {
   // Picks in flight to `address` (tests).
   int64_t InFlight(const std::string& address) const;
   const PickerConfig& config() const { return config_; }
+  // Predict on route: score with, and record picks into, `cache` (null =
+  // off). Set before the first Pick.
+  void SetSpeculative(SpeculativeCache* cache) { speculative_ = cache; }
 
  private:
   std::atomic<int64_t>* Counter(const std::string& address);
@@ -116,6 +125,7 @@ class Picker {
   const index::IndexInterface* const index_;
   EndpointTable* const endpoints_;
   const LoadTable* const load_;
+  SpeculativeCache* speculative_ = nullptr;
   std::atomic<uint64_t> load_only_counter_{0};
   mutable SharedMutex inflight_mu_;
   // Counters are never erased, so a pointer stays valid.

@@ -142,3 +142,24 @@ def health(channel, service):
         return call(health_pb2.HealthCheckRequest(service=service), timeout=5).status
     except grpc.RpcError as error:
         return error.code()
+
+
+def tls_channel(address, ca_pem, server_name=None):
+    """A channel to the picker over TLS, trusting only `ca_pem` (bytes); its own
+    subchannels, so a new channel makes a new connection (a new handshake)."""
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    if server_name is not None:
+        options.append(("grpc.ssl_target_name_override", server_name))
+    return grpc.secure_channel(address, grpc.ssl_channel_credentials(root_certificates=ca_pem),
+                               options=options)
+
+
+def pick(channel, body, timeout=10):
+    """One buffered-at-once pick (headers, then the whole body): the answer
+    carrying the pick, or the ImmediateResponse."""
+    s = Stream(channel, timeout=timeout)
+    s.headers()
+    s.body(body, True)
+    first = s.recv()
+    s.cancel()
+    return first

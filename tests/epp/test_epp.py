@@ -331,6 +331,20 @@ def main():
         # Oversize on the open router is passed through with a load-only pick.
         closed_channel.close()
 
+        # Predict on route (on by default): the picks above were recorded as
+        # speculative entries; a removal from w1, applied by the router, drops
+        # w1's entries (the apply loop feeds the picker).
+        assert metric(router, "kvindex_router_epp_speculative_blocks_total",
+                      {"outcome": "recorded"}) > 0
+
+        def invalidations():
+            text = router.request("GET", "/metrics")[2]
+            m = re.search(r"^kvindex_router_epp_speculative_invalidations_total (\S+)$", text, re.M)
+            return float(m.group(1)) if m else 0.0
+        before = invalidations()
+        engines[1].publish([engines[1].removed([14])])
+        e2e.wait_for(lambda: invalidations() > before, 10, "w1's speculative entries dropped")
+
         for r in routers:
             assert r.stop() == 0, r.logs()
         routers.clear()

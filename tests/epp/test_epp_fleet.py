@@ -110,7 +110,8 @@ def main():
     workdir = tempfile.mkdtemp(prefix="kvindex-epp-fleet-")
     config = os.path.join(workdir, "epp.yaml")
     with open(config, "w") as f:
-        f.write("scorers: {prefix: 2, kv_cache: 1, queue: 1, inflight: 0}\nseed: 5\nfallbacks: 1\n")
+        f.write("scorers: {prefix: 2, kv_cache: 1, queue: 1, inflight: 0}\nseed: 5\nfallbacks: 1\n"
+                "speculative: {ttl_ms: 0}\n")
     agents, routers, channels = [], [], []
     try:
         for node, worker, engine, m in (("node-a", "w0", engines[0], metrics[0]),

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "services/bench/http/synthetic_index.h"
 #include "services/bench/http/wrk_output.h"
 #include "shared/config/cli.h"
 #include "shared/consume/apply_loop.h"
@@ -99,69 +100,6 @@ std::string MatchBody(const std::vector<uint32_t>& tokens) {
   }
   body += "]}";
   return body;
-}
-
-// Fills `index` with synthetic prompts until it holds `entries` entries;
-// returns sample prompts (token lists) to query with.
-std::vector<std::vector<uint32_t>> BuildIndex(const Options& o, index::KvIndex* index) {
-  std::mt19937_64 rng(o.seed);
-  const size_t prompt_tokens = size_t{o.query_blocks} * o.block_size;
-  std::vector<std::vector<uint32_t>> recent;  // prompts to share prefixes with
-  std::vector<std::vector<uint32_t>> sample;
-  std::vector<uint64_t> local, seq;
-  uint64_t position = 1, prompts = 0, entries = 0;
-  std::vector<uint32_t> workers(o.workers);
-  for (uint32_t w = 0; w < o.workers; ++w) workers[w] = w;
-  auto actual_entries = [&] {
-    uint64_t total = 0;
-    for (uint64_t e : index->Stats().entries) total += e;
-    return total;
-  };
-  while (true) {
-    // The running count overestimates (shared prefixes); confirm with Stats.
-    if (entries >= o.entries && (entries = actual_entries()) >= o.entries) break;
-    std::vector<uint32_t> tokens(prompt_tokens);
-    size_t shared = 0;
-    // Half the prompts share a "system prompt" of 1..16 blocks with a recent one.
-    if (!recent.empty() && (rng() & 1)) {
-      const auto& base = recent[rng() % recent.size()];
-      shared = size_t{1 + rng() % 16} * o.block_size;
-      std::copy(base.begin(), base.begin() + static_cast<long>(shared), tokens.begin());
-    }
-    for (size_t i = shared; i < tokens.size(); ++i)
-      tokens[i] = static_cast<uint32_t>(rng() % 128000);
-    hashing::ComputeLocalHashes(tokens, o.block_size, hashing::LocalHashSeed("", ""), &local);
-    hashing::ComputeSequenceHashes(local, std::nullopt, &seq);
-
-    std::shuffle(workers.begin(), workers.end(), rng);
-    for (uint32_t r = 0; r < std::min(o.replicas, o.workers); ++r) {
-      PlacementEvent event;
-      event.kind = PlacementKind::kStored;
-      event.model = kModel;
-      event.source = {"worker-" + std::to_string(workers[r]), 0};
-      event.agent = "bench";
-      event.tier = (rng() % 5 == 0) ? Tier::kHost : Tier::kDevice;
-      event.block_size = o.block_size;
-      const size_t length = o.query_blocks / 4 + rng() % (o.query_blocks - o.query_blocks / 4 + 1);
-      event.block_hashes.assign(seq.begin(), seq.begin() + static_cast<long>(length));
-      index->Apply(event, position++);
-      entries += length;
-    }
-    if (recent.size() < 64) {
-      recent.push_back(tokens);
-    } else {
-      recent[rng() % recent.size()] = tokens;
-    }
-    // Reservoir sample of query prompts.
-    ++prompts;
-    if (sample.size() < o.queries) {
-      sample.push_back(std::move(tokens));
-    } else if (rng() % prompts < o.queries) {
-      sample[rng() % sample.size()] = std::move(tokens);
-    }
-    if ((prompts & 1023) == 0) entries = actual_entries();
-  }
-  return sample;
 }
 
 std::string WriteLuaScript(const std::vector<std::string>& bodies) {
@@ -331,7 +269,16 @@ int RunHttpBench(int argc, char** argv) {
   // 1. Build.
   auto index = std::make_unique<index::KvIndex>();
   const auto build_start = Clock::now();
-  const auto prompts = BuildIndex(o, index.get());
+  const auto prompts = BuildSyntheticIndex({.model = kModel,
+                                            .entries = o.entries,
+                                            .workers = o.workers,
+                                            .block_size = o.block_size,
+                                            .prompt_blocks = o.query_blocks,
+                                            .replicas = o.replicas,
+                                            .queries = o.queries,
+                                            .max_shared_blocks = 16,
+                                            .seed = o.seed},
+                                           index.get());
   const double build_s = std::chrono::duration<double>(Clock::now() - build_start).count();
   const index::IndexStats stats = index->Stats();
   uint64_t total_entries = 0;
