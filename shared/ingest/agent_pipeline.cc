@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
 #include <thread>
-#include <tuple>
 #include <zmq.hpp>
 
 #include "absl/container/flat_hash_map.h"
@@ -14,6 +12,8 @@
 #include "shared/base/strings.h"
 #include "shared/ingest/agent_probe.h"
 #include "shared/ingest/internal/disconnect_monitor.h"
+#include "shared/ingest/internal/pause_gate.h"
+#include "shared/ingest/internal/resume_plan.h"
 #include "shared/ingest/internal/zmq_capacity.h"
 #include "shared/ingest/internal/zmq_util.h"
 #include "shared/ingest/replay_client.h"
@@ -233,55 +233,16 @@ struct AgentPipeline::Impl final : public BatchSink {
     return absl::OkStatus();
   }
 
-  // Restores the saved states (SetResumeStates) into the new sessions; which
-  // sources resumed. All or none: when the log does not hold what they
-  // hold, none does (their sessions are fresh again).
+  // Restores the saved states (SetResumeStates) into the new sessions
+  // (internal/resume_plan.h); which sources resumed.
   std::vector<bool> ResumeSaved() {
-    std::vector<bool> resumed(sources.size(), false);
-    if (saved.empty()) return resumed;
-    absl::flat_hash_map<std::string, std::string> by_key;
-    for (SavedSource& s : saved) by_key[s.key] = std::move(s.state);
+    std::vector<internal::ResumeSource> targets;
+    for (const auto& source : sources) targets.push_back({&source->spec, &source->label});
+    std::vector<bool> resumed = internal::ResumeSaved(
+        std::move(saved), targets, [this](size_t i) { return sources[i]->session.get(); },
+        [this](size_t i) { ResetSession(*sources[i]); }, consistent);
     saved.clear();
-    std::map<std::tuple<std::string, SourceKey, int>, uint64_t> held;
-    for (size_t i = 0; i < sources.size(); ++i) {
-      Source& source = *sources[i];
-      auto it = by_key.find(FormatSourceSpec(source.spec));
-      if (it == by_key.end()) continue;
-      if (Status status = source.session->Resume(it->second); !status.ok()) {
-        log::Get("ingest")->warn("source {}: saved state unusable, starting afresh: {}",
-                                 source.label, status.ToString());
-        ResetSession(source);
-        continue;
-      }
-      resumed[i] = true;
-      for (const auto& [rank_tier, blocks] : source.session->processor().HeldCounts()) {
-        held[{source.spec.model,
-              SourceKey{source.spec.worker, static_cast<uint32_t>(rank_tier >> 2)},
-              static_cast<int>(rank_tier & 3)}] += blocks;
-      }
-    }
-    std::vector<HeldBlocks> summary;
-    for (const auto& [key, blocks] : held) {
-      summary.push_back(
-          {std::get<0>(key), std::get<1>(key), static_cast<Tier>(std::get<2>(key)), blocks});
-    }
-    if (consistent && std::count(resumed.begin(), resumed.end(), true) > 0 &&
-        !consistent(summary)) {
-      log::Get("ingest")->error(
-          "saved source states disagree with the restored index: every source starts afresh");
-      for (size_t i = 0; i < sources.size(); ++i) {
-        if (resumed[i]) ResetSession(*sources[i]);
-        resumed[i] = false;
-      }
-    }
     consistent = nullptr;
-    for (size_t i = 0; i < sources.size(); ++i) {
-      if (resumed[i]) {
-        log::Get("ingest")->info("source {}: resumed at seq {} ({} blocks tracked)",
-                                 sources[i]->label, sources[i]->session->last_seq(),
-                                 sources[i]->session->tracked_blocks());
-      }
-    }
     return resumed;
   }
 
@@ -295,47 +256,13 @@ struct AgentPipeline::Impl final : public BatchSink {
                                                      &source.counters, source.replay.get(), this);
   }
 
-  // Source threads: parks here while a pause is wanted.
-  void ParkIfPaused() {
-    if (!pause_flag.load(std::memory_order_acquire)) return;
-    MutexLock lock(&pause_mu);
-    ++parked;
-    pause_cv.SignalAll();
-    while (pause_wanted && !stop.load()) pause_cv.Wait(&pause_mu);
-    --parked;
-  }
-
-  bool Pause(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    MutexLock lock(&pause_mu);
-    pause_wanted = true;
-    pause_flag.store(true, std::memory_order_release);
-    while (running && parked < sources.size()) {
-      if (!pause_cv.WaitUntil(&pause_mu, deadline)) break;
-    }
-    if (running && parked == sources.size()) return true;
-    EndPauseLocked();
-    return false;
-  }
-
-  void EndPause() {
-    MutexLock lock(&pause_mu);
-    EndPauseLocked();
-  }
-
-  void EndPauseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pause_mu) {
-    pause_wanted = false;
-    pause_flag.store(false, std::memory_order_release);
-    pause_cv.SignalAll();
-  }
-
   void RunSource(Source* source) {
     source->session->StartupReplay();
     source->ready.store(true);
     source->metrics->Sync(source->stats, source->counters, true);
     internal::Multipart message;
     while (!stop.load(std::memory_order_relaxed)) {
-      ParkIfPaused();
+      pause.Park(stop);
       if (stop.load()) break;
       StatusOr<bool> readable = internal::WaitReadable(*source->sub, kPollInterval);
       if (!readable.ok()) {
@@ -445,7 +372,7 @@ struct AgentPipeline::Impl final : public BatchSink {
     if (!running) return;
     stop.store(true);
     stop_signal.Raise();
-    EndPause();
+    pause.End();
     for (auto& source : sources) {
       if (source->thread.joinable()) source->thread.join();
     }
@@ -483,11 +410,7 @@ struct AgentPipeline::Impl final : public BatchSink {
   std::atomic<size_t> resumed_count{0};
 
   // Pausing the source threads between engine batches (PauseSources).
-  Mutex pause_mu;
-  CondVar pause_cv;
-  bool pause_wanted ABSL_GUARDED_BY(pause_mu) = false;
-  size_t parked ABSL_GUARDED_BY(pause_mu) = 0;
-  std::atomic<bool> pause_flag{false};  // what the hot loops read
+  internal::PauseGate pause;
 
   // Serializes stamping + Publish: event_id order = publish order.
   Mutex publish_mu;
@@ -515,7 +438,7 @@ void AgentPipeline::SetResumeStates(
 }
 
 bool AgentPipeline::PauseSources(std::chrono::milliseconds timeout) {
-  return impl_->Pause(timeout);
+  return impl_->pause.Pause(timeout, impl_->sources.size(), impl_->running);
 }
 
 std::vector<SavedSource> AgentPipeline::SaveSources() const {
@@ -529,7 +452,7 @@ std::vector<SavedSource> AgentPipeline::SaveSources() const {
   return out;
 }
 
-void AgentPipeline::ResumeSources() { impl_->EndPause(); }
+void AgentPipeline::ResumeSources() { impl_->pause.End(); }
 
 size_t AgentPipeline::resumed_sources() const { return impl_->resumed_count.load(); }
 
