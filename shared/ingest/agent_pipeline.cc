@@ -14,6 +14,7 @@
 #include "shared/ingest/internal/disconnect_monitor.h"
 #include "shared/ingest/internal/pause_gate.h"
 #include "shared/ingest/internal/resume_plan.h"
+#include "shared/ingest/internal/source_runner.h"
 #include "shared/ingest/internal/zmq_capacity.h"
 #include "shared/ingest/internal/zmq_util.h"
 #include "shared/ingest/replay_client.h"
@@ -23,9 +24,6 @@
 namespace kvindex::ingest {
 namespace {
 
-constexpr std::chrono::milliseconds kPollInterval{100};
-// Messages handled per wake-up before metrics are synced again.
-constexpr int kMaxMessagesPerWake = 1024;
 constexpr std::chrono::milliseconds kRetryMin{10};
 constexpr std::chrono::milliseconds kRetryMax{1000};
 
@@ -80,23 +78,7 @@ Status AgentOptions::Validate() const {
 }
 
 struct AgentPipeline::Impl final : public BatchSink {
-  struct Source {
-    SourceSpec spec;
-    std::string label;
-    normalize::SourceStats stats;
-    SessionCounters counters;
-    SourceMetrics* metrics = nullptr;
-    std::atomic<bool> ready{false};
-    std::atomic<bool> snapshot_wanted{false};
-    // Per run; owned by the source's thread while it runs.
-    std::unique_ptr<zmq::socket_t> sub;
-    internal::DisconnectMonitor sub_monitor;
-    uint64_t sub_disconnects = 0;  // source thread only
-    uint64_t capped_reported = 0;  // source thread only
-    std::unique_ptr<ZmqReplayClient> replay;
-    std::unique_ptr<SourceSession> session;
-    std::thread thread;
-  };
+  using Source = internal::SourceRunner;
 
   Impl(AgentOptions opts, PlacementPublisher* pub, prometheus::Registry* registry)
       : options(std::move(opts)), publisher(pub), probe(registry) {
@@ -177,10 +159,18 @@ struct AgentPipeline::Impl final : public BatchSink {
       context.reset();
       return status;
     }
+    env = {.options = &options,
+           .context = context.get(),
+           .stop = &stop,
+           .pause = &pause,
+           .wait = [this](std::chrono::milliseconds d) { return WaitUnlessStopping(d); },
+           .publish_snapshot = [this](Source* source) { PublishSnapshot(source); },
+           .io_warnings = &io_warnings,
+           .cap_warnings = &cap_warnings};
     // Open every socket first, so a bad endpoint fails Start before anything
     // is published.
     for (auto& source : sources) {
-      Status status = OpenSockets(*source);
+      Status status = source->Open(env);
       if (!status.ok()) {
         CloseAll();
         return status;
@@ -202,34 +192,10 @@ struct AgentPipeline::Impl final : public BatchSink {
     PublishHeartbeat();
     for (auto& source : sources) {
       Source* s = source.get();
-      s->thread = std::thread([this, s] { RunSource(s); });
+      s->thread = std::thread([this, s] { s->Run(env); });
     }
     heartbeat_thread = std::thread([this] { RunHeartbeats(); });
     running = true;
-    return absl::OkStatus();
-  }
-
-  Status OpenSockets(Source& source) {
-    try {
-      source.sub = std::make_unique<zmq::socket_t>(*context, zmq::socket_type::sub);
-      source.sub->set(zmq::sockopt::linger, 0);
-      source.sub->set(zmq::sockopt::rcvhwm, options.receive_hwm);
-      source.sub->set(zmq::sockopt::subscribe, "");
-      source.sub->set(zmq::sockopt::maxmsgsize, options.max_message_bytes);
-    } catch (const zmq::error_t& error) {
-      return internal::ZmqError(error, "SUB socket for " + source.label);
-    }
-    KVINDEX_RETURN_IF_ERROR(source.sub_monitor.Attach(*context, *source.sub));
-    KVINDEX_RETURN_IF_ERROR(
-        internal::Attach(*source.sub, source.spec.pub_endpoint, source.spec.pub_bind));
-    if (!source.spec.replay_endpoint.empty()) {
-      source.replay = std::make_unique<ZmqReplayClient>(
-          context.get(),
-          ReplayClientOptions{.endpoint = source.spec.replay_endpoint,
-                              .timeout = options.replay_timeout,
-                              .max_message_bytes = options.max_message_bytes},
-          &stop, &source.counters);
-    }
     return absl::OkStatus();
   }
 
@@ -254,90 +220,6 @@ struct AgentPipeline::Impl final : public BatchSink {
     source.counters.last_seq.store(0);
     source.session = std::make_unique<SourceSession>(source.spec, session_options, &source.stats,
                                                      &source.counters, source.replay.get(), this);
-  }
-
-  void RunSource(Source* source) {
-    source->session->StartupReplay();
-    source->ready.store(true);
-    source->metrics->Sync(source->stats, source->counters, true);
-    internal::Multipart message;
-    while (!stop.load(std::memory_order_relaxed)) {
-      pause.Park(stop);
-      if (stop.load()) break;
-      StatusOr<bool> readable = internal::WaitReadable(*source->sub, kPollInterval);
-      if (!readable.ok()) {
-        uint64_t suppressed = 0;
-        if (io_warnings.Allow(&suppressed)) {
-          log::Get("ingest")->warn("source {}: {} ({} suppressed)", source->label,
-                                   readable.status().ToString(), suppressed);
-        }
-        WaitUnlessStopping(kPollInterval);
-        continue;
-      }
-      if (!*readable) DrainDisconnects(source);
-      if (source->snapshot_wanted.exchange(false)) PublishSnapshot(source);
-      for (int i = 0; *readable && i < kMaxMessagesPerWake && !stop.load(); ++i) {
-        StatusOr<bool> received = internal::ReceiveMultipart(*source->sub, &message);
-        if (!received.ok() || !*received) break;
-        if (message.oversized) {
-          source->counters.frames_invalid[static_cast<int>(FrameError::kFrameCount)].fetch_add(
-              1, std::memory_order_relaxed);
-          continue;
-        }
-        source->session->OnLiveFrames(message.frames);
-      }
-      DrainDisconnects(source);
-      ReportCapped(source);
-      source->metrics->Sync(source->stats, source->counters, true);
-    }
-  }
-
-  // Counts the SUB connections libzmq dropped (a message over
-  // max_message_bytes, or the engine went away), with a rate-limited line.
-  void DrainDisconnects(Source* source) {
-    const uint64_t lost = source->sub_monitor.Drain();
-    if (lost == 0) return;
-    source->sub_disconnects += lost;
-    source->metrics->SyncDisconnects(source->sub_disconnects);
-    // libzmq does not reconnect after a protocol error (an oversized message
-    // is one): connect again, or the source would stay silent for good.
-    // Harmless after an ordinary disconnect. A bound SUB waits for the
-    // engine to reconnect, which it does.
-    if (!source->spec.pub_bind) {
-      try {
-        source->sub->disconnect(source->spec.pub_endpoint);
-      } catch (const zmq::error_t&) {
-        // Not connected any more: nothing to undo.
-      }
-      if (Status status = internal::Attach(*source->sub, source->spec.pub_endpoint, false);
-          !status.ok()) {
-        log::Get("ingest")->warn("source {}: reconnect failed: {}", source->label,
-                                 status.ToString());
-      }
-    }
-    uint64_t suppressed = 0;
-    if (io_warnings.Allow(&suppressed)) {
-      log::Get("ingest")->warn(
-          "source {}: the engine connection dropped (a message over {} bytes, or the engine "
-          "went away); {} so far ({} lines suppressed)",
-          source->label, options.max_message_bytes, source->sub_disconnects, suppressed);
-    }
-  }
-
-  // A rate-limited line when stored events hit the per-tier block cap (the
-  // count itself is in kvindex_agent_events_dropped_total{reason="block_cap"}).
-  void ReportCapped(Source* source) {
-    const uint64_t capped = source->stats.dropped[static_cast<int>(DropReason::kBlockCap)].load(
-        std::memory_order_relaxed);
-    if (capped == source->capped_reported) return;
-    uint64_t suppressed = 0;
-    if (cap_warnings.Allow(&suppressed)) {
-      log::Get("ingest")->warn(
-          "source {}: {} blocks not indexed so far: the source holds {} blocks on a tier "
-          "(--max-blocks-per-tier) ({} lines suppressed)",
-          source->label, capped, options.max_blocks_per_tier, suppressed);
-      source->capped_reported = capped;
-    }
   }
 
   void PublishSnapshot(Source* source) {
@@ -384,11 +266,7 @@ struct AgentPipeline::Impl final : public BatchSink {
   void CloseAll() {
     for (auto& source : sources) {
       source->metrics->Sync(source->stats, source->counters, false);
-      source->ready.store(false);
-      source->session.reset();
-      source->replay.reset();
-      source->sub_monitor.Detach();
-      source->sub.reset();  // linger 0: closes at once
+      source->Close();
     }
     context.reset();
   }
@@ -418,6 +296,7 @@ struct AgentPipeline::Impl final : public BatchSink {
   log::RateLimiter publish_warnings{std::chrono::seconds(10)};
   log::RateLimiter io_warnings{std::chrono::seconds(10)};
   log::RateLimiter cap_warnings{std::chrono::seconds(10)};
+  internal::SourceRunnerEnv env;  // set by Start
 };
 
 AgentPipeline::AgentPipeline(AgentOptions options, PlacementPublisher* publisher,
