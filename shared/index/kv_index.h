@@ -15,8 +15,9 @@
 //
 // Complexity (n = blocks of a query or event, r = rows of a match):
 // Apply stored/removed O(n) expected; a message's run of consecutive
-// cleared / worker_expired events O(nodes of each model), one pass; match O(nodes entered + n/8 cache lines + r x distinct lengths),
-// stopping at the first block no source holds; Stats O(models).
+// cleared / worker_expired events O(nodes of each model), one pass; match O(nodes entered + n/8
+// cache lines + r x distinct lengths), stopping at the first block no source holds; Stats
+// O(models).
 //
 // Thread safety: Apply*/Restore* from ONE writer thread; everything else from
 // any thread concurrently. Readers never block on the writer except, after a
