@@ -6,7 +6,7 @@
 #   asan     AddressSanitizer + UndefinedBehaviorSanitizer build + ctest
 #   tsan     clang build with -Wthread-safety -Werror (the locking rules) and
 #            ThreadSanitizer; runs the tests labelled `concurrent`
-#   fuzz     libFuzzer targets (clang), bounded time each (KVINDEX_FUZZ_SECONDS, default 60)
+#   fuzz     libFuzzer targets (clang), bounded time each (KVINDEX_FUZZ_SECONDS, default 36: five targets in 3 min)
 # Usage: scripts/test.sh [stage ...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,7 +68,7 @@ for stage in "${stages[@]}"; do
     tsan) run_tsan ;;
     fuzz)
       if [ -x tests/fuzz/run_fuzzers.sh ] || [ -f tests/fuzz/run_fuzzers.sh ]; then
-        bash tests/fuzz/run_fuzzers.sh "${KVINDEX_FUZZ_SECONDS:-60}"
+        bash tests/fuzz/run_fuzzers.sh "${KVINDEX_FUZZ_SECONDS:-36}"
       else
         echo "fuzz: no fuzz targets yet"
       fi ;;

@@ -276,5 +276,84 @@ TEST(ConcurrencyTest, LongWalksNeverCombineTwoStates) {
   RecordProperty("reads_in_state_all_but_last", static_cast<int>(partial.load()));
 }
 
+// One message clears eight sources that hold a long chain, one node per
+// block, while readers walk it: the clear takes the removal lock for bounded
+// runs of nodes, so readers see some nodes cleared and others not. That may
+// shorten what they report, never lengthen it: the sources alternate
+// between "all but the last block" and "all but the first" with a clear
+// between, so no state holds the whole chain, and a read that starts after
+// a clear returned and ends before the next store sees none of them.
+TEST(ConcurrencyTest, ClearsInBoundedLockHoldsNeverOvercount) {
+  constexpr uint64_t kLength = 3000;
+  constexpr int kCycles = 60;
+  constexpr uint32_t kRanks = 8;
+  std::vector<uint64_t> chain(kLength);
+  for (uint64_t k = 0; k < kLength; ++k) chain[k] = 0x9E3779B97F4A7C15ull * (k + 1);
+  KvIndex index;
+  std::atomic<uint64_t> position{0};
+  auto store = [&](const std::string& worker, uint32_t rank, std::vector<uint64_t> hashes) {
+    PlacementEvent e;
+    e.kind = PlacementKind::kStored;
+    e.model = "m";
+    e.source = {worker, rank};
+    e.block_size = 16;
+    e.block_hashes = std::move(hashes);
+    return e;
+  };
+  std::vector<uint64_t> even;
+  for (uint64_t k = 0; k < kLength; k += 2) even.push_back(chain[k]);
+  index.Apply(store("b", 0, even), ++position);
+  std::vector<PlacementEvent> clears;
+  for (uint32_t r = 0; r < kRanks; ++r) {
+    PlacementEvent e;
+    e.kind = PlacementKind::kCleared;
+    e.source = {"a", r};
+    clears.push_back(e);
+  }
+  // Even phases: "a" is cleared (a clear message returned); odd: stored.
+  std::atomic<uint64_t> phase{0};
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> reads{0}, full{0}, after_clear{0}, rows{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < kReaders; ++r) {
+    readers.emplace_back([&] {
+      while (!stop.load(std::memory_order_acquire)) {
+        const uint64_t p1 = phase.load(std::memory_order_acquire);
+        auto result = index.MatchSequenceHashes("m", chain);
+        const uint64_t p2 = phase.load(std::memory_order_acquire);
+        reads.fetch_add(1, std::memory_order_relaxed);
+        if (!result.ok()) continue;
+        for (const WorkerMatch& w : result->workers) {
+          if (w.source.worker != "a") continue;
+          rows.fetch_add(1, std::memory_order_relaxed);
+          if (w.longest >= kLength) full.fetch_add(1);
+          if (p1 == p2 && p1 % 2 == 0) after_clear.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (int c = 0; c < kCycles; ++c) {
+    std::vector<PlacementEvent> stores;
+    for (uint32_t r = 0; r < kRanks; ++r) {
+      stores.push_back(c % 2 == 0 ? store("a", r, {chain.begin(), chain.end() - 1})
+                                  : store("a", r, {chain.begin() + 1, chain.end()}));
+    }
+    phase.fetch_add(1, std::memory_order_acq_rel);  // odd: stores begin
+    index.ApplyMessage(stores, ++position);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    index.ApplyMessage(clears, ++position);
+    phase.fetch_add(1, std::memory_order_acq_rel);  // even: the clear returned
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  stop.store(true, std::memory_order_release);
+  for (auto& t : readers) t.join();
+  EXPECT_EQ(full.load(), 0u) << "a reader combined states into a chain no state held";
+  EXPECT_EQ(after_clear.load(), 0u) << "a reader saw a source after its clear returned";
+  EXPECT_GT(rows.load(), 0u) << "readers never saw the stored sources";
+  const IndexStats stats = index.Stats();
+  EXPECT_EQ(stats.entries[0], even.size());  // only "b" is left
+  RecordProperty("reads", static_cast<int>(reads.load()));
+}
+
 }  // namespace
 }  // namespace kvindex::index

@@ -139,13 +139,42 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
     } else {
       e.kind = PlacementKind::kHeartbeat;
     }
+    // Sometimes a message of several events: runs of clears (an agent's gap
+    // or expiry, one clear per source; KvIndex clears a run in one pass per
+    // model) among stores, which must land before or after them as ordered.
+    std::vector<PlacementEvent> message = {e};
+    if (exhaustion == nullptr && rng() % 20 == 0) {
+      message.clear();
+      const int n = 2 + static_cast<int>(rng() % 8);
+      for (int k = 0; k < n; ++k) {
+        PlacementEvent x;
+        const int xm = static_cast<int>(rng() % shape.models);
+        x.model = model_name(xm);
+        x.source = {"w" + std::to_string(rng() % shape.workers),
+                    static_cast<uint32_t>(rng() % shape.ranks)};
+        x.tier = static_cast<Tier>(rng() % kNumTiers);
+        x.block_size = 16;
+        const uint64_t kind = rng() % 100;
+        if (kind < 60) {
+          x.kind = PlacementKind::kCleared;
+          if (rng() % 3 == 0) x.model.clear();
+        } else if (kind < 75) {
+          x.kind = PlacementKind::kWorkerExpired;
+        } else {
+          x.kind = PlacementKind::kStored;
+          x.block_hashes = forests[xm].RandomPath(true);
+        }
+        message.push_back(std::move(x));
+      }
+    }
     // Occasionally replay an old position: both must ignore it.
     const uint64_t at =
         (rng() % 20 == 0 && position > 0) ? position - rng() % position : ++position;
     std::ostringstream where;
-    where << "seed " << seed << " step " << step << " (" << PlacementKindName(e.kind) << " "
-          << e.model << " " << e.source.worker << "/" << e.source.dp_rank << " tier "
-          << TierName(e.tier) << " n=" << e.block_hashes.size() << "): ";
+    where << "seed " << seed << " step " << step << " (" << message.size() << " event(s), "
+          << PlacementKindName(e.kind) << " " << e.model << " " << e.source.worker << "/"
+          << e.source.dp_rank << " tier " << TierName(e.tier) << " n=" << e.block_hashes.size()
+          << "): ";
     // Failures before removals too (they clear), where splits are rarer.
     if (exhaustion != nullptr && exhaustion->inject != nullptr &&
         rng() % (e.kind == PlacementKind::kRemoved ? 2 : 5) == 0 &&
@@ -153,9 +182,9 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
       exhaustion->inject->FailNodeAllocationsForTesting(e.model, static_cast<uint32_t>(rng() % 3),
                                                         static_cast<uint32_t>(1 + rng() % 3));
     }
-    const ApplyResult result_a = a.Apply(e, at);
+    const ApplyResult result_a = a.ApplyMessage(message, at);
     // What `a` applied of the event, for the oracle.
-    std::vector<PlacementEvent> applied = {e};
+    std::vector<PlacementEvent> applied = message;
     if (result_a.blocks_not_indexed != 0 || result_a.sources_cleared != 0) {
       if (exhaustion == nullptr) return where.str() + "unexpected " + result_a.status.ToString();
       if (result_a.status.code() != absl::StatusCode::kResourceExhausted) {
@@ -178,7 +207,8 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
       return where.str() + "status without exhaustion: " + result_a.status.ToString();
     }
     const ApplyResult result_b = b.ApplyMessage(applied, at);
-    if (exhaustion != nullptr && exhaustion->full != nullptr) exhaustion->full->Apply(e, at);
+    if (exhaustion != nullptr && exhaustion->full != nullptr)
+      exhaustion->full->ApplyMessage(message, at);
     if (result_a.applied != result_b.applied) return where.str() + "Apply result differs";
 
     const IndexStats sa = a.Stats(), sb = b.Stats();

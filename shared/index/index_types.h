@@ -4,6 +4,7 @@
 // oracle) so both answer in exactly the same shape (semantics.md section 5).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -74,6 +75,25 @@ struct LocatorProfile {
   std::vector<uint64_t> displacement;
   std::vector<uint64_t> clusters;
   uint64_t tag_false_matches = 0;
+};
+
+// KvIndex::SetClearObserverForTesting: told, on the writer thread, of every
+// pass a clear makes over a model's nodes and of every hold of the removal
+// lock (the one fallback readers wait for) inside it. Tests count passes and
+// holds; kvindex-bench index --workload clear times the holds. Not part of
+// IndexInterface; the index itself reads no clock.
+// A clear changes at most this many nodes per hold of the removal lock, so a
+// fallback reader waits for a bounded run, not for a scan of the model.
+inline constexpr size_t kClearNodesPerLockHold = 256;
+
+class ClearObserver {
+ public:
+  virtual ~ClearObserver() = default;
+  // One pass over `model`'s nodes clearing `sources` source ids.
+  virtual void OnClearPass(const std::string& model, size_t sources) = 0;
+  virtual void OnLockAcquired() = 0;
+  // `nodes`: nodes changed during the hold that just ended.
+  virtual void OnLockReleased(size_t nodes) = 0;
 };
 
 struct MatchOptions {

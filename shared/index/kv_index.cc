@@ -34,6 +34,10 @@ namespace {
 
 constexpr size_t kInitialModelSlots = 8;
 
+bool IsClear(const PlacementEvent& event) {
+  return event.kind == PlacementKind::kCleared || event.kind == PlacementKind::kWorkerExpired;
+}
+
 // A model name in a message: hostile, so bounded.
 std::string Quoted(std::string_view model) {
   constexpr size_t kMax = 64;
@@ -118,6 +122,7 @@ ModelIndex* KvIndex::GetOrCreateModel(std::string_view model, bool* over_limit) 
   std::unique_ptr<ModelIndex> created =
       ModelIndex::Create(std::string(model), memory_.get(), limits);
   if (created == nullptr) return nullptr;
+  created->set_clear_observer(clear_observer_);
   ModelList* list = model_lists_.back().get();
   const size_t n = list->size.load(std::memory_order_relaxed);
   if (n == list->capacity) {
@@ -144,7 +149,21 @@ ApplyResult KvIndex::ApplyMessage(std::span<const PlacementEvent> events, uint64
   if (log_position <= applied_seq_.load(std::memory_order_relaxed)) return result;
   result.applied = true;
   std::string_view exhausted;
-  for (const PlacementEvent& event : events) ApplyEvent(event, &result, &exhausted);
+  for (size_t i = 0; i < events.size();) {
+    if (!IsClear(events[i])) {
+      ApplyEvent(events[i++], &result, &exhausted);
+      continue;
+    }
+    // A run of clears (an agent's gap or expiry: one per source) is one
+    // pass over each model's nodes; clears commute, stores between runs do
+    // not.
+    size_t end = i + 1;
+    while (end < events.size() && IsClear(events[end])) ++end;
+    for (const auto& slot : models_.load(std::memory_order_relaxed)->Live()) {
+      slot.load(std::memory_order_relaxed)->Clear(events.subspan(i, end - i));
+    }
+    i = end;
+  }
   // A partly indexed message is still consumed: replicas applying the same
   // log leave out the same blocks, so they stay identical.
   applied_seq_.store(log_position, std::memory_order_release);
@@ -197,16 +216,7 @@ void KvIndex::ApplyEvent(const PlacementEvent& event, ApplyResult* result,
       }
       break;
     case PlacementKind::kCleared:
-      for (const auto& slot : models_.load(std::memory_order_relaxed)->Live()) {
-        ModelIndex* m = slot.load(std::memory_order_relaxed);
-        if (event.model.empty() || m->model() == event.model) m->ClearSource(event.source);
-      }
-      break;
-    case PlacementKind::kWorkerExpired:
-      for (const auto& slot : models_.load(std::memory_order_relaxed)->Live()) {
-        slot.load(std::memory_order_relaxed)->ClearWorker(event.source.worker);
-      }
-      break;
+    case PlacementKind::kWorkerExpired:  // ApplyMessage clears runs of them
     case PlacementKind::kHeartbeat:
     case PlacementKind::kAgentExpired:
       break;
@@ -312,6 +322,13 @@ void KvIndex::RestoreRun(std::string_view model, const SourceKey& source, Tier t
 
 void KvIndex::ReserveBlocks(std::string_view model, uint64_t blocks) {
   if (ModelIndex* m = GetOrCreateModel(model, nullptr)) m->Reserve(blocks);
+}
+
+void KvIndex::SetClearObserverForTesting(ClearObserver* observer) {
+  clear_observer_ = observer;
+  for (const auto& slot : models_.load(std::memory_order_relaxed)->Live()) {
+    slot.load(std::memory_order_relaxed)->set_clear_observer(observer);
+  }
 }
 
 void KvIndex::FailNodeAllocationsForTesting(std::string_view model, uint32_t skip, uint32_t n) {

@@ -14,9 +14,10 @@
 //   for (const WorkerMatch& w : m->workers) Route(w.source, w.device_prefix);
 //
 // Complexity (n = blocks of a query or event, r = rows of a match):
-// Apply stored/removed O(n) expected; cleared / worker_expired O(nodes of the
-// model); match O(nodes entered + n/8 cache lines + r x distinct lengths),
-// stopping at the first block no source holds; Stats O(models).
+// Apply stored/removed O(n) expected; a message's run of consecutive
+// cleared / worker_expired events O(nodes of each model), one pass; match O(nodes entered + n/8
+// cache lines + r x distinct lengths), stopping at the first block no source holds; Stats
+// O(models).
 //
 // Thread safety: Apply*/Restore* from ONE writer thread; everything else from
 // any thread concurrently. Readers never block on the writer except, after a
@@ -111,6 +112,9 @@ class KvIndex final : public IndexInterface {
   // Testing (writer thread): after `skip` more node allocations of `model`
   // (which must exist), the next `n` fail as if its memory were exhausted.
   void FailNodeAllocationsForTesting(std::string_view model, uint32_t skip, uint32_t n);
+  // Testing and kvindex-bench (writer thread): `observer` (null: none) is told
+  // of every clear's passes and removal-lock holds, in every model.
+  void SetClearObserverForTesting(ClearObserver* observer);
 
  private:
   // Exhaustion is added to *result; *exhausted names the first model short
@@ -148,6 +152,7 @@ class KvIndex final : public IndexInterface {
   std::atomic<uint64_t> blocks_not_indexed_{0};
   std::atomic<uint64_t> sources_cleared_on_exhaustion_{0};
   std::atomic<uint64_t> events_over_model_limit_{0};
+  ClearObserver* clear_observer_ = nullptr;  // writer only
 
   // RestoreEntry buffers consecutive entries of one (model, source, tier), as
   // ForEachEntry yields them node by node, so a restore rebuilds whole nodes

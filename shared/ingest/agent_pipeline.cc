@@ -2,9 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
-#include <map>
 #include <thread>
-#include <tuple>
 #include <zmq.hpp>
 
 #include "absl/container/flat_hash_map.h"
@@ -14,6 +12,9 @@
 #include "shared/base/strings.h"
 #include "shared/ingest/agent_probe.h"
 #include "shared/ingest/internal/disconnect_monitor.h"
+#include "shared/ingest/internal/pause_gate.h"
+#include "shared/ingest/internal/resume_plan.h"
+#include "shared/ingest/internal/source_runner.h"
 #include "shared/ingest/internal/zmq_capacity.h"
 #include "shared/ingest/internal/zmq_util.h"
 #include "shared/ingest/replay_client.h"
@@ -23,9 +24,6 @@
 namespace kvindex::ingest {
 namespace {
 
-constexpr std::chrono::milliseconds kPollInterval{100};
-// Messages handled per wake-up before metrics are synced again.
-constexpr int kMaxMessagesPerWake = 1024;
 constexpr std::chrono::milliseconds kRetryMin{10};
 constexpr std::chrono::milliseconds kRetryMax{1000};
 
@@ -80,23 +78,7 @@ Status AgentOptions::Validate() const {
 }
 
 struct AgentPipeline::Impl final : public BatchSink {
-  struct Source {
-    SourceSpec spec;
-    std::string label;
-    normalize::SourceStats stats;
-    SessionCounters counters;
-    SourceMetrics* metrics = nullptr;
-    std::atomic<bool> ready{false};
-    std::atomic<bool> snapshot_wanted{false};
-    // Per run; owned by the source's thread while it runs.
-    std::unique_ptr<zmq::socket_t> sub;
-    internal::DisconnectMonitor sub_monitor;
-    uint64_t sub_disconnects = 0;  // source thread only
-    uint64_t capped_reported = 0;  // source thread only
-    std::unique_ptr<ZmqReplayClient> replay;
-    std::unique_ptr<SourceSession> session;
-    std::thread thread;
-  };
+  using Source = internal::SourceRunner;
 
   Impl(AgentOptions opts, PlacementPublisher* pub, prometheus::Registry* registry)
       : options(std::move(opts)), publisher(pub), probe(registry) {
@@ -177,10 +159,18 @@ struct AgentPipeline::Impl final : public BatchSink {
       context.reset();
       return status;
     }
+    env = {.options = &options,
+           .context = context.get(),
+           .stop = &stop,
+           .pause = &pause,
+           .wait = [this](std::chrono::milliseconds d) { return WaitUnlessStopping(d); },
+           .publish_snapshot = [this](Source* source) { PublishSnapshot(source); },
+           .io_warnings = &io_warnings,
+           .cap_warnings = &cap_warnings};
     // Open every socket first, so a bad endpoint fails Start before anything
     // is published.
     for (auto& source : sources) {
-      Status status = OpenSockets(*source);
+      Status status = source->Open(env);
       if (!status.ok()) {
         CloseAll();
         return status;
@@ -202,86 +192,23 @@ struct AgentPipeline::Impl final : public BatchSink {
     PublishHeartbeat();
     for (auto& source : sources) {
       Source* s = source.get();
-      s->thread = std::thread([this, s] { RunSource(s); });
+      s->thread = std::thread([this, s] { s->Run(env); });
     }
     heartbeat_thread = std::thread([this] { RunHeartbeats(); });
     running = true;
     return absl::OkStatus();
   }
 
-  Status OpenSockets(Source& source) {
-    try {
-      source.sub = std::make_unique<zmq::socket_t>(*context, zmq::socket_type::sub);
-      source.sub->set(zmq::sockopt::linger, 0);
-      source.sub->set(zmq::sockopt::rcvhwm, options.receive_hwm);
-      source.sub->set(zmq::sockopt::subscribe, "");
-      source.sub->set(zmq::sockopt::maxmsgsize, options.max_message_bytes);
-    } catch (const zmq::error_t& error) {
-      return internal::ZmqError(error, "SUB socket for " + source.label);
-    }
-    KVINDEX_RETURN_IF_ERROR(source.sub_monitor.Attach(*context, *source.sub));
-    KVINDEX_RETURN_IF_ERROR(
-        internal::Attach(*source.sub, source.spec.pub_endpoint, source.spec.pub_bind));
-    if (!source.spec.replay_endpoint.empty()) {
-      source.replay = std::make_unique<ZmqReplayClient>(
-          context.get(),
-          ReplayClientOptions{.endpoint = source.spec.replay_endpoint,
-                              .timeout = options.replay_timeout,
-                              .max_message_bytes = options.max_message_bytes},
-          &stop, &source.counters);
-    }
-    return absl::OkStatus();
-  }
-
-  // Restores the saved states (SetResumeStates) into the new sessions; which
-  // sources resumed. All or none: when the log does not hold what they
-  // hold, none does (their sessions are fresh again).
+  // Restores the saved states (SetResumeStates) into the new sessions
+  // (internal/resume_plan.h); which sources resumed.
   std::vector<bool> ResumeSaved() {
-    std::vector<bool> resumed(sources.size(), false);
-    if (saved.empty()) return resumed;
-    absl::flat_hash_map<std::string, std::string> by_key;
-    for (SavedSource& s : saved) by_key[s.key] = std::move(s.state);
+    std::vector<internal::ResumeSource> targets;
+    for (const auto& source : sources) targets.push_back({&source->spec, &source->label});
+    std::vector<bool> resumed = internal::ResumeSaved(
+        std::move(saved), targets, [this](size_t i) { return sources[i]->session.get(); },
+        [this](size_t i) { ResetSession(*sources[i]); }, consistent);
     saved.clear();
-    std::map<std::tuple<std::string, SourceKey, int>, uint64_t> held;
-    for (size_t i = 0; i < sources.size(); ++i) {
-      Source& source = *sources[i];
-      auto it = by_key.find(FormatSourceSpec(source.spec));
-      if (it == by_key.end()) continue;
-      if (Status status = source.session->Resume(it->second); !status.ok()) {
-        log::Get("ingest")->warn("source {}: saved state unusable, starting afresh: {}",
-                                 source.label, status.ToString());
-        ResetSession(source);
-        continue;
-      }
-      resumed[i] = true;
-      for (const auto& [rank_tier, blocks] : source.session->processor().HeldCounts()) {
-        held[{source.spec.model,
-              SourceKey{source.spec.worker, static_cast<uint32_t>(rank_tier >> 2)},
-              static_cast<int>(rank_tier & 3)}] += blocks;
-      }
-    }
-    std::vector<HeldBlocks> summary;
-    for (const auto& [key, blocks] : held) {
-      summary.push_back(
-          {std::get<0>(key), std::get<1>(key), static_cast<Tier>(std::get<2>(key)), blocks});
-    }
-    if (consistent && std::count(resumed.begin(), resumed.end(), true) > 0 &&
-        !consistent(summary)) {
-      log::Get("ingest")->error(
-          "saved source states disagree with the restored index: every source starts afresh");
-      for (size_t i = 0; i < sources.size(); ++i) {
-        if (resumed[i]) ResetSession(*sources[i]);
-        resumed[i] = false;
-      }
-    }
     consistent = nullptr;
-    for (size_t i = 0; i < sources.size(); ++i) {
-      if (resumed[i]) {
-        log::Get("ingest")->info("source {}: resumed at seq {} ({} blocks tracked)",
-                                 sources[i]->label, sources[i]->session->last_seq(),
-                                 sources[i]->session->tracked_blocks());
-      }
-    }
     return resumed;
   }
 
@@ -293,124 +220,6 @@ struct AgentPipeline::Impl final : public BatchSink {
     source.counters.last_seq.store(0);
     source.session = std::make_unique<SourceSession>(source.spec, session_options, &source.stats,
                                                      &source.counters, source.replay.get(), this);
-  }
-
-  // Source threads: parks here while a pause is wanted.
-  void ParkIfPaused() {
-    if (!pause_flag.load(std::memory_order_acquire)) return;
-    MutexLock lock(&pause_mu);
-    ++parked;
-    pause_cv.SignalAll();
-    while (pause_wanted && !stop.load()) pause_cv.Wait(&pause_mu);
-    --parked;
-  }
-
-  bool Pause(std::chrono::milliseconds timeout) {
-    const auto deadline = std::chrono::steady_clock::now() + timeout;
-    MutexLock lock(&pause_mu);
-    pause_wanted = true;
-    pause_flag.store(true, std::memory_order_release);
-    while (running && parked < sources.size()) {
-      if (!pause_cv.WaitUntil(&pause_mu, deadline)) break;
-    }
-    if (running && parked == sources.size()) return true;
-    EndPauseLocked();
-    return false;
-  }
-
-  void EndPause() {
-    MutexLock lock(&pause_mu);
-    EndPauseLocked();
-  }
-
-  void EndPauseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(pause_mu) {
-    pause_wanted = false;
-    pause_flag.store(false, std::memory_order_release);
-    pause_cv.SignalAll();
-  }
-
-  void RunSource(Source* source) {
-    source->session->StartupReplay();
-    source->ready.store(true);
-    source->metrics->Sync(source->stats, source->counters, true);
-    internal::Multipart message;
-    while (!stop.load(std::memory_order_relaxed)) {
-      ParkIfPaused();
-      if (stop.load()) break;
-      StatusOr<bool> readable = internal::WaitReadable(*source->sub, kPollInterval);
-      if (!readable.ok()) {
-        uint64_t suppressed = 0;
-        if (io_warnings.Allow(&suppressed)) {
-          log::Get("ingest")->warn("source {}: {} ({} suppressed)", source->label,
-                                   readable.status().ToString(), suppressed);
-        }
-        WaitUnlessStopping(kPollInterval);
-        continue;
-      }
-      if (!*readable) DrainDisconnects(source);
-      if (source->snapshot_wanted.exchange(false)) PublishSnapshot(source);
-      for (int i = 0; *readable && i < kMaxMessagesPerWake && !stop.load(); ++i) {
-        StatusOr<bool> received = internal::ReceiveMultipart(*source->sub, &message);
-        if (!received.ok() || !*received) break;
-        if (message.oversized) {
-          source->counters.frames_invalid[static_cast<int>(FrameError::kFrameCount)].fetch_add(
-              1, std::memory_order_relaxed);
-          continue;
-        }
-        source->session->OnLiveFrames(message.frames);
-      }
-      DrainDisconnects(source);
-      ReportCapped(source);
-      source->metrics->Sync(source->stats, source->counters, true);
-    }
-  }
-
-  // Counts the SUB connections libzmq dropped (a message over
-  // max_message_bytes, or the engine went away), with a rate-limited line.
-  void DrainDisconnects(Source* source) {
-    const uint64_t lost = source->sub_monitor.Drain();
-    if (lost == 0) return;
-    source->sub_disconnects += lost;
-    source->metrics->SyncDisconnects(source->sub_disconnects);
-    // libzmq does not reconnect after a protocol error (an oversized message
-    // is one): connect again, or the source would stay silent for good.
-    // Harmless after an ordinary disconnect. A bound SUB waits for the
-    // engine to reconnect, which it does.
-    if (!source->spec.pub_bind) {
-      try {
-        source->sub->disconnect(source->spec.pub_endpoint);
-      } catch (const zmq::error_t&) {
-        // Not connected any more: nothing to undo.
-      }
-      if (Status status = internal::Attach(*source->sub, source->spec.pub_endpoint, false);
-          !status.ok()) {
-        log::Get("ingest")->warn("source {}: reconnect failed: {}", source->label,
-                                 status.ToString());
-      }
-    }
-    uint64_t suppressed = 0;
-    if (io_warnings.Allow(&suppressed)) {
-      log::Get("ingest")->warn(
-          "source {}: the engine connection dropped (a message over {} bytes, or the engine "
-          "went away); {} so far ({} lines suppressed)",
-          source->label, options.max_message_bytes, source->sub_disconnects, suppressed);
-    }
-  }
-
-  // A rate-limited line when stored events hit the per-tier block cap (the
-  // count itself is in kvindex_agent_events_dropped_total{reason="block_cap"}).
-  void ReportCapped(Source* source) {
-    const uint64_t capped = source->stats.dropped[static_cast<int>(DropReason::kBlockCap)].load(
-        std::memory_order_relaxed);
-    if (capped == source->capped_reported) return;
-    uint64_t suppressed = 0;
-    if (cap_warnings.Allow(&suppressed)) {
-      log::Get("ingest")->warn(
-          "source {}: {} blocks not indexed so far: the source holds {} blocks on a tier "
-          "(--max-blocks-per-tier) ({} lines suppressed)",
-          source->label, capped, options.max_blocks_per_tier, suppressed);
-      source->capped_reported = capped;
-    }
   }
 
   void PublishSnapshot(Source* source) {
@@ -451,7 +260,7 @@ struct AgentPipeline::Impl final : public BatchSink {
     if (!running) return;
     stop.store(true);
     stop_signal.Raise();
-    EndPause();
+    pause.End();
     for (auto& source : sources) {
       if (source->thread.joinable()) source->thread.join();
     }
@@ -463,11 +272,7 @@ struct AgentPipeline::Impl final : public BatchSink {
   void CloseAll() {
     for (auto& source : sources) {
       source->metrics->Sync(source->stats, source->counters, false);
-      source->ready.store(false);
-      source->session.reset();
-      source->replay.reset();
-      source->sub_monitor.Detach();
-      source->sub.reset();  // linger 0: closes at once
+      source->Close();
     }
     context.reset();
   }
@@ -489,11 +294,7 @@ struct AgentPipeline::Impl final : public BatchSink {
   std::atomic<size_t> resumed_count{0};
 
   // Pausing the source threads between engine batches (PauseSources).
-  Mutex pause_mu;
-  CondVar pause_cv;
-  bool pause_wanted ABSL_GUARDED_BY(pause_mu) = false;
-  size_t parked ABSL_GUARDED_BY(pause_mu) = 0;
-  std::atomic<bool> pause_flag{false};  // what the hot loops read
+  internal::PauseGate pause;
 
   // Serializes stamping + Publish: event_id order = publish order.
   Mutex publish_mu;
@@ -501,6 +302,7 @@ struct AgentPipeline::Impl final : public BatchSink {
   log::RateLimiter publish_warnings{std::chrono::seconds(10)};
   log::RateLimiter io_warnings{std::chrono::seconds(10)};
   log::RateLimiter cap_warnings{std::chrono::seconds(10)};
+  internal::SourceRunnerEnv env;  // set by Start
 };
 
 AgentPipeline::AgentPipeline(AgentOptions options, PlacementPublisher* publisher,
@@ -521,7 +323,7 @@ void AgentPipeline::SetResumeStates(
 }
 
 bool AgentPipeline::PauseSources(std::chrono::milliseconds timeout) {
-  return impl_->Pause(timeout);
+  return impl_->pause.Pause(timeout, impl_->sources.size(), impl_->running);
 }
 
 std::vector<SavedSource> AgentPipeline::SaveSources() const {
@@ -535,7 +337,7 @@ std::vector<SavedSource> AgentPipeline::SaveSources() const {
   return out;
 }
 
-void AgentPipeline::ResumeSources() { impl_->EndPause(); }
+void AgentPipeline::ResumeSources() { impl_->pause.End(); }
 
 size_t AgentPipeline::resumed_sources() const { return impl_->resumed_count.load(); }
 

@@ -6,8 +6,8 @@
 #
 # Seeds: the golden wire vectors (data/wire-vectors, their one copy) for
 # every target, <build>/fuzz-seeds/<fuzzer>/ (generated from them by the
-# build, see CMakeLists.txt) and tests/fuzz/seeds/<fuzzer>/ when a target has
-# hand-written seeds. The growing corpus lives in
+# build, see CMakeLists.txt) and tests/fuzz/seeds/<fuzzer>/ or
+# tests/fuzz/corpus/<fuzzer>/ when a target has small committed seeds. The growing corpus lives in
 # build-fuzz/fuzz-corpus/<fuzzer>/ and is reused by later runs. A dictionary
 # tests/fuzz/<fuzzer>.dict is used when present. Crashes land in
 # build-fuzz/fuzz-artifacts/; the script exits non-zero when any fuzzer
@@ -56,6 +56,7 @@ for binary in "${build}"/fuzz/*; do
   dirs=("${corpus}")
   [[ -d "${build}/fuzz-seeds/${name}" ]] && dirs+=("${build}/fuzz-seeds/${name}")
   [[ -d "${root}/tests/fuzz/seeds/${name}" ]] && dirs+=("${root}/tests/fuzz/seeds/${name}")
+  [[ -d "${root}/tests/fuzz/corpus/${name}" ]] && dirs+=("${root}/tests/fuzz/corpus/${name}")
   # The golden engine payloads seed every target (read-only: libFuzzer adds
   # new inputs to the first directory only).
   [[ -d "${root}/data/wire-vectors" ]] && dirs+=("${root}/data/wire-vectors")

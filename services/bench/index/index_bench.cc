@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "services/bench/index/baseline_index.h"
+#include "services/bench/index/clear_workload.h"
 #include "services/bench/index/latency.h"
 #include "services/bench/index/peer_workload.h"
 #include "services/bench/index/trace_runner.h"
@@ -39,6 +40,7 @@ struct Options {
   uint32_t runs = 1;         // peer: fresh builds of the index
   bool profile = false;      // peer: locator load, growths, probe lengths
   bool lock_memory = true;
+  uint64_t clear_entries = 10000000;  // clear: entries in the index
 };
 
 // Targets of issue #4 (2-core machine, single writer thread).
@@ -427,6 +429,42 @@ int RunTraceWorkload(const Options& opt, const std::vector<trace::TraceRequest>&
   return entries_ok ? 0 : 1;
 }
 
+// --workload clear: no trace, no baseline (clear_workload.h).
+int RunClear(const Options& opt, bool locked) {
+  ClearConfig config;
+  config.entries = opt.clear_entries;
+  if (opt.runs > 1) config.runs = opt.runs;
+  nlohmann::json out;
+  out["workload"] = "clear";
+  out["memory_locked"] = locked;
+  const int rc = RunClearWorkload(config, &out);
+  if (opt.json) {
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("clear of %llu sources in %llu entries (%llu sources):\n",
+                static_cast<unsigned long long>(out["sources_per_clear"].get<uint64_t>()),
+                static_cast<unsigned long long>(out["entries"].get<uint64_t>()),
+                static_cast<unsigned long long>(out["sources"].get<uint64_t>()));
+    for (const nlohmann::json& r : out["runs"]) {
+      std::printf(
+          "  %8.2f ms  passes %llu  lock holds %llu  longest hold %9.1f us  "
+          "most nodes per hold %llu\n",
+          r["clear_ms"].get<double>(), static_cast<unsigned long long>(r["passes"].get<uint64_t>()),
+          static_cast<unsigned long long>(r["lock_holds"].get<uint64_t>()),
+          r["longest_hold_us"].get<double>(),
+          static_cast<unsigned long long>(r["most_nodes_per_hold"].get<uint64_t>()));
+    }
+    std::printf(
+        "  reader's slowest match: %.1f us during clears, %.1f us otherwise (%llu during)\n",
+        static_cast<double>(out["reader_max_ns_during_clears"].get<uint64_t>()) * 1e-3,
+        static_cast<double>(out["reader_max_ns_otherwise"].get<uint64_t>()) * 1e-3,
+        static_cast<unsigned long long>(out["reader_matches_during_clears"].get<uint64_t>()));
+    std::printf("  entries after each clear and restore as expected: %s\n",
+                out["entries_ok"].get<bool>() ? "yes" : "NO");
+  }
+  return rc;
+}
+
 }  // namespace
 
 int RunIndexBench(int argc, char** argv) {
@@ -435,8 +473,10 @@ int RunIndexBench(int argc, char** argv) {
       "kvindex-bench index: apply throughput, lookup latency and bytes per entry of the "
       "tiered index next to an in-run hash-map baseline",
       "kvindex-bench index"};
-  app.add_option("--workload", opt.workload, "trace or peer (docs/benchmarks.md)")
-      ->check(CLI::IsMember({"trace", "peer"}));
+  app.add_option("--workload", opt.workload, "trace, peer or clear (docs/benchmarks.md)")
+      ->check(CLI::IsMember({"trace", "peer", "clear"}));
+  app.add_option("--clear-entries", opt.clear_entries,
+                 "clear: entries in the index when one agent's 8 sources are cleared");
   app.add_option("--trace", opt.trace, "Mooncake trace (JSON lines with hash_ids)");
   app.add_flag("--json", opt.json, "print one JSON object instead of the text report");
   app.add_option("--workers", opt.workers, "simulated workers (sources)");
@@ -472,6 +512,7 @@ int RunIndexBench(int argc, char** argv) {
   // A production router would lock its index the same way (see
   // docs/benchmarks.md, "Measurement noise").
   const bool locked = opt.lock_memory && mlockall(MCL_CURRENT | MCL_FUTURE) == 0;
+  if (opt.workload == "clear") return RunClear(opt, locked);
   StatusOr<std::vector<trace::TraceRequest>> trace = trace::ReadTrace(opt.trace, opt.requests);
   if (!trace.ok()) {
     std::fprintf(stderr, "kvindex-bench index: %s\n",

@@ -359,6 +359,10 @@ bool ModelIndex::Rebuild(size_t min_capacity) {
 void ModelIndex::ReclaimRetired() {
   if (retired_.empty()) return;
   grace_.Synchronize();
+  FreeRetired();
+}
+
+void ModelIndex::FreeRetired() {
   for (ChainNode* node : retired_) {
     const size_t bytes = NodeBytes(node);
     // Swap-remove from the node list.
@@ -624,67 +628,88 @@ bool ModelIndex::RemoveHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceR
   return true;
 }
 
-void ModelIndex::ClearSource(const SourceKey& source) {
-  if (const SourceRecord* rec = sources_.Find(source)) ClearIds({rec->id});
-}
-
-void ModelIndex::ClearWorker(std::string_view worker) {
-  std::vector<uint32_t> ids;
-  sources_.ForEach([&](const SourceKey& key, uint32_t id) {
-    if (key.worker == worker) ids.push_back(id);
-  });
-  // Freed ids are reused last in, first out, and an id decides its node's
-  // holder groups, hence node sizes and what fits under the memory limits:
-  // free them in an order that does not depend on the process's hash seed.
-  std::sort(ids.begin(), ids.end());
+void ModelIndex::Clear(std::span<const PlacementEvent> clears) {
+  // The ids in the order clearing one event after the other frees them:
+  // freed ids are reused last in, first out, and an id decides its node's
+  // holder groups, hence node sizes and what fits under the memory limits,
+  // so the order depends on the log alone (a worker's ids sorted, never in
+  // the process's hash order).
+  std::vector<uint32_t> ids, worker_ids;
+  uint64_t seen[kMaxGroups] = {};
+  auto add = [&](uint32_t id) {
+    uint64_t& word = seen[id / kGroupBits];
+    const uint64_t bit = uint64_t{1} << (id % kGroupBits);
+    if ((word & bit) != 0) return;
+    word |= bit;
+    ids.push_back(id);
+  };
+  for (const PlacementEvent& event : clears) {
+    if (event.kind == PlacementKind::kCleared) {
+      if (!event.model.empty() && event.model != model_) continue;
+      if (const SourceRecord* rec = sources_.Find(event.source)) add(rec->id);
+    } else if (event.kind == PlacementKind::kWorkerExpired) {
+      worker_ids.clear();
+      sources_.ForEach([&](const SourceKey& key, uint32_t id) {
+        if (key.worker == event.source.worker) worker_ids.push_back(id);
+      });
+      std::sort(worker_ids.begin(), worker_ids.end());
+      for (uint32_t id : worker_ids) add(id);
+    }
+  }
   if (!ids.empty()) ClearIds(ids);
 }
+
+namespace {
+// A hold of the removal lock inside a clear ends after this many nodes
+// (kClearNodesPerLockHold) or once this many blocks' locator slots were
+// erased, whichever comes first (always at least one node).
+constexpr uint32_t kClearBlocksPerLockHold = 8192;
+}  // namespace
 
 void ModelIndex::ClearIds(const std::vector<uint32_t>& ids) {
   uint64_t drop[kMaxGroups] = {};
   for (uint32_t id : ids) drop[id / kGroupBits] |= uint64_t{1} << (id % kGroupBits);
+  if (clear_observer_ != nullptr) clear_observer_->OnClearPass(model_, ids.size());
+  // Counts and digest first, outside the lock: only this thread changes
+  // holder bits. Readers see each node change inside its version bracket,
+  // so between two holds they see some nodes without the sources and the
+  // rest with them: a state between the one before the clear and the one
+  // after, never more than before (a clear only takes away).
   uint64_t digest = 0;
-  std::vector<ChainNode*> nodes;
+  std::vector<ChainNode*> touched;
   for (ChainNode* node : nodes_) {
-    if (node->size() != 0) nodes.push_back(node);
-  }
-  seqlock_.LockRemovals();
-  for (ChainNode* node : nodes) {
+    if (node->size() == 0) continue;
     const uint32_t b = node->begin.load(std::memory_order_relaxed);
     const uint32_t e = node->end.load(std::memory_order_relaxed);
-    bool touched = false, left = false;
+    bool hit = false;
     for (uint32_t g = 0; g < node->num_groups; ++g) {
-      HolderGroup& hg = node->group(g);
+      const HolderGroup& hg = node->group(g);
       for (int t = 0; t < kNumTiers; ++t) {
-        const uint64_t bits = hg.tiers[t].load(std::memory_order_relaxed);
-        const uint64_t gone = bits & drop[hg.group];
-        left |= (bits & ~gone) != 0;
+        const uint64_t gone = hg.tiers[t].load(std::memory_order_relaxed) & drop[hg.group];
         for (uint64_t x = gone; x != 0; x &= x - 1) {
           SourceRecord* rec = sources_.record(hg.group * kGroupBits + std::countr_zero(x),
                                               std::memory_order_relaxed);
           digest += DigestRange(rec, static_cast<Tier>(t), node, b, e);
           CountDelta(rec, static_cast<Tier>(t), -static_cast<int64_t>(e - b));
         }
-        touched |= gone != 0;
+        hit |= gone != 0;
       }
     }
-    if (!touched) continue;
-    if (!left) {
-      EraseRange(node, b, e);
-      Shrink(node, b, b);
-      continue;
-    }
-    node->BeginWrite();
-    for (uint32_t g = 0; g < node->num_groups; ++g) {
-      HolderGroup& hg = node->group(g);
-      for (auto& tier_bits : hg.tiers) {
-        tier_bits.store(tier_bits.load(std::memory_order_relaxed) & ~drop[hg.group],
-                        std::memory_order_relaxed);
-      }
-    }
-    node->EndWrite();
+    if (hit) touched.push_back(node);
   }
-  seqlock_.UnlockRemovals();
+  // Fallback readers wait for one bounded run of nodes, not for the pass.
+  for (size_t i = 0; i < touched.size();) {
+    uint32_t nodes = 0, erased = 0;
+    seqlock_.LockRemovals();
+    if (clear_observer_ != nullptr) clear_observer_->OnLockAcquired();
+    while (i < touched.size() && nodes < kClearNodesPerLockHold &&
+           erased < kClearBlocksPerLockHold) {
+      erased += ClearNode(touched[i++], drop);
+      ++nodes;
+    }
+    if (clear_observer_ != nullptr) clear_observer_->OnLockReleased(nodes);
+    seqlock_.UnlockRemovals();
+  }
   digest_.fetch_sub(digest, std::memory_order_relaxed);
 
   // Free the ids inside a global bracket, so no reader pairs an id it read
@@ -693,9 +718,37 @@ void ModelIndex::ClearIds(const std::vector<uint32_t>& ids) {
   seqlock_.Begin();
   for (uint32_t id : ids) retired.push_back(sources_.Release(id));
   seqlock_.End();
+  // One grace period for the records and for the nodes retired above.
   grace_.Synchronize();
   for (SourceRecord* rec : retired) sources_.Destroy(rec);
-  ReclaimRetired();
+  FreeRetired();
+}
+
+uint32_t ModelIndex::ClearNode(ChainNode* node, const uint64_t* drop) {
+  const uint32_t b = node->begin.load(std::memory_order_relaxed);
+  const uint32_t e = node->end.load(std::memory_order_relaxed);
+  bool left = false;
+  for (uint32_t g = 0; g < node->num_groups && !left; ++g) {
+    const HolderGroup& hg = node->group(g);
+    for (const auto& tier_bits : hg.tiers) {
+      left |= (tier_bits.load(std::memory_order_relaxed) & ~drop[hg.group]) != 0;
+    }
+  }
+  if (!left) {
+    EraseRange(node, b, e);
+    Shrink(node, b, b);
+    return e - b;
+  }
+  node->BeginWrite();
+  for (uint32_t g = 0; g < node->num_groups; ++g) {
+    HolderGroup& hg = node->group(g);
+    for (auto& tier_bits : hg.tiers) {
+      tier_bits.store(tier_bits.load(std::memory_order_relaxed) & ~drop[hg.group],
+                      std::memory_order_relaxed);
+    }
+  }
+  node->EndWrite();
+  return 0;
 }
 
 void ModelIndex::ForEachEntry(

@@ -55,6 +55,7 @@
 #include "shared/index/internal/node_arena.h"
 #include "shared/index/internal/read_sync.h"
 #include "shared/index/internal/source_table.h"
+#include "shared/model/placement_event.h"
 #include "shared/model/source_key.h"
 #include "shared/model/tier.h"
 
@@ -96,8 +97,10 @@ class ModelIndex {
   // False when a split it needed could not be allocated: the source was
   // cleared from the model instead (it holds nothing it did not hold before).
   bool Remove(const SourceKey& source, Tier tier, std::span<const uint64_t> hashes);
-  void ClearSource(const SourceKey& source);
-  void ClearWorker(std::string_view worker);
+  // One run of consecutive clears of a message (kCleared of this model or of
+  // every model, kWorkerExpired; other kinds are skipped) in one pass over
+  // the nodes, as if applied one after the other (README.md, "Clears").
+  void Clear(std::span<const PlacementEvent> clears);
   void ForEachEntry(const std::function<void(const SourceKey&, Tier, uint64_t)>& fn) const;
   // ForEachEntry's entries, one call per node and holder (`hashes` points
   // into the node).
@@ -116,6 +119,9 @@ class ModelIndex {
   void FailNodeAllocationsForTesting(uint32_t skip, uint32_t n) {
     arena_.FailAllocationsForTesting(skip, n);
   }
+
+  // Writer (testing, kvindex-bench): see ClearObserver (index_types.h).
+  void set_clear_observer(ClearObserver* observer) { clear_observer_ = observer; }
 
   // Writer thread or quiescent: the locator's shape (histograms: a full scan).
   void ProfileLocator(bool histograms, LocatorProfile* out) const;
@@ -192,7 +198,11 @@ class ModelIndex {
   bool EnsureRoom(size_t blocks);
   bool Rebuild(size_t min_capacity);
   void ReclaimRetired();
+  void FreeRetired();  // after a grace period that began once they were retired
   void ClearIds(const std::vector<uint32_t>& ids);
+  // Clears the `drop` bits of `node` (inside the removal lock); returns the
+  // blocks erased (the node lost its last holder) or 0.
+  uint32_t ClearNode(ChainNode* node, const uint64_t* drop);
 
   const std::string model_;
   MemoryCounter* memory_;
@@ -221,6 +231,7 @@ class ModelIndex {
   std::atomic<uint64_t> digest_{0};
   std::atomic<uint64_t> sources_with_entries_{0};
   std::atomic<uint64_t> over_source_limit_{0};  // stored events not indexed
+  ClearObserver* clear_observer_ = nullptr;     // writer only
 };
 
 template <typename Fn>
