@@ -39,7 +39,11 @@ struct MessageHeader {
 };
 
 // Writes the encoded batch into *out (replacing its content). The header's
-// fields are written only when header.sequenced().
+// fields are written only when header.sequenced(). The encoder writes what it
+// is given, so tests can craft hostile messages; a sequenced header without
+// an agent is one (the decoder refuses it). Producers keep the contract:
+// JetStreamPublisher refuses an empty node at Start; routers' appends are
+// unsequenced.
 void EncodePlacementBatch(std::span<const PlacementEvent> events, std::string* out,
                           const MessageHeader& header = {});
 

@@ -94,6 +94,19 @@ class JetStreamPublisherTest : public ::testing::Test {
   nats::StreamOptions stream_;
 };
 
+// The codec writes a sequenced header with whatever agent it is given; the
+// publisher is what guarantees one (the decoder refuses a sequenced message
+// without it).
+TEST(JetStreamPublisherOptionsTest, AnEmptyNodeIsRefused) {
+  JetStreamPublisherOptions options;
+  options.node = "";
+  const Status status = options.Validate();
+  ASSERT_FALSE(status.ok());
+  EXPECT_NE(status.message().find("node id is empty"), std::string_view::npos);
+  options.node = "node-a";
+  EXPECT_TRUE(options.Validate().ok()) << options.Validate().message();
+}
+
 TEST_F(JetStreamPublisherTest, EventsLargerThanMaxPayloadAreSplitInChainOrder) {
   PlacementEvent stored;
   stored.model = "m";
