@@ -379,6 +379,8 @@ void MatchRequest::Clear() {
   tokens.clear();
   text.clear();
   local_hashes.clear();
+  has_seq_hashes = false;
+  seq_hashes.clear();
   lora_name.clear();
   cache_salt.clear();
   max_blocks = 0;

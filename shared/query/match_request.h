@@ -35,6 +35,9 @@ struct MatchRequest {
   std::vector<uint32_t> tokens;
   std::string text;
   std::vector<uint64_t> local_hashes;
+  // Canonical sequence hashes (compatibility APIs: Mooncake /query_by_hash).
+  bool has_seq_hashes = false;
+  std::vector<uint64_t> seq_hashes;
   std::string lora_name;
   std::string cache_salt;
   uint32_t max_blocks = 0;  // optional cap, 0 = all
