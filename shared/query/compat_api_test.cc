@@ -39,6 +39,7 @@ class CompatApiTest : public ::testing::Test {
     ASSERT_EQ(seq_.size(), 3u);
 
     // 101/0: device 0..2. 202/1: device 0, host 0..1, disk 2. 202/0: host 0.
+    // 303/0: device 0 and 2, host 1 (device_prefix 1 < device 2).
     // w-x/0: device 0 (not a Dynamo WorkerId).
     std::vector<PlacementEvent> events = {
         Stored("101", 0, Tier::kDevice, {seq_[0], seq_[1], seq_[2]}),
@@ -46,6 +47,8 @@ class CompatApiTest : public ::testing::Test {
         Stored("202", 1, Tier::kHost, {seq_[0], seq_[1]}),
         Stored("202", 1, Tier::kDisk, {seq_[2]}),
         Stored("202", 0, Tier::kHost, {seq_[0]}),
+        Stored("303", 0, Tier::kDevice, {seq_[0], seq_[2]}),
+        Stored("303", 0, Tier::kHost, {seq_[1]}),
         Stored("w-x", 0, Tier::kDevice, {seq_[0]}),
     };
     ASSERT_TRUE(sink_.Publish(events).ok());
@@ -153,9 +156,11 @@ TEST_F(CompatApiTest, DynamoGolden) {
       Api::kDynamoTiered, Outcome::kOk, 200, "/query_tiered_by_hash",
       R"({"block_hashes":)" + Array(DynamoHashes(3)) + R"(,"model_name":"m","routing_group":""})");
   json want = json::parse(R"({"block_size":4,"tiered":{
-    "device":{"scores":[[{"worker_id":101,"dp_rank":0},3],[{"worker_id":202,"dp_rank":1},1]],
-              "frequencies":[2,1,1]},
+    "device":{"scores":[[{"worker_id":101,"dp_rank":0},3],[{"worker_id":202,"dp_rank":1},1],
+                        [{"worker_id":303,"dp_rank":0},1]],
+              "frequencies":[3,1,1]},
     "lower_tier":[["host_pinned",{"hits":[[{"worker_id":202,"dp_rank":1},1],
+                                         [{"worker_id":303,"dp_rank":0},1],
                                          [{"worker_id":202,"dp_rank":0},1]]}],
                   ["disk",{"hits":[[{"worker_id":202,"dp_rank":1},1]]}],
                   ["external",{"hits":[]}]]}})");
@@ -175,6 +180,7 @@ TEST_F(CompatApiTest, MooncakeGolden) {
   json want = json::parse(R"({"default":{
     "101":{"longest_matched":12,"GPU":12,"CPU":12,"DISK":12,"DP":{"0":12}},
     "202":{"longest_matched":12,"GPU":4,"CPU":8,"DISK":12,"DP":{"0":4,"1":12}},
+    "303":{"longest_matched":12,"GPU":8,"CPU":12,"DISK":12,"DP":{"0":12}},
     "w-x":{"longest_matched":4,"GPU":4,"CPU":4,"DISK":4,"DP":{"0":4}}}})");
   json got = Expect(Api::kMooncakeQuery, Outcome::kOk, 200, "/query",
                     R"({"model":"m","lora_name":null,"token_ids":)" + Array(tokens_) +
@@ -326,6 +332,7 @@ TEST_F(CompatApiTest, Workers) {
   json want = json::parse(R"([
     {"instance_id":"101","modelname":"m","tenant_id":"default","dp_ranks":[0],"entries":3},
     {"instance_id":"202","modelname":"m","tenant_id":"default","dp_ranks":[0,1],"entries":5},
+    {"instance_id":"303","modelname":"m","tenant_id":"default","dp_ranks":[0],"entries":3},
     {"instance_id":"w-x","modelname":"m","tenant_id":"default","dp_ranks":[0],"entries":1}])");
   EXPECT_EQ(json::parse(r.body), want) << r.body;
 }
