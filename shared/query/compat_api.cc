@@ -167,31 +167,6 @@ Failure ReadHashes(od::value& value, std::string_view key, std::vector<uint64_t>
   return {};
 }
 
-Failure ReadTokens(od::value& value, std::string_view key, std::vector<uint32_t>* out) {
-  od::array array;
-  if (value.get_array().get(array) != simdjson::SUCCESS) {
-    return Fail(Outcome::kInvalidRequest,
-                "field '" + std::string(key) + "' must be an array of unsigned 32-bit integers");
-  }
-  out->clear();
-  size_t index = 0;
-  for (auto element : array) {
-    if (index >= kMaxTokens) {
-      return Fail(Outcome::kTooManyHashes, "field '" + std::string(key) + "' has more than " +
-                                               std::to_string(kMaxTokens) + " elements");
-    }
-    uint64_t number = 0;
-    if (element.get_uint64().get(number) != simdjson::SUCCESS || number > UINT32_MAX) {
-      return Fail(Outcome::kInvalidRequest, "field '" + std::string(key) + "' element " +
-                                                std::to_string(index) +
-                                                ": expected an unsigned 32-bit integer");
-    }
-    out->push_back(static_cast<uint32_t>(number));
-    ++index;
-  }
-  return {};
-}
-
 // The Mooncake request fields beside the match itself.
 struct MooncakeScope {
   std::string tenant = "default";
@@ -252,53 +227,61 @@ void WriteWorkerWithDpRank(JsonWriter& w, uint64_t worker_id, uint32_t dp_rank) 
 // the best of its ranks, "DP" has every rank's longest_matched.
 void WriteMooncakeAnswer(const MooncakeScope& scope, uint64_t block_size,
                          const index::MatchResult& result, std::string* out) {
-  struct Figures {
-    uint64_t longest = 0, gpu = 0, cpu = 0, disk = 0;
-  };
-  std::vector<std::pair<std::string_view, std::vector<std::pair<uint32_t, Figures>>>> instances;
+  // The rows of one worker together (by worker, then rank), in one pass.
+  thread_local std::vector<const index::WorkerMatch*> rows;
+  rows.clear();
   for (const index::WorkerMatch& m : result.workers) {
-    if (!scope.instance.empty() && m.source.worker != scope.instance) continue;
-    Figures f;
-    f.longest = uint64_t{m.longest} * block_size;
-    f.gpu = uint64_t{m.device} * block_size;
-    f.cpu = uint64_t{m.device + m.host} * block_size;
-    f.disk = uint64_t{m.device + m.host + m.disk} * block_size;
-    auto it = std::find_if(instances.begin(), instances.end(),
-                           [&](const auto& e) { return e.first == m.source.worker; });
-    if (it == instances.end()) {
-      instances.emplace_back(m.source.worker, std::vector<std::pair<uint32_t, Figures>>{});
-      it = instances.end() - 1;
-    }
-    it->second.emplace_back(m.source.dp_rank, f);
+    if (scope.instance.empty() || m.source.worker == scope.instance) rows.push_back(&m);
   }
-  JsonWriter w(out);
-  w.BeginObject();
-  w.Key(scope.tenant);
-  w.BeginObject();
-  for (auto& [worker, ranks] : instances) {
-    std::sort(ranks.begin(), ranks.end(),
-              [](const auto& a, const auto& b) { return a.first < b.first; });
-    Figures best;
-    for (const auto& [rank, f] : ranks) {
-      best.longest = std::max(best.longest, f.longest);
-      best.gpu = std::max(best.gpu, f.gpu);
-      best.cpu = std::max(best.cpu, f.cpu);
-      best.disk = std::max(best.disk, f.disk);
+  std::sort(rows.begin(), rows.end(), [](const index::WorkerMatch* a, const index::WorkerMatch* b) {
+    if (a->source.worker != b->source.worker) return a->source.worker < b->source.worker;
+    return a->source.dp_rank < b->source.dp_rank;
+  });
+  // Written by appends (no JsonWriter bookkeeping): the hot answer, like
+  // /v1/match's WriteMatchResponse.
+  out->reserve(out->size() + 32 + scope.tenant.size() + rows.size() * 160);
+  auto number = [out](uint64_t value) {
+    char buffer[24];
+    const auto r = std::to_chars(buffer, buffer + sizeof(buffer), value);
+    out->append(buffer, r.ptr);
+  };
+  out->append("{\"");
+  http::AppendJsonEscaped(scope.tenant, out);
+  out->append("\":{");
+  for (size_t begin = 0; begin < rows.size();) {
+    size_t end = begin + 1;
+    while (end < rows.size() && rows[end]->source.worker == rows[begin]->source.worker) ++end;
+    uint64_t longest = 0, gpu = 0, cpu = 0, disk = 0;
+    for (size_t i = begin; i < end; ++i) {
+      const index::WorkerMatch& m = *rows[i];
+      longest = std::max<uint64_t>(longest, m.longest);
+      gpu = std::max<uint64_t>(gpu, m.device);
+      cpu = std::max<uint64_t>(cpu, uint64_t{m.device} + m.host);
+      disk = std::max<uint64_t>(disk, uint64_t{m.device} + m.host + m.disk);
     }
-    w.Key(worker);
-    w.BeginObject();
-    w.Field("longest_matched", best.longest);
-    w.Field("GPU", best.gpu);
-    w.Field("CPU", best.cpu);
-    w.Field("DISK", best.disk);
-    w.Key("DP");
-    w.BeginObject();
-    for (const auto& [rank, f] : ranks) w.Field(std::to_string(rank), f.longest);
-    w.EndObject();
-    w.EndObject();
+    if (begin != 0) out->push_back(',');
+    out->push_back('"');
+    http::AppendJsonEscaped(rows[begin]->source.worker, out);
+    out->append("\":{\"longest_matched\":");
+    number(longest * block_size);
+    out->append(",\"GPU\":");
+    number(gpu * block_size);
+    out->append(",\"CPU\":");
+    number(cpu * block_size);
+    out->append(",\"DISK\":");
+    number(disk * block_size);
+    out->append(",\"DP\":{");
+    for (size_t i = begin; i < end; ++i) {
+      if (i != begin) out->push_back(',');
+      out->push_back('"');
+      number(rows[i]->source.dp_rank);
+      out->append("\":");
+      number(uint64_t{rows[i]->longest} * block_size);
+    }
+    out->append("}}");
+    begin = end;
   }
-  w.EndObject();
-  w.EndObject();
+  out->append("}}");
 }
 
 // The Mooncake fields common to /query and /query_by_hash; false when `key`
@@ -561,41 +544,22 @@ StatusOr<index::MatchResult> MooncakeLookup(const ApiContext& context, const Mat
 
 }  // namespace
 
+// Parsed by /v1/match's parser (its kQuery dialect: the same fast scanner).
 void CompatApi::MooncakeQuery(const http::Request& request, http::Response& response) const {
   thread_local MatchRequest parsed;
-  parsed.Clear();
+  Failure failure;
+  if (Status s = ParseMatchRequest(request.body, RequestDialect::kQuery, &parsed); !s.ok()) {
+    const std::string_view message(s.message().data(), s.message().size());
+    failure = Fail(message.starts_with("missing field")        ? Outcome::kMissingField
+                   : message.find("more than") != message.npos ? Outcome::kTooManyHashes
+                                                               : Outcome::kInvalidRequest,
+                   std::string(message));
+  }
   MooncakeScope scope;
-  bool has_model = false;
-  bool has_lora_id = false;
-  Failure failure = ForEachField(request.body, [&](std::string_view key, od::value& value) {
-    Failure f;
-    if (key == "model" || key == "model_name") {
-      has_model = true;
-      return ReadString(value, key, &parsed.model);
-    }
-    if (key == "token_ids") {
-      parsed.has_tokens = true;
-      return ReadTokens(value, key, &parsed.tokens);
-    }
-    if (key == "lora_name") return ReadString(value, key, &parsed.lora_name);
-    if (key == "cache_salt") return ReadString(value, key, &parsed.cache_salt);
-    if (key == "lora_id") {
-      has_lora_id = !IsNull(value);
-      return f;
-    }
-    MooncakeScopeField(key, value, &scope, &f);
-    return f;
-  });
-  if (failure.outcome == Outcome::kOk && has_lora_id) {
-    failure = Fail(Outcome::kInvalidRequest,
-                   "field 'lora_id' is deprecated and not supported: send 'lora_name'");
-  }
-  if (failure.outcome == Outcome::kOk && (!has_model || parsed.model.empty())) {
-    failure = Fail(Outcome::kMissingField, "missing field 'model' (a non-empty string)");
-  }
-  if (failure.outcome == Outcome::kOk && !parsed.has_tokens) {
-    failure = Fail(Outcome::kMissingField, "missing field 'token_ids' (an array of u32)");
-  }
+  if (!parsed.tenant_id.empty()) scope.tenant = parsed.tenant_id;
+  scope.instance = parsed.instance_id;
+  scope.block_size = parsed.block_size;
+  scope.has_block_size = parsed.has_block_size;
   uint64_t block_size = 0;
   StatusOr<index::MatchResult> result = absl::UnknownError("not run");
   if (failure.outcome == Outcome::kOk) {
