@@ -542,6 +542,23 @@ StatusOr<index::MatchResult> MooncakeLookup(const ApiContext& context, const Mat
   return RunLookup(context, parsed, failure);
 }
 
+// Runs the lookup of a parsed Mooncake request (unless `failure` is set
+// already) and writes the answer or the error; returns the outcome.
+Outcome AnswerMooncake(const ApiContext& context, const MatchRequest& parsed,
+                       const MooncakeScope& scope, Failure failure, http::Response& response) {
+  if (failure.outcome == Outcome::kOk) {
+    uint64_t block_size = 0;
+    StatusOr<index::MatchResult> result =
+        MooncakeLookup(context, parsed, scope, &block_size, &failure);
+    if (failure.outcome == Outcome::kOk) {
+      WriteMooncakeAnswer(scope, block_size, *result, &response.body);
+      return Outcome::kOk;
+    }
+  }
+  http::SetError(response, HttpStatus(failure.outcome), failure.message);
+  return failure.outcome;
+}
+
 }  // namespace
 
 // Parsed by /v1/match's parser (its kQuery dialect: the same fast scanner).
@@ -560,18 +577,8 @@ void CompatApi::MooncakeQuery(const http::Request& request, http::Response& resp
   scope.instance = parsed.instance_id;
   scope.block_size = parsed.block_size;
   scope.has_block_size = parsed.has_block_size;
-  uint64_t block_size = 0;
-  StatusOr<index::MatchResult> result = absl::UnknownError("not run");
-  if (failure.outcome == Outcome::kOk) {
-    result = MooncakeLookup(*context_, parsed, scope, &block_size, &failure);
-  }
-  if (failure.outcome != Outcome::kOk) {
-    http::SetError(response, HttpStatus(failure.outcome), failure.message);
-    Count(Api::kMooncakeQuery, failure.outcome);
-    return;
-  }
-  WriteMooncakeAnswer(scope, block_size, *result, &response.body);
-  Count(Api::kMooncakeQuery, Outcome::kOk);
+  Count(Api::kMooncakeQuery,
+        AnswerMooncake(*context_, parsed, scope, std::move(failure), response));
 }
 
 void CompatApi::MooncakeQueryByHash(const http::Request& request, http::Response& response) const {
@@ -609,18 +616,8 @@ void CompatApi::MooncakeQueryByHash(const http::Request& request, http::Response
       failure = Fail(Outcome::kUnsupportedSeed, std::string(s.message()));
     }
   }
-  uint64_t block_size = 0;
-  StatusOr<index::MatchResult> result = absl::UnknownError("not run");
-  if (failure.outcome == Outcome::kOk) {
-    result = MooncakeLookup(*context_, parsed, scope, &block_size, &failure);
-  }
-  if (failure.outcome != Outcome::kOk) {
-    http::SetError(response, HttpStatus(failure.outcome), failure.message);
-    Count(Api::kMooncakeQueryByHash, failure.outcome);
-    return;
-  }
-  WriteMooncakeAnswer(scope, block_size, *result, &response.body);
-  Count(Api::kMooncakeQueryByHash, Outcome::kOk);
+  Count(Api::kMooncakeQueryByHash,
+        AnswerMooncake(*context_, parsed, scope, std::move(failure), response));
 }
 
 // GET /workers: one row per (model, instance) the index or the ingest side
