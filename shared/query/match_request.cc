@@ -294,8 +294,24 @@ bool FastParse(std::string_view body, RequestDialect dialect, MatchRequest* out,
     } else if (key == tokens_key) {
       if ((p = FastU32Array(p, end, kMaxTokens, &out->tokens)) == nullptr) return false;
       out->has_tokens = true;
-    } else if (key == "lora_name" || key == "cache_salt") {
-      std::string* target = key == "lora_name" ? &out->lora_name : &out->cache_salt;
+    } else if (dialect == RequestDialect::kQuery && key == "block_size") {
+      // 1..10 digits, no leading zero, at most u32: anything else declines.
+      const char* digits = p;
+      while (p < end && *p >= '0' && *p <= '9' && p - digits <= 10) ++p;
+      const auto len = static_cast<size_t>(p - digits);
+      if (len == 0 || len > 10 || (len > 1 && *digits == '0')) return false;
+      uint64_t value = 0;
+      for (size_t i = 0; i < len; ++i) value = value * 10 + static_cast<uint64_t>(digits[i] - '0');
+      if (value > UINT32_MAX) return false;
+      out->block_size = static_cast<uint32_t>(value);
+      out->has_block_size = true;
+    } else if (key == "lora_name" || key == "cache_salt" ||
+               (dialect == RequestDialect::kQuery &&
+                (key == "tenant_id" || key == "instance_id"))) {
+      std::string* target = key == "lora_name"    ? &out->lora_name
+                            : key == "cache_salt" ? &out->cache_salt
+                            : key == "tenant_id"  ? &out->tenant_id
+                                                  : &out->instance_id;
       if (end - p >= 4 && std::memcmp(p, "null", 4) == 0) {
         target->clear();
         p += 4;
@@ -379,16 +395,21 @@ void MatchRequest::Clear() {
   tokens.clear();
   text.clear();
   local_hashes.clear();
+  has_seq_hashes = false;
+  seq_hashes.clear();
   lora_name.clear();
   cache_salt.clear();
   max_blocks = 0;
+  tenant_id.clear();
+  instance_id.clear();
+  block_size = 0;
+  has_block_size = false;
 }
 
 // Semantic checks shared by both paths.
 static Status Finish(RequestDialect dialect, bool has_model, MatchRequest* out) {
-  const std::string model_key = dialect == RequestDialect::kQuery ? "model_name" : "model";
   if (!has_model || out->model.empty()) {
-    return Invalid("missing field '" + model_key + "' (a non-empty string)");
+    return Invalid("missing field 'model' (a non-empty string)");
   }
   if (out->has_tokens && out->has_local_hashes) {
     return Invalid("give either 'tokens' or 'local_hashes', not both");
@@ -471,6 +492,33 @@ static Status ParseWithSimdjson(std::string_view body, RequestDialect dialect, M
       KVINDEX_RETURN_IF_ERROR(ReadOptionalString(value, "lora_name", &out->lora_name));
     } else if (key == "cache_salt") {
       KVINDEX_RETURN_IF_ERROR(ReadOptionalString(value, "cache_salt", &out->cache_salt));
+    } else if (dialect == RequestDialect::kQuery && (key == "tenant_id" || key == "instance_id")) {
+      KVINDEX_RETURN_IF_ERROR(
+          ReadOptionalString(value, key, key == "tenant_id" ? &out->tenant_id : &out->instance_id));
+    } else if (dialect == RequestDialect::kQuery && key == "block_size") {
+      od::json_type type;
+      if (auto error = value.type().get(type); error != simdjson::SUCCESS)
+        return InvalidJson(error);
+      if (type == od::json_type::null) {
+        bool is_null = false;
+        if (value.is_null().get(is_null) != simdjson::SUCCESS || !is_null) {
+          return Invalid("invalid JSON: bad literal in field 'block_size'");
+        }
+        continue;
+      }
+      uint64_t number = 0;
+      if (value.get_uint64().get(number) != simdjson::SUCCESS || number > UINT32_MAX) {
+        return Invalid("field 'block_size' must be an unsigned 32-bit integer");
+      }
+      out->block_size = static_cast<uint32_t>(number);
+      out->has_block_size = true;
+    } else if (dialect == RequestDialect::kQuery && key == "lora_id") {
+      od::json_type type;
+      bool is_null = false;
+      if (value.type().get(type) != simdjson::SUCCESS || type != od::json_type::null ||
+          value.is_null().get(is_null) != simdjson::SUCCESS || !is_null) {
+        return Invalid("field 'lora_id' is deprecated and not supported: send 'lora_name'");
+      }
     } else if (key == "max_blocks" && dialect == RequestDialect::kMatch) {
       uint64_t number = 0;
       if (value.get_uint64().get(number) != simdjson::SUCCESS || number > UINT32_MAX) {
@@ -493,6 +541,11 @@ Status ParseMatchRequest(std::string_view body, RequestDialect dialect, MatchReq
   bool has_model = false;
   if (FastParse(body, dialect, out, &has_model)) return Finish(dialect, has_model, out);
   return ParseWithSimdjson(body, dialect, out);
+}
+
+bool FastParseU32Array(std::string_view json, size_t max_count, std::vector<uint32_t>* out) {
+  const char* const end = json.data() + json.size();
+  return !json.empty() && FastU32Array(json.data(), end, max_count, out) == end;
 }
 
 Status internal::ParseMatchRequestWithSimdjson(std::string_view body, RequestDialect dialect,

@@ -38,9 +38,18 @@ struct MatchRequest {
   std::vector<uint32_t> tokens;
   std::string text;
   std::vector<uint64_t> local_hashes;
+  // Canonical sequence hashes (compatibility APIs: Mooncake /query_by_hash).
+  bool has_seq_hashes = false;
+  std::vector<uint64_t> seq_hashes;
   std::string lora_name;
   std::string cache_salt;
   uint32_t max_blocks = 0;  // optional cap, 0 = all
+  // kQuery only (the Mooncake indexer API's scope): tenant and instance
+  // ("" = absent or null), the client's block size when given.
+  std::string tenant_id;
+  std::string instance_id;
+  uint32_t block_size = 0;
+  bool has_block_size = false;
 
   void Clear();
 };
@@ -49,14 +58,21 @@ enum class RequestDialect : uint8_t {
   // /v1/match: {"model", "tokens" | "local_hashes" | "text" | "messages", "lora_name",
   // "cache_salt", "max_blocks"}
   kMatch,
-  // /query (Mooncake indexer RFC as served by Dynamo's standalone indexer):
-  // {"token_ids", "model_name" (or "model"), "lora_name", "cache_salt"}
+  // /query (Mooncake indexer API, RFC #1403; docs/compat.md): {"model" (or
+  // "model_name"), "token_ids", "lora_name", "cache_salt", "tenant_id",
+  // "instance_id", "block_size"}; a non-null "lora_id" is refused.
   kQuery,
 };
 
 // `body` must be followed by at least 64 readable bytes (simdjson padding).
 // InvalidArgument with a message naming the problem.
 Status ParseMatchRequest(std::string_view body, RequestDialect dialect, MatchRequest* out);
+
+// The fast scanner of token arrays alone: `json` is one JSON array ('['
+// to ']') followed by at least 64 readable bytes (the body padding). True
+// when it parsed the whole array into *out; false when it declines (signs,
+// fractions, more than max_count elements, ...): parse it another way then.
+bool FastParseU32Array(std::string_view json, size_t max_count, std::vector<uint32_t>* out);
 
 namespace internal {
 // The simdjson path alone, without the fast scanner in front (tests compare

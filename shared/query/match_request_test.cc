@@ -73,7 +73,7 @@ TEST(MatchRequestTest, QueryDialect) {
   EXPECT_EQ(r.model, "m");
   EXPECT_EQ(r.tokens.size(), 2u);
   EXPECT_NE(std::string(Parse(R"({"token_ids":[1]})", &r, RequestDialect::kQuery).message())
-                .find("'model_name'"),
+                .find("'model'"),
             std::string::npos);
 }
 

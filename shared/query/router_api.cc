@@ -47,36 +47,6 @@ void WriteEntries(JsonWriter& w, const uint64_t (&entries)[kNumTiers]) {
   w.EndObject();
 }
 
-// Runs the lookup of a parsed request; records latency on the probe. A model
-// that is configured but has no events yet matches nothing (200, no workers).
-StatusOr<index::MatchResult> Lookup(const ApiContext& context, const MatchRequest& req,
-                                    consume::Endpoint endpoint) {
-  const index::IndexInterface& index = *context.index;
-  consume::RouterProbe* probe = context.probe;
-  index::MatchOptions options;
-  options.max_blocks = req.max_blocks;
-  const auto start = Clock::now();
-  StatusOr<index::MatchResult> result =
-      req.has_tokens
-          ? index.MatchTokens(req.model, std::span<const uint32_t>(req.tokens), req.lora_name,
-                              req.cache_salt, options)
-          : index.MatchLocalHashes(req.model, std::span<const uint64_t>(req.local_hashes), options);
-  if (probe != nullptr) {
-    probe->RecordLookup(endpoint, std::chrono::duration<double>(Clock::now() - start).count());
-  }
-  if (result.status().code() == absl::StatusCode::kNotFound) {
-    for (const auto& [model, block_size] : context.configured_models) {
-      if (model != req.model || block_size == 0) continue;
-      index::MatchResult empty;
-      empty.blocks = static_cast<uint32_t>(req.has_tokens ? req.tokens.size() / block_size
-                                                          : req.local_hashes.size());
-      empty.applied_seq = index.Stats().applied_seq;
-      return empty;
-    }
-  }
-  return result;
-}
-
 // /v1/match "text" or "messages": the model's tokenizer turns the text, or
 // the body's chat request rendered as vLLM renders it, into the request's
 // tokens.
@@ -141,6 +111,41 @@ char* WriteNumber(uint64_t value, char* p) { return std::to_chars(p, p + 20, val
 
 }  // namespace
 
+// Runs the lookup of a parsed request; records latency on the probe. A model
+// that is configured but has no events yet matches nothing (200, no workers).
+StatusOr<index::MatchResult> Lookup(const ApiContext& context, const MatchRequest& req,
+                                    consume::Endpoint endpoint) {
+  const index::IndexInterface& index = *context.index;
+  consume::RouterProbe* probe = context.probe;
+  index::MatchOptions options;
+  options.max_blocks = req.max_blocks;
+  const auto start = Clock::now();
+  StatusOr<index::MatchResult> result =
+      req.has_tokens ? index.MatchTokens(req.model, std::span<const uint32_t>(req.tokens),
+                                         req.lora_name, req.cache_salt, options)
+      : req.has_seq_hashes
+          ? index.MatchSequenceHashes(req.model, std::span<const uint64_t>(req.seq_hashes), options)
+          : index.MatchLocalHashes(req.model, std::span<const uint64_t>(req.local_hashes), options);
+  if (result.ok() && req.has_seq_hashes) {
+    result->blocks = static_cast<uint32_t>(req.seq_hashes.size());
+  }
+  if (probe != nullptr) {
+    probe->RecordLookup(endpoint, std::chrono::duration<double>(Clock::now() - start).count());
+  }
+  if (result.status().code() == absl::StatusCode::kNotFound) {
+    for (const auto& [model, block_size] : context.configured_models) {
+      if (model != req.model || block_size == 0) continue;
+      index::MatchResult empty;
+      empty.blocks = static_cast<uint32_t>(req.has_tokens       ? req.tokens.size() / block_size
+                                           : req.has_seq_hashes ? req.seq_hashes.size()
+                                                                : req.local_hashes.size());
+      empty.applied_seq = index.Stats().applied_seq;
+      return empty;
+    }
+  }
+  return result;
+}
+
 // The hot response, written without JsonWriter's bookkeeping: the string is
 // sized once for the longest possible answer, then filled through a pointer
 // (literals with memcpy, numbers with std::to_chars) and cut to length. Same
@@ -195,13 +200,12 @@ void WriteMatchResponse(std::string_view model, const index::MatchResult& result
 }
 
 RouterApi::RouterApi(ApiOptions options, ApiContext context)
-    : options_(options), context_(std::move(context)) {}
+    : options_(options), context_(std::move(context)), compat_(&context_) {}
 
 void RouterApi::Register(http::Server& server) {
   server.Handle("POST", "/v1/match",
                 [this](const http::Request& rq, http::Response& rs) { Match(rq, rs); });
-  server.Handle("POST", "/query",
-                [this](const http::Request& rq, http::Response& rs) { Query(rq, rs); });
+  compat_.Register(server);
   server.Handle("GET", "/v1/state",
                 [this](const http::Request& rq, http::Response& rs) { State(rq, rs); });
   server.Handle("GET", "/v1/workers",
@@ -280,84 +284,6 @@ void RouterApi::Match(const http::Request& request, http::Response& response) co
   }
   if (context_.probe != nullptr)
     context_.probe->RecordRequest(consume::Endpoint::kMatch, response.status);
-}
-
-void RouterApi::Query(const http::Request& request, http::Response& response) const {
-  thread_local MatchRequest parsed;
-  Status status = ParseMatchRequest(request.body, RequestDialect::kQuery, &parsed);
-  if (!status.ok()) {
-    http::SetError(response, 400, Message(status));
-  } else if (StatusOr<index::MatchResult> result =
-                 Lookup(context_, parsed, consume::Endpoint::kQuery);
-             !result.ok()) {
-    http::SetError(response, StatusToHttp(result.status()), Message(result.status()));
-  } else {
-    uint64_t block_size = context_.index->BlockSize(parsed.model).value_or(0);
-    for (const auto& [model, configured] : context_.configured_models) {
-      if (block_size == 0 && model == parsed.model) block_size = configured;
-    }
-    // Per instance (worker): the best rank's figures, plus every rank under "dp".
-    // Tier figures are cumulative token counts: gpu = device, cpu = device +
-    // host, disk = device + host + disk; longest_matched also counts external.
-    struct Figures {
-      uint64_t longest = 0, gpu = 0, cpu = 0, disk = 0;
-    };
-    std::vector<std::pair<std::string, std::vector<std::pair<uint32_t, Figures>>>> instances;
-    for (const index::WorkerMatch& m : result->workers) {
-      Figures f;
-      f.longest = uint64_t{m.longest} * block_size;
-      f.gpu = uint64_t{m.device} * block_size;
-      f.cpu = uint64_t{m.device + m.host} * block_size;
-      f.disk = uint64_t{m.device + m.host + m.disk} * block_size;
-      auto it = std::find_if(instances.begin(), instances.end(),
-                             [&](const auto& e) { return e.first == m.source.worker; });
-      if (it == instances.end()) {
-        instances.emplace_back(m.source.worker, std::vector<std::pair<uint32_t, Figures>>{});
-        it = instances.end() - 1;
-      }
-      it->second.emplace_back(m.source.dp_rank, f);
-    }
-    JsonWriter w(&response.body);
-    w.BeginObject();
-    w.Field("model_name", parsed.model);
-    w.Field("block_size", block_size);
-    w.Field("matched_blocks_max", result->workers.empty() ? 0 : result->workers.front().longest);
-    w.Field("applied_seq", result->applied_seq);
-    w.Key("data");
-    w.BeginObject();
-    for (const auto& [worker, ranks] : instances) {
-      Figures best;
-      for (const auto& [rank, f] : ranks) {
-        best.longest = std::max(best.longest, f.longest);
-        best.gpu = std::max(best.gpu, f.gpu);
-        best.cpu = std::max(best.cpu, f.cpu);
-        best.disk = std::max(best.disk, f.disk);
-      }
-      w.Key(worker);
-      w.BeginObject();
-      w.Field("longest_matched", best.longest);
-      w.Field("gpu", best.gpu);
-      w.Field("cpu", best.cpu);
-      w.Field("disk", best.disk);
-      w.Key("dp");
-      w.BeginObject();
-      for (const auto& [rank, f] : ranks) {
-        w.Key(std::to_string(rank));
-        w.BeginObject();
-        w.Field("longest_matched", f.longest);
-        w.Field("gpu", f.gpu);
-        w.Field("cpu", f.cpu);
-        w.Field("disk", f.disk);
-        w.EndObject();
-      }
-      w.EndObject();
-      w.EndObject();
-    }
-    w.EndObject();
-    w.EndObject();
-  }
-  if (context_.probe != nullptr)
-    context_.probe->RecordRequest(consume::Endpoint::kQuery, response.status);
 }
 
 void RouterApi::State(const http::Request&, http::Response& response) const {
@@ -531,6 +457,7 @@ void RouterApi::Metrics(const http::Request&, http::Response& response) const {
   if (context_.probe != nullptr && context_.probe->collectable() != nullptr) {
     extra.push_back(context_.probe->collectable());
   }
+  extra.push_back(compat_.collectable());
   for (const prometheus::Collectable* c : context_.extra_collectables) extra.push_back(c);
   if (context_.registry != nullptr) {
     response.body = metrics::SerializeText(*context_.registry, extra);

@@ -1,8 +1,8 @@
 // RouterApi: the HTTP handlers of kvindex-router (docs/api.md, with
 // examples):
 //   POST /v1/match   per-source prefix match (semantics.md section 5)
-//   POST /query      the same match in the Mooncake indexer RFC shape that
-//                    Dynamo's standalone indexer serves (compatibility)
+//   the compatibility APIs (compat_api.h, docs/compat.md): Mooncake's
+//   indexer API and Dynamo's remote indexer
 //   GET  /v1/state   applied_seq, digest, entries per tier, sources, ready,
 //                    models (held, configured or seen in events)
 //   GET  /v1/workers sources with model, agent, entries per tier, last event
@@ -28,6 +28,8 @@
 #include "shared/http/server.h"
 #include "shared/index/index_interface.h"
 #include "shared/model/ingest_status.h"
+#include "shared/query/compat_api.h"
+#include "shared/query/match_request.h"
 #include "shared/tokenize/registry.h"
 
 namespace kvindex::query {
@@ -74,6 +76,13 @@ struct ApiContext {
   const tokenize::TokenizerRegistry* tokenizers = nullptr;
 };
 
+// Runs the lookup of a parsed request: the one match path behind /v1/match
+// and every compatibility API (compat_api.h); records the latency on the
+// probe under `endpoint`. A model that is configured but has no events yet
+// matches nothing (200, no workers).
+StatusOr<index::MatchResult> Lookup(const ApiContext& context, const MatchRequest& req,
+                                    consume::Endpoint endpoint);
+
 class RouterApi {
  public:
   RouterApi(ApiOptions options, ApiContext context);
@@ -85,10 +94,12 @@ class RouterApi {
   // *reason says why not.
   bool Ready(std::string* reason) const;
 
+  // The compatibility APIs' handlers and counters (compat_api.h).
+  const CompatApi& compat() const { return compat_; }
+
   // Handlers (public for tests).
   void Match(const http::Request& request, http::Response& response) const;
   void Checkpoint(const http::Request& request, http::Response& response) const;
-  void Query(const http::Request& request, http::Response& response) const;
   void State(const http::Request& request, http::Response& response) const;
   void Workers(const http::Request& request, http::Response& response) const;
   void Readyz(const http::Request& request, http::Response& response) const;
@@ -101,6 +112,7 @@ class RouterApi {
 
   const ApiOptions options_;
   const ApiContext context_;
+  CompatApi compat_;
 };
 
 }  // namespace kvindex::query

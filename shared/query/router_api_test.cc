@@ -261,9 +261,9 @@ TEST_F(RouterApiTest, ConfiguredModelWithoutEventsMatchesNothing) {
   EXPECT_EQ(j["blocks"], 2);
   EXPECT_EQ(j["applied_seq"], 3);
   EXPECT_TRUE(j["workers"].empty());
-  auto q = Call("POST", "/query", R"({"model_name":"warming","token_ids":[1,2,3,4]})");
+  auto q = Call("POST", "/query", R"({"model":"warming","token_ids":[1,2,3,4],"block_size":4})");
   ASSERT_EQ(q.status, 200) << q.body;
-  EXPECT_EQ(json::parse(q.body)["block_size"], 4);
+  EXPECT_EQ(json::parse(q.body), json::parse(R"({"default":{}})"));
 }
 
 TEST_F(RouterApiTest, ErrorPaths) {
@@ -307,15 +307,14 @@ TEST_F(RouterApiTest, StateWorkersQueryMetrics) {
   auto query =
       Call("POST", "/query", R"({"token_ids":[1,2,3,4,5,6,7,8,9,10,11,12],"model_name":"m"})");
   ASSERT_EQ(query.status, 200) << query.body;
-  json q = json::parse(query.body);
-  EXPECT_EQ(q["block_size"], 4);
-  EXPECT_EQ(q["data"]["w0"]["longest_matched"], 12);
-  EXPECT_EQ(q["data"]["w0"]["gpu"], 12);
-  EXPECT_EQ(q["data"]["w1"]["longest_matched"], 8);
-  EXPECT_EQ(q["data"]["w1"]["gpu"], 4);
-  EXPECT_EQ(q["data"]["w1"]["cpu"], 8);
-  EXPECT_EQ(q["data"]["w1"]["disk"], 8);
-  EXPECT_EQ(q["data"]["w1"]["dp"]["1"]["cpu"], 8);
+  json q = json::parse(query.body)["default"];
+  EXPECT_EQ(q["w0"]["longest_matched"], 12);
+  EXPECT_EQ(q["w0"]["GPU"], 12);
+  EXPECT_EQ(q["w1"]["longest_matched"], 8);
+  EXPECT_EQ(q["w1"]["GPU"], 4);
+  EXPECT_EQ(q["w1"]["CPU"], 8);
+  EXPECT_EQ(q["w1"]["DISK"], 8);
+  EXPECT_EQ(q["w1"]["DP"]["1"], 8);
 
   auto metrics = Call("GET", "/metrics");
   ASSERT_EQ(metrics.status, 200);

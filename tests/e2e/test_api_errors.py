@@ -103,7 +103,7 @@ def main():
                      400, "'lora_name'")
         expect_error(router, "POST", "/v1/match", '{"model": "m", "tokens": [' +
                      ",".join(["1"] * 1000001) + "]}", 400, "more than 1000000")
-        expect_error(router, "POST", "/query", {"token_ids": [1]}, 400, "'model_name'")
+        expect_error(router, "POST", "/query", {"token_ids": [1]}, 400, "'model'")
 
         # 404: unknown model (by name) and unknown endpoint.
         expect_error(router, "POST", "/v1/match", {"model": "nope", "tokens": [1, 2, 3, 4]}, 404,

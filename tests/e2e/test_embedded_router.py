@@ -102,15 +102,13 @@ def main():
             assert w["model"] == MODEL and w["agent"] == "e2e-node", w
             assert isinstance(w["last_event_unix_ms"], int) and w["last_event_unix_ms"] > 0, w
 
-        # /query: the Mooncake / Dynamo standalone indexer shape, in tokens, cumulative.
-        query = router.json("POST", "/query", {"token_ids": TOKENS, "model_name": MODEL})
-        assert query["block_size"] == B, query
-        assert query["data"]["w0"]["longest_matched"] == 12, query
-        assert {k: query["data"]["w0"][k] for k in ("gpu", "cpu", "disk")} == \
-            {"gpu": 12, "cpu": 12, "disk": 12}, query
-        assert {k: query["data"]["w1"][k] for k in ("longest_matched", "gpu", "cpu", "disk")} == \
-            {"longest_matched": 12, "gpu": 4, "cpu": 8, "disk": 12}, query
-        assert query["data"]["w1"]["dp"]["1"]["cpu"] == 8, query
+        # /query: the Mooncake indexer RFC #1403 shape (docs/compat.md), in tokens, cumulative.
+        query = router.json("POST", "/query", {"token_ids": TOKENS, "model": MODEL,
+                                               "block_size": B})["default"]
+        assert query["w0"] == {"longest_matched": 12, "GPU": 12, "CPU": 12, "DISK": 12,
+                               "DP": {"0": 12}}, query
+        assert query["w1"] == {"longest_matched": 12, "GPU": 4, "CPU": 8, "DISK": 12,
+                               "DP": {"1": 12}}, query
 
         # /metrics: router and agent families.
         status, headers, metrics = router.request("GET", "/metrics")

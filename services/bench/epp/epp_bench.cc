@@ -53,7 +53,7 @@ struct Options {
   bool json = false;
 };
 
-std::string WorkerName(uint32_t w) { return "worker-" + std::to_string(w); }
+std::string WorkerName(uint32_t w) { return SyntheticWorkerName(w); }
 std::string EndpointOf(uint32_t w) {
   return "10.0." + std::to_string(w / 256) + "." + std::to_string(w % 256) + ":8000";
 }

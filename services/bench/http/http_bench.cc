@@ -102,6 +102,38 @@ std::string MatchBody(const std::vector<uint32_t>& tokens) {
   return body;
 }
 
+// The compatibility APIs' bodies for the same prompt (docs/compat.md).
+template <typename T>
+std::string NumberArray(const std::vector<T>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) {
+    if (i != 0) out.push_back(',');
+    out += std::to_string(values[i]);
+  }
+  return out + "]";
+}
+
+struct CompatBodies {
+  std::string mooncake_query, mooncake_query_by_hash, dynamo_tiered;
+};
+
+CompatBodies MakeCompatBodies(const std::vector<uint32_t>& tokens, uint32_t block_size) {
+  std::vector<uint64_t> local, seq;
+  hashing::ComputeLocalHashes(tokens, block_size, hashing::LocalHashSeed("", ""), &local);
+  hashing::ComputeSequenceHashes(local, std::nullopt, &seq);
+  std::vector<int64_t> dynamo(local.begin(), local.end());  // Dynamo sends i64
+  CompatBodies b;
+  b.mooncake_query = std::string("{\"model\":\"") + kModel +
+                     "\",\"token_ids\":" + NumberArray(tokens) +
+                     ",\"block_size\":" + std::to_string(block_size) + "}";
+  b.mooncake_query_by_hash = std::string("{\"model\":\"") + kModel +
+                             "\",\"seq_hashes\":" + NumberArray(seq) +
+                             ",\"block_size\":" + std::to_string(block_size) + "}";
+  b.dynamo_tiered = std::string("{\"block_hashes\":") + NumberArray(dynamo) + ",\"model_name\":\"" +
+                    kModel + "\",\"routing_group\":\"\"}";
+  return b;
+}
+
 std::string WriteLuaScript(const std::vector<std::string>& bodies) {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("kvindex-bench-http-" + std::to_string(::getpid()) + ".lua"))
@@ -329,6 +361,67 @@ int RunHttpBench(int argc, char** argv) {
     ++responses;
   });
 
+  // 3b. In-process: each compatibility API's handler (parse + the same lookup
+  // + its own JSON) on the same prompts, beside /v1/match's (docs/compat.md;
+  // target: within 1.2x of /v1/match). Rounds alternate the handlers so
+  // machine noise lands on all of them alike.
+  struct CompatRun {
+    const char* name;
+    std::vector<std::string> bodies;
+    void (query::CompatApi::*handler)(const http::Request&, http::Response&) const;
+    std::vector<double> latencies;
+    size_t bad = 0;
+  };
+  std::vector<CompatRun> compat_runs = {
+      {"POST /query (Mooncake)", {}, &query::CompatApi::MooncakeQuery, {}, 0},
+      {"POST /query_by_hash (Mooncake)", {}, &query::CompatApi::MooncakeQueryByHash, {}, 0},
+      {"POST /query_tiered_by_hash (Dynamo)", {}, &query::CompatApi::QueryTieredByHash, {}, 0}};
+  for (const auto& tokens : prompts) {
+    CompatBodies b = MakeCompatBodies(tokens, o.block_size);
+    const std::string pad(http::kBodyPadding, '\0');
+    compat_runs[0].bodies.push_back(b.mooncake_query + pad);
+    compat_runs[1].bodies.push_back(b.mooncake_query_by_hash + pad);
+    compat_runs[2].bodies.push_back(b.dynamo_tiered + pad);
+  }
+  std::vector<double> match_latencies;
+  const query::CompatApi& compat = api.compat();
+  auto time_call = [&](const std::string& body, auto&& call) {
+    http::Request request;
+    request.method = "POST";
+    request.body = std::string_view(body.data(), body.size() - http::kBodyPadding);
+    http::Response response;
+    const auto t0 = Clock::now();
+    call(request, response);
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    return std::pair<double, bool>(s, response.status == 200);
+  };
+  const auto compat_end = Clock::now() + std::chrono::duration<double>(std::min(seconds, 5.0));
+  for (size_t i = 0; Clock::now() < compat_end; ++i) {
+    for (size_t k = 0; k < 256; ++k) {
+      const size_t q = (i * 256 + k) % padded.size();
+      auto [s0, ok0] = time_call(
+          padded[q], [&](const http::Request& rq, http::Response& rs) { api.Match(rq, rs); });
+      match_latencies.push_back(s0);
+      bad += !ok0;
+      for (CompatRun& run : compat_runs) {
+        auto [s1, ok1] = time_call(run.bodies[q], [&](const http::Request& rq, http::Response& rs) {
+          (compat.*run.handler)(rq, rs);
+        });
+        run.latencies.push_back(s1);
+        run.bad += !ok1;
+      }
+    }
+  }
+  const double compat_wall = std::min(seconds, 5.0);
+  const Figures match_beside = Summarize(match_latencies, compat_wall);
+  std::vector<Figures> compat_figures;
+  bool compat_met = true;
+  for (CompatRun& run : compat_runs) {
+    compat_figures.push_back(Summarize(run.latencies, compat_wall));
+    bad += run.bad;
+    compat_met = compat_met && compat_figures.back().p50_us <= 1.2 * match_beside.p50_us;
+  }
+
   // 4. Over HTTP with wrk: the event-loop server and the former civetweb
   // one in the same run, same handler, same bodies.
   const std::string script = WriteLuaScript(bodies);
@@ -406,6 +499,22 @@ int RunHttpBench(int argc, char** argv) {
           {"p99_us", handler.p99_us},
           {"non_200", bad},
           {"response_bytes_avg", responses ? response_bytes / responses : 0}}},
+        {"compat_handlers",
+         [&] {
+           nlohmann::json c = {
+               {"v1_match", {{"p50_us", match_beside.p50_us}, {"p99_us", match_beside.p99_us}}},
+               {"target_ratio_p50", 1.2},
+               {"met", compat_met}};
+           for (size_t k = 0; k < compat_runs.size(); ++k) {
+             c["apis"].push_back(
+                 {{"api", compat_runs[k].name},
+                  {"p50_us", compat_figures[k].p50_us},
+                  {"p99_us", compat_figures[k].p99_us},
+                  {"ratio_p50", compat_figures[k].p50_us / std::max(1e-9, match_beside.p50_us)},
+                  {"non_200", compat_runs[k].bad}});
+           }
+           return c;
+         }()},
         {"workers_matched_avg", static_cast<double>(matched) / std::max<double>(1.0, lookup_calls)},
         {"target",
          {{"speedup_over_civetweb", 2.0},
@@ -445,6 +554,15 @@ int RunHttpBench(int argc, char** argv) {
                 lookup.ops_per_second, lookup.p50_us, lookup.p99_us);
     std::printf("%-34s %12.0f %8.2fus %8.2fus\n", "in-process /v1/match handler",
                 handler.ops_per_second, handler.p50_us, handler.p99_us);
+    std::printf("%-34s %12s %8.2fus %8.2fus  (interleaved with the APIs below)\n",
+                "in-process /v1/match, beside", "", match_beside.p50_us, match_beside.p99_us);
+    for (size_t k = 0; k < compat_runs.size(); ++k) {
+      std::printf("%-34s %12s %8.2fus %8.2fus  (%.2fx /v1/match p50)\n", compat_runs[k].name, "",
+                  compat_figures[k].p50_us, compat_figures[k].p99_us,
+                  compat_figures[k].p50_us / std::max(1e-9, match_beside.p50_us));
+    }
+    std::printf("compatibility APIs within 1.2x of /v1/match (p50): %s\n",
+                compat_met ? "met" : "NOT met");
     for (const HttpRun& run : runs) {
       std::printf("%-34s %12.0f %8.2fus %8.2fus  (wrk -t%u -c%u, %u server threads, %llu errors)\n",
                   ("HTTP /v1/match, " + run.name).c_str(), run.wrk.requests_per_second,

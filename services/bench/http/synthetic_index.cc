@@ -44,7 +44,7 @@ std::vector<std::vector<uint32_t>> BuildSyntheticIndex(const SyntheticIndexOptio
       PlacementEvent event;
       event.kind = PlacementKind::kStored;
       event.model = o.model;
-      event.source = {"worker-" + std::to_string(workers[r]), 0};
+      event.source = {SyntheticWorkerName(workers[r]), 0};
       event.agent = "bench";
       event.tier = (rng() % 5 == 0) ? Tier::kHost : Tier::kDevice;
       event.block_size = o.block_size;
