@@ -256,7 +256,12 @@ TEST(ConnectionTest, TokenFileIsReadAgainOnReconnect) {
   // reads the new token.
   WriteFile((*server)->dir(), "token", "tok-Two-2\n");
   ASSERT_TRUE(RestartWithToken(**server, "tok-Two-2").ok());
-  EXPECT_TRUE(WaitFor([&] { return (*connection)->connected(); }));
+  // (The client may not have noticed the restart yet: wait for the
+  // reconnect itself, not only for "connected".)
+  EXPECT_TRUE(WaitFor([&] {
+    return MetricValue(registry, "kvindex_nats_reconnects_total", "agent") >= 1 &&
+           (*connection)->connected();
+  }));
   EXPECT_EQ(closed_hook.load(), 0);
   EXPECT_FALSE((*connection)->closed());
   EXPECT_EQ(MetricValue(registry, "kvindex_nats_reconnects_total", "agent"), 1);
