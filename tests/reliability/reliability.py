@@ -197,7 +197,9 @@ class AgentProc(ne.Agent):
         if env is not None:
             self.env = dict(os.environ, **MALLOC_ENV, **env)
         self.start()
-        e2e.wait_for(self.ready, 30, "agent /readyz after a restart")
+        # It replays every engine's buffer (up to 10,000 batches each) first:
+        # after a long epoch that takes tens of seconds on 2 cores.
+        e2e.wait_for(self.ready, 120, "agent /readyz after a restart")
 
 
 # --- the topology ------------------------------------------------------------------------
@@ -532,13 +534,13 @@ def case_router_kill_bootstrap(t):
     return {"bootstraps_killed": 2, "killed_before_import_done": killed_before}
 
 
-def case_agent_kill(t):
+def case_agent_kill(t, expiry_timeout=LEASE_S * 5 + 10):
     """kill -9 of an agent: its sources expire on every router, then the
     restarted agent rebuilds them from the engines' replay."""
     agent = t.agents["node-a"]
     before = t.expiries(t.routers)
     agent.kill()
-    t.wait_expired("node-a", t.routers, before, timeout=LEASE_S * 5 + 10)
+    t.wait_expired("node-a", t.routers, before, timeout=expiry_timeout)
     agent.restart()
     return {"expired_then_restored": True}
 
@@ -627,14 +629,14 @@ def case_partition_router(t):
     return {"held_s": LEASE_S + 2, "expiries applied by routers 0, 1 meanwhile": during}
 
 
-def case_partition_agent(t):
+def case_partition_agent(t, expiry_timeout=LEASE_S * 5 + 10):
     """Agent node-b cut from NATS (not from its engines) past its lease:
     every router expires its sources; healed, it republishes them."""
     before = t.expiries(t.routers[:2])
     link_set("agent_nats", "down")
     start = time.monotonic()
     try:
-        t.wait_expired("node-b", t.routers[:2], before, timeout=LEASE_S * 5 + 10)
+        t.wait_expired("node-b", t.routers[:2], before, timeout=expiry_timeout)
     finally:
         held = time.monotonic() - start
         link_set("agent_nats", "up")
@@ -732,7 +734,10 @@ def soak_fault(t, kind, rng):
     if kind == "router_kill":
         restart_router(t.routers[1])
     elif kind == "agent_kill":
-        case_agent_kill(t)
+        # Longer than the matrix allows: a router may still be recovering
+        # from the previous fault (a NATS kill stalls consumers for tens of
+        # seconds on this machine, docs/reliability.md "Findings").
+        case_agent_kill(t, expiry_timeout=90)
     elif kind == "nats_one_killed":
         s = rng.choice(t.servers)
         s.kill()
@@ -743,14 +748,15 @@ def soak_fault(t, kind, rng):
     elif kind == "partition_router":
         case_partition_router(t)
     elif kind == "partition_agent":
-        case_partition_agent(t)
+        case_partition_agent(t, expiry_timeout=90)
 
 
 def run_soak(t, duration, rate, warmup, fault_every, summary_out=None):
     """Epochs of the whole trace (or what fits) back to back until
     `duration`; faults at seeded random moments; RSS and lag sampled."""
     rng = random.Random(t.seed)
-    trace_len = sum(1 for _ in open(ts.TRACE))
+    with open(ts.TRACE) as f:
+        trace_len = sum(1 for _ in f)
     end = time.monotonic() + duration
     samples = []  # (t, {name: (pid, rss)}, lag)
     faults = []
@@ -878,8 +884,15 @@ def main(argv):
         t.start()
         if args.mode == "matrix":
             results = run_matrix(t, [c for c in args.cases.split(",") if c])
-            summary = [{"case": n, "seconds": round(s, 1), "saw": seen, "checked": c}
-                       for n, s, seen, c in results]
+            state = t.stream_info()["state"]
+            summary = {"cases": [{"case": n, "seconds": round(s, 1), "saw": seen, "checked": c}
+                                 for n, s, seen, c in results],
+                       "stream": {k: state[k] for k in ("messages", "bytes", "first_seq",
+                                                        "last_seq")},
+                       "router0_events_applied": int(t.routers[0].metric(
+                           "kvindex_router_events_applied_total"))}
+            log("stream %s, router 0 applied %d events" % (
+                json.dumps(summary["stream"]), summary["router0_events_applied"]))
         else:
             summary = run_soak(t, args.duration, rate, args.warmup, args.fault_every,
                                args.summary_out)
