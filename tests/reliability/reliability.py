@@ -751,7 +751,7 @@ def soak_fault(t, kind, rng):
         case_partition_agent(t, expiry_timeout=90)
 
 
-def run_soak(t, duration, rate, warmup, fault_every, summary_out=None):
+def run_soak(t, duration, rate, warmup, fault_every, summary_out=None, rss_bound=5.0):
     """Epochs of the whole trace (or what fits) back to back until
     `duration`; faults at seeded random moments; RSS and lag sampled."""
     rng = random.Random(t.seed)
@@ -824,6 +824,11 @@ def run_soak(t, duration, rate, warmup, fault_every, summary_out=None):
         if final.get(name, (None,))[0] != pid:
             continue  # restarted by a fault since
         peak = max(s[1][name][1] for s in after if s[1].get(name, (None,))[0] == pid)
+        # The baseline is the warm-up's high-water mark: RSS follows the
+        # index's size, which faults move both ways (an expiry empties
+        # sources); what may not happen is a process ending above it.
+        first = max([first] + [s[1][name][1] for s in samples
+                               if s[0] - start < warmup and s[1].get(name, (None,))[0] == pid])
         growth[name] = (first, final[name][1], peak, 100.0 * (final[name][1] - first) / first)
     lags = [s[2] for s in samples if s[2] is not None]
     nats_rss = {name: (after[0][1][name][1], after[-1][1].get(name, (0, 0))[1])
@@ -850,7 +855,7 @@ def run_soak(t, duration, rate, warmup, fault_every, summary_out=None):
             json.dump(summary, f, indent=1)
     assert growth, "no process lived through the whole run after warm-up"
     for name, (first, last, _, pct) in growth.items():
-        assert pct < 5.0, "%s RSS grew %.1f %% (%.1f -> %.1f MiB)" % (name, pct, first, last)
+        assert not rss_bound or pct < rss_bound, "%s RSS grew %.1f %% (%.1f -> %.1f MiB)" % (name, pct, first, last)
     assert lags and max(lags) < 20000, "lag unbounded: %s" % lags[-20:]
     return summary
 
@@ -870,6 +875,8 @@ def main(argv):
     parser.add_argument("--fault-every", type=float, default=20)
     parser.add_argument("--seed", type=int, default=25)
     parser.add_argument("--summary-out", default="")
+    parser.add_argument("--rss-bound", type=float, default=5.0,
+                        help="soak: largest RSS growth after warm-up, %% (0: report only)")
     args = parser.parse_args(argv[1:])
     if "KVREL_NS_MAIN" not in os.environ:
         if os.geteuid() != 0:
@@ -895,7 +902,7 @@ def main(argv):
                 json.dumps(summary["stream"]), summary["router0_events_applied"]))
         else:
             summary = run_soak(t, args.duration, rate, args.warmup, args.fault_every,
-                               args.summary_out)
+                               args.summary_out, args.rss_bound)
         if args.summary_out:
             with open(args.summary_out, "w") as f:
                 json.dump(summary, f, indent=1)
