@@ -855,7 +855,8 @@ def run_soak(t, duration, rate, warmup, fault_every, summary_out=None, rss_bound
             json.dump(summary, f, indent=1)
     assert growth, "no process lived through the whole run after warm-up"
     for name, (first, last, _, pct) in growth.items():
-        assert not rss_bound or pct < rss_bound, "%s RSS grew %.1f %% (%.1f -> %.1f MiB)" % (name, pct, first, last)
+        assert not rss_bound or pct < rss_bound, "%s RSS grew %.1f %% (%.1f -> %.1f MiB)" % (
+            name, pct, first, last)
     assert lags and max(lags) < 20000, "lag unbounded: %s" % lags[-20:]
     return summary
 
