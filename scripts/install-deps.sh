@@ -22,6 +22,8 @@ PACKAGES=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3 python3-zmq python3-msgpack python3-xxhash
   wrk curl
+  # the reliability suite's clock skew (tests/reliability): LD_PRELOAD faked clocks
+  libfaketime iproute2
   # the routing-quality report's plot (scripts/routing-report.sh)
   gnuplot-nox
 )

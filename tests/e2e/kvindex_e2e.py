@@ -268,7 +268,8 @@ class Router:
 
     def request(self, method, path, body=None, token=None, headers=None):
         """Returns (status, headers dict lower-cased, body text)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=10)
+        # `host`: a router in another network namespace (tests/reliability).
+        conn = http.client.HTTPConnection(getattr(self, "host", "127.0.0.1"), self.port, timeout=10)
         try:
             hdrs = dict(headers or {})
             token = token if token is not None else self.token
