@@ -95,36 +95,71 @@ bool ParseKey(std::string_view key, uint64_t* id, bool* manifest, uint32_t* chun
   return false;
 }
 
-bool ChunkEncoder::Next(std::string* chunk) {
-  chunk->clear();
-  chunk->reserve(kChunkBytes + 64);
-  while (run_ < image_.runs.size()) {
-    const CheckpointRun& run = image_.runs[run_];
-    if (at_ < run.begin) at_ = run.begin;
-    if (at_ >= run.end) {
-      ++run_;
+Status ChunkWriter::Add(uint32_t model, uint32_t source, Tier tier,
+                        std::span<const uint64_t> hashes) {
+  if (open_ && (model != model_ || source != source_ || tier != tier_)) CloseRecord();
+  while (!hashes.empty() && status_.ok()) {
+    // Room for this record's hashes, its header (at most 32 bytes) included.
+    const size_t used = chunk_.size() + pending_.size() + 32;
+    if (used + 8 > kChunkBytes) {
+      CloseRecord();
+      status_ = PutChunk();
       continue;
     }
-    if (chunk->size() + 32 >= kChunkBytes) return true;
-    const uint64_t room = (kChunkBytes - chunk->size() - 32) / 8;
-    const uint64_t n = std::min<uint64_t>(run.end - at_, std::max<uint64_t>(room, 1));
-    PutVarint(chunk, run.model);
-    PutVarint(chunk, run.source);
-    chunk->push_back(static_cast<char>(run.tier));
-    PutVarint(chunk, n);
-    const size_t offset = chunk->size();
-    chunk->resize(offset + n * 8);
-    std::memcpy(chunk->data() + offset, image_.hashes.data() + at_, n * 8);
-    at_ += n;
+    if (!open_) {
+      open_ = true;
+      model_ = model;
+      source_ = source;
+      tier_ = tier;
+    }
+    const size_t n = std::min(hashes.size(), (kChunkBytes - used) / 8);
+    const size_t offset = pending_.size();
+    pending_.resize(offset + n * 8);
+    std::memcpy(pending_.data() + offset, hashes.data(), n * 8);
+    hashes = hashes.subspan(n);
   }
-  return !chunk->empty();
+  return status_;
+}
+
+void ChunkWriter::CloseRecord() {
+  if (!open_) return;
+  open_ = false;
+  if (pending_.empty()) return;
+  if (chunk_.capacity() < kChunkBytes) chunk_.reserve(kChunkBytes);
+  PutVarint(&chunk_, model_);
+  PutVarint(&chunk_, source_);
+  chunk_.push_back(static_cast<char>(tier_));
+  PutVarint(&chunk_, pending_.size() / 8);
+  chunk_.append(pending_);
+  pending_.clear();
+}
+
+Status ChunkWriter::PutChunk() {
+  if (chunk_.empty()) return absl::OkStatus();
+  KVINDEX_RETURN_IF_ERROR(put_(chunk_));
+  ++chunks_;
+  chunk_bytes_ += chunk_.size();
+  chunk_.clear();
+  return absl::OkStatus();
+}
+
+Status ChunkWriter::Finish() {
+  if (!status_.ok()) return status_;
+  CloseRecord();
+  status_ = PutChunk();
+  return status_;
 }
 
 std::vector<std::string> EncodeChunks(const CheckpointImage& image) {
   std::vector<std::string> chunks;
-  ChunkEncoder encoder(image);
-  std::string chunk;
-  while (encoder.Next(&chunk)) chunks.push_back(std::move(chunk));
+  ChunkWriter writer([&](std::string_view chunk) {
+    chunks.emplace_back(chunk);
+    return absl::OkStatus();
+  });
+  for (const CheckpointRun& run : image.runs) {
+    writer.Add(run.model, run.source, run.tier, image.Hashes(run)).IgnoreError();
+  }
+  writer.Finish().IgnoreError();
   return chunks;
 }
 

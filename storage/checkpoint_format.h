@@ -23,6 +23,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -63,18 +65,34 @@ struct Manifest {
 std::vector<std::pair<std::string, std::string>> EncodeIngest(uint64_t id,
                                                               const CheckpointImage& image);
 
-// The image's runs as data chunks of about kChunkBytes, one at a time, so a
-// writer holds one chunk, not the whole encoded checkpoint.
-class ChunkEncoder {
+// Runs in, data chunks of about kChunkBytes out, one at a time, so a writer
+// holds one chunk, not the whole encoded checkpoint: consecutive runs of
+// one (model, source, tier) become one run record, a run longer than a
+// chunk's room continues in the next chunk.
+class ChunkWriter {
  public:
-  explicit ChunkEncoder(const CheckpointImage& image) : image_(image) {}
-  // The next chunk into *chunk (its buffer reused); false after the last.
-  bool Next(std::string* chunk);
+  using Put = std::function<Status(std::string_view chunk)>;
+  explicit ChunkWriter(Put put) : put_(std::move(put)) {}
+  // Stops at put's first error (returned here and by every later call).
+  Status Add(uint32_t model, uint32_t source, Tier tier, std::span<const uint64_t> hashes);
+  // Puts the last chunk.
+  Status Finish();
+  uint64_t chunks() const { return chunks_; }
+  uint64_t chunk_bytes() const { return chunk_bytes_; }
 
  private:
-  const CheckpointImage& image_;
-  size_t run_ = 0;
-  uint64_t at_ = 0;  // next hash of image_.runs[run_]
+  void CloseRecord();
+  Status PutChunk();
+
+  Put put_;
+  Status status_;
+  std::string chunk_;
+  // The open record: its key, and its hashes not yet in chunk_.
+  bool open_ = false;
+  uint32_t model_ = 0, source_ = 0;
+  Tier tier_ = Tier::kDevice;
+  std::string pending_;
+  uint64_t chunks_ = 0, chunk_bytes_ = 0;
 };
 
 // Every chunk at once (tests; CheckpointStore streams them).

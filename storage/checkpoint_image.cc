@@ -40,57 +40,42 @@ Status CheckpointImage::Verify() const {
   return absl::OkStatus();
 }
 
-CheckpointImage CaptureCheckpoint(const index::IndexInterface& index,
-                                  const consume::AgentTable* agents) {
+CheckpointImage CaptureManifest(const consume::AgentTable* agents) {
   CheckpointImage image;
-  const index::IndexStats stats = index.Stats();
-  image.applied_seq = stats.applied_seq;
-  image.digest = stats.digest;
-  std::copy(std::begin(stats.entries), std::end(stats.entries), std::begin(image.entries));
-  image.hashes.reserve(image.total_entries());
-  for (const std::string& model : index.Models()) {
-    image.models.push_back(
-        {model, index.BlockSize(model).value_or(0), index.DistinctBlocks(model)});
-  }
-  absl::flat_hash_map<SourceKey, uint32_t> source_ids;
-  // ForEachRun hands over a node's blocks per holder, in place: the model
-  // and source are looked up once per run, not per entry, and the hashes
-  // copied as a block. Consecutive runs of one (model, source, tier) merge.
-  uint32_t model_id = 0;
-  bool have_model = false;
-  SourceKey last_source;
-  uint32_t last_source_id = UINT32_MAX;
-  index.ForEachRun([&](std::string_view model, const SourceKey& source, Tier tier,
-                       std::span<const uint64_t> hashes) {
-    if (!have_model || image.models[model_id].name != model) {
-      model_id = 0;
-      while (model_id < image.models.size() && image.models[model_id].name != model) ++model_id;
-      if (model_id == image.models.size()) {
-        image.models.push_back(
-            {std::string(model), index.BlockSize(model).value_or(0), index.DistinctBlocks(model)});
-      }
-      have_model = true;
-    }
-    if (last_source_id == UINT32_MAX || !(source == last_source)) {
-      auto [it, added] =
-          source_ids.try_emplace(source, static_cast<uint32_t>(image.sources.size()));
-      if (added) image.sources.push_back(source);
-      last_source = source;
-      last_source_id = it->second;
-    }
-    if (image.runs.empty() || image.runs.back().model != model_id ||
-        image.runs.back().source != last_source_id || image.runs.back().tier != tier) {
-      image.runs.push_back(
-          {model_id, last_source_id, tier, image.hashes.size(), image.hashes.size()});
-    }
-    image.hashes.insert(image.hashes.end(), hashes.begin(), hashes.end());
-    image.runs.back().end += hashes.size();
-  });
   if (agents != nullptr) image.agents = agents->Agents();
   image.created_unix_ms =
       static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
                                 std::chrono::system_clock::now().time_since_epoch())
                                 .count());
+  return image;
+}
+
+CheckpointImage CaptureCheckpoint(const index::IndexInterface& index,
+                                  const consume::AgentTable* agents) {
+  CheckpointImage image = CaptureManifest(agents);
+  StatusOr<std::unique_ptr<index::IndexCapture>> capture = index.BeginCapture();
+  if (!capture.ok()) return image;  // another capture open: a caller's bug (tests only)
+  const index::IndexCapture& c = **capture;
+  image.applied_seq = c.stats().applied_seq;
+  image.digest = c.stats().digest;
+  std::copy(std::begin(c.stats().entries), std::end(c.stats().entries), std::begin(image.entries));
+  for (const index::IndexCapture::Model& m : c.models()) {
+    image.models.push_back({m.name, m.block_size, m.blocks});
+  }
+  image.hashes.reserve(image.total_entries());
+  absl::flat_hash_map<SourceKey, uint32_t> source_ids;
+  // Consecutive runs of one (model, source, tier) merge.
+  (*capture)->ForEachRun([&](uint32_t model, const SourceKey& source, Tier tier,
+                             std::span<const uint64_t> hashes) {
+    auto [it, added] = source_ids.try_emplace(source, static_cast<uint32_t>(image.sources.size()));
+    if (added) image.sources.push_back(source);
+    if (image.runs.empty() || image.runs.back().model != model ||
+        image.runs.back().source != it->second || image.runs.back().tier != tier) {
+      image.runs.push_back({model, it->second, tier, image.hashes.size(), image.hashes.size()});
+    }
+    image.hashes.insert(image.hashes.end(), hashes.begin(), hashes.end());
+    image.runs.back().end += hashes.size();
+  });
   return image;
 }
 

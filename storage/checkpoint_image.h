@@ -1,11 +1,13 @@
 // CheckpointImage: the router's replicated state at one log position, in
 // memory: every entry of the index (as runs of hashes per model, source and
 // tier), each model's block size, the applied position, the digest, and the
-// AgentTable (sender sequencing and liveness). Captured on the writer thread
-// (a pause of apply that costs one copy of the entries), written to disk by
-// CheckpointStore on another thread, verified and loaded at restart.
+// AgentTable (sender sequencing and liveness). The router does not hold it
+// whole: it opens a capture of the index on the writer thread (a pause that
+// copies one pointer per node) and CheckpointStore::WriteCapture reads the
+// entries from it on another thread, while apply goes on. Verified and
+// loaded at restart.
 //
-//   CheckpointImage image = CaptureCheckpoint(index, &agents);  // writer thread
+//   CheckpointImage image = CaptureCheckpoint(index, &agents);  // writer thread (tests)
 //   KVINDEX_RETURN_IF_ERROR(image.Verify());                   // digest from the runs
 //   KVINDEX_RETURN_IF_ERROR(RestoreCheckpoint(image, &fresh_index, &agents));
 //
@@ -82,7 +84,13 @@ struct CheckpointImage {
   Status Verify() const;
 };
 
-// Writer thread (or a quiescent index). `agents` may be null.
+// The parts of a checkpoint that are not the index's (the agent table,
+// the time), for CheckpointStore::WriteCapture. Writer thread; `agents`
+// may be null.
+CheckpointImage CaptureManifest(const consume::AgentTable* agents);
+// The whole state copied into memory (tests, kvindex-ctl; the router
+// writes from an open capture instead). Writer thread (or a quiescent
+// index). `agents` may be null.
 CheckpointImage CaptureCheckpoint(const index::IndexInterface& index,
                                   const consume::AgentTable* agents);
 

@@ -18,6 +18,7 @@
 #include <set>
 #include <system_error>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "shared/base/bytes.h"
 #include "shared/log/log.h"
@@ -177,35 +178,96 @@ StatusOr<std::unique_ptr<CheckpointStore>> CheckpointStore::Open(const std::stri
 }
 
 StatusOr<CheckpointInfo> CheckpointStore::Write(const CheckpointImage& image) {
+  CheckpointImage manifest = image;  // the runs are fed below, not encoded from here
+  manifest.runs.clear();
+  manifest.hashes.clear();
+  const uint64_t data = image.hashes.size() * 8 + image.runs.size() * 32;
+  return WriteRuns(&manifest, data, [&](format::ChunkWriter* chunks) -> Status {
+    for (const CheckpointRun& run : image.runs) {
+      KVINDEX_RETURN_IF_ERROR(chunks->Add(run.model, run.source, run.tier, image.Hashes(run)));
+    }
+    return absl::OkStatus();
+  });
+}
+
+StatusOr<CheckpointInfo> CheckpointStore::WriteCapture(CheckpointImage manifest,
+                                                       index::IndexCapture* capture) {
+  manifest.applied_seq = capture->stats().applied_seq;
+  manifest.digest = capture->stats().digest;
+  std::copy(std::begin(capture->stats().entries), std::end(capture->stats().entries),
+            std::begin(manifest.entries));
+  manifest.models.clear();
+  for (const index::IndexCapture::Model& m : capture->models()) {
+    manifest.models.push_back({m.name, m.block_size, m.blocks});
+  }
+  manifest.sources.clear();
+  manifest.runs.clear();
+  manifest.hashes.clear();
+  CheckpointImage* image = &manifest;
+  // A run header (at most 32 bytes) per node and holder: a few bytes per
+  // entry at most, whatever the nodes' lengths.
+  return WriteRuns(image, image->total_entries() * 12, [&](format::ChunkWriter* chunks) -> Status {
+    // Source ids of the checkpoint: interned as runs name them (a run's
+    // source is looked up once per run, not per entry).
+    absl::flat_hash_map<SourceKey, uint32_t> ids;
+    uint64_t digest = 0;
+    uint64_t counted[kNumTiers] = {};
+    Status status;
+    capture->ForEachRun(
+        [&](uint32_t model, const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
+          if (!status.ok()) return;
+          auto [it, added] = ids.try_emplace(source, static_cast<uint32_t>(image->sources.size()));
+          if (added) image->sources.push_back(source);
+          digest += index::EntriesDigest(image->models[model].name, source, tier, hashes);
+          counted[static_cast<int>(tier)] += hashes.size();
+          status = chunks->Add(model, it->second, tier, hashes);
+        });
+    KVINDEX_RETURN_IF_ERROR(status);
+    // What was read must be the state captured: a checkpoint that would not
+    // restore to its own digest is never written.
+    bool counts_equal = true;
+    for (int t = 0; t < kNumTiers; ++t) counts_equal &= counted[t] == image->entries[t];
+    if (digest != image->digest || !counts_equal) {
+      return absl::InternalError(
+          absl::StrCat("checkpoint capture read digest ", absl::Hex(digest, absl::kZeroPad16),
+                       counts_equal ? "" : " (and entry counts)", ", the index had ",
+                       absl::Hex(image->digest, absl::kZeroPad16), " at position ",
+                       image->applied_seq, ": not written"));
+    }
+    return absl::OkStatus();
+  });
+}
+
+StatusOr<CheckpointInfo> CheckpointStore::WriteRuns(
+    CheckpointImage* manifest, uint64_t data,
+    const std::function<Status(format::ChunkWriter*)>& runs) {
   if (options_.read_only) return absl::FailedPreconditionError("checkpoint store is read-only");
   const uint64_t id = next_id_;
-  std::vector<std::pair<std::string, std::string>> ingest = format::EncodeIngest(id, image);
-  // What the file will hold, for the free-space check: the hashes, a run
-  // header per chunk-sized piece of a run (at most 32 bytes), the rest.
-  uint64_t estimate = image.hashes.size() * 8 + image.runs.size() * 32 + (uint64_t{1} << 16);
+  std::vector<std::pair<std::string, std::string>> ingest = format::EncodeIngest(id, *manifest);
+  // What the file will hold, for the free-space check: the runs, the rest.
+  uint64_t estimate = data + (uint64_t{1} << 16);
   for (const auto& [key, value] : ingest) estimate += key.size() + value.size();
   // Chunks are encoded one at a time straight into the SST writer: the
   // encoded checkpoint is never held in memory whole.
-  uint64_t chunks = 0, chunk_bytes = 0, bytes = 0;
+  uint64_t chunks = 0, bytes = 0;
   KVINDEX_RETURN_IF_ERROR(WriteRecords(id, estimate, [&](const PutRecord& put) -> Status {
-    format::ChunkEncoder encoder(image);
-    std::string chunk;
-    while (encoder.Next(&chunk)) {
-      KVINDEX_RETURN_IF_ERROR(put(format::ChunkKey(id, static_cast<uint32_t>(chunks)), chunk));
-      ++chunks;
-      chunk_bytes += chunk.size();
-    }
-    bytes = chunk_bytes;
+    uint32_t next_chunk = 0;
+    format::ChunkWriter writer(
+        [&](std::string_view chunk) { return put(format::ChunkKey(id, next_chunk++), chunk); });
+    KVINDEX_RETURN_IF_ERROR(runs(&writer));
+    KVINDEX_RETURN_IF_ERROR(writer.Finish());
+    chunks = writer.chunks();
+    bytes = writer.chunk_bytes();
     for (const auto& [key, value] : ingest) {
       KVINDEX_RETURN_IF_ERROR(put(key, value));
       bytes += value.size();
     }
-    const std::string manifest = format::EncodeManifest(image, chunks, chunk_bytes);
-    bytes += manifest.size();
-    return put(format::ManifestKey(id), manifest);
+    const std::string encoded = format::EncodeManifest(*manifest, chunks, writer.chunk_bytes());
+    bytes += encoded.size();
+    return put(format::ManifestKey(id), encoded);
   }));
   intact_.insert(id);  // just written whole
-  CheckpointInfo info = Describe(id, image, chunks, bytes);
+  CheckpointInfo info = Describe(id, *manifest, chunks, bytes);
   if (Status pruned = Prune(options_.keep); !pruned.ok()) {
     log::Get("storage")->warn("pruning old checkpoints: {}", pruned.ToString());
   }

@@ -43,6 +43,9 @@ namespace kvindex::storage {
 namespace internal {
 class StickyErrorFileSystem;
 }
+namespace format {
+class ChunkWriter;
+}
 
 struct CheckpointInfo {
   uint64_t id = 0;
@@ -82,6 +85,12 @@ class CheckpointStore {
   // Writes `image` as the newest checkpoint, then prunes. Errors (disk full,
   // read-only directory) leave the previous checkpoints as they were.
   StatusOr<CheckpointInfo> Write(const CheckpointImage& image);
+  // The same from an open capture (IndexInterface::BeginCapture), read as
+  // it is written (the entries are never copied whole): `manifest` gives
+  // the agents, ingest states and stream, the capture the rest. Checks that
+  // what it read adds up to the capture's digest and counts (Internal when
+  // not: nothing is written). Ends the capture's reading.
+  StatusOr<CheckpointInfo> WriteCapture(CheckpointImage manifest, index::IndexCapture* capture);
   // Every checkpoint with a manifest, newest first.
   std::vector<CheckpointInfo> List() const;
   // Reads one checkpoint and checks its structure (chunks, counts, bounds)
@@ -115,6 +124,10 @@ class CheckpointStore {
  private:
   CheckpointStore(std::string dir, CheckpointStoreOptions options, std::unique_ptr<rocksdb::DB> db);
   using Records = std::vector<std::pair<std::string, std::string>>;
+  // Writes the checkpoint `runs` feeds (about `data` bytes of run records)
+  // with *manifest (whose sources `runs` may fill), then prunes.
+  StatusOr<CheckpointInfo> WriteRuns(CheckpointImage* manifest, uint64_t data,
+                                     const std::function<Status(format::ChunkWriter*)>& runs);
   using PutRecord = std::function<Status(std::string_view key, std::string_view value)>;
   using RecordSource = std::function<Status(const PutRecord& put)>;
   // One SST of the records `records` puts (sorted keys of checkpoint `id`,

@@ -8,14 +8,19 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <random>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
+#include "shared/consume/apply_loop.h"
+#include "shared/consume/in_process_log_reader.h"
 #include "shared/index/kv_index.h"
 #include "shared/index/reference_index.h"
 #include "storage/checkpoint_format.h"
@@ -595,6 +600,134 @@ TEST(CheckpointStoreTest, GarbledManifestAndChunksAreErrorsNotCrashes) {
       EXPECT_FALSE(into.Verify().ok());
     }
   }
+}
+
+// A KvIndex whose captures hold their reader after the first run until
+// released: what a slow disk does to a checkpoint's write.
+class HeldCaptureIndex final : public index::IndexInterface {
+ public:
+  std::promise<void> reading;
+  std::promise<void> release;
+
+  index::ApplyResult ApplyMessage(std::span<const PlacementEvent> events,
+                                  uint64_t position) override {
+    return inner_.ApplyMessage(events, position);
+  }
+  StatusOr<index::MatchResult> MatchSequenceHashes(
+      std::string_view model, std::span<const uint64_t> seq,
+      const index::MatchOptions& options) const override {
+    return inner_.MatchSequenceHashes(model, seq, options);
+  }
+  std::optional<uint32_t> BlockSize(std::string_view model) const override {
+    return inner_.BlockSize(model);
+  }
+  std::vector<std::string> Models() const override { return inner_.Models(); }
+  index::IndexStats Stats() const override { return inner_.Stats(); }
+  std::vector<index::SourceInfo> Sources() const override { return inner_.Sources(); }
+  void ForEachEntry(const EntryVisitor& fn) const override { inner_.ForEachEntry(fn); }
+  void RestoreEntry(std::string_view model, const SourceKey& source, Tier tier, uint64_t hash,
+                    uint32_t block_size) override {
+    inner_.RestoreEntry(model, source, tier, hash, block_size);
+  }
+  void RestoreAppliedSeq(uint64_t position) override { inner_.RestoreAppliedSeq(position); }
+  StatusOr<std::unique_ptr<index::IndexCapture>> BeginCapture() const override {
+    KVINDEX_ASSIGN_OR_RETURN(std::unique_ptr<index::IndexCapture> inner, inner_.BeginCapture());
+    return std::unique_ptr<index::IndexCapture>(
+        std::make_unique<Held>(std::move(inner), const_cast<HeldCaptureIndex*>(this)));
+  }
+
+ private:
+  class Held final : public index::IndexCapture {
+   public:
+    Held(std::unique_ptr<index::IndexCapture> inner, HeldCaptureIndex* owner)
+        : inner_(std::move(inner)), owner_(owner) {
+      stats_ = inner_->stats();
+      models_ = inner_->models();
+    }
+    void ForEachRun(const RunVisitor& fn) override {
+      bool first = true;
+      std::shared_future<void> released = owner_->release.get_future().share();
+      inner_->ForEachRun([&](uint32_t model, const SourceKey& source, Tier tier,
+                             std::span<const uint64_t> hashes) {
+        if (first) {
+          first = false;
+          owner_->reading.set_value();
+          released.wait();
+        }
+        fn(model, source, tier, hashes);
+      });
+    }
+
+   private:
+    std::unique_ptr<index::IndexCapture> inner_;
+    HeldCaptureIndex* owner_;
+  };
+  index::KvIndex inner_;
+};
+
+PlacementEvent AgentStored(std::string worker, std::vector<uint64_t> hashes) {
+  PlacementEvent e;
+  e.kind = PlacementKind::kStored;
+  e.model = "m";
+  e.source = {std::move(worker), 0};
+  e.agent = "node-a";
+  e.block_size = 16;
+  e.block_hashes = std::move(hashes);
+  return e;
+}
+
+// Issue #26.8: apply is paused only while a checkpoint's capture opens, not
+// while it is read and written: a message applied while the checkpointer is
+// held inside the capture reaches the index, and the checkpoint holds the
+// state of the capture's position, not the later one.
+TEST(CheckpointerTest, ApplyGoesOnWhileTheCheckpointIsRead) {
+  TempDir dir;
+  InProcessSink sink;
+  consume::InProcessLogReader log(&sink);
+  HeldCaptureIndex index;
+  consume::RouterProbe probe;
+  consume::ApplyLoop apply(&log, &index, &probe, {});
+  ASSERT_TRUE(apply.Start().ok());
+  auto wait_for = [](const std::function<bool()>& done) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (!done() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return done();
+  };
+  ASSERT_TRUE(sink.Publish(std::vector<PlacementEvent>{AgentStored("w0", {1, 2, 3})}).ok());
+  ASSERT_TRUE(wait_for([&] { return index.Stats().applied_seq == 1; }));
+  const uint64_t captured_digest = index.Stats().digest;
+
+  CheckpointerOptions options;
+  options.dir = dir.path() + "/checkpoints";
+  options.interval = std::chrono::milliseconds(0);
+  auto checkpointer = std::make_unique<Checkpointer>(options, &apply, &index, nullptr);
+  Status written;
+  std::thread writer([&] { written = checkpointer->WriteNow(); });
+  const bool reading =
+      index.reading.get_future().wait_for(std::chrono::seconds(20)) == std::future_status::ready;
+  ASSERT_TRUE(sink.Publish(std::vector<PlacementEvent>{AgentStored("w1", {4, 5})}).ok());
+  const bool went_on = wait_for([&] { return index.Stats().applied_seq == 2; });
+  index.release.set_value();
+  writer.join();
+  apply.Stop();
+  ASSERT_TRUE(reading) << "the checkpoint never read its capture";
+  EXPECT_TRUE(went_on) << "apply was blocked while the checkpoint was being read";
+  ASSERT_TRUE(written.ok()) << written;
+  EXPECT_EQ(checkpointer->last_good_applied_seq(), 1u);
+  checkpointer.reset();  // closes the database
+
+  index::KvIndex restored;
+  auto store = CheckpointStore::Open(options.dir);
+  ASSERT_TRUE(store.ok());
+  uint64_t id = 0;
+  size_t skipped = 0;
+  auto image = RestoreNewest(**store, &restored, nullptr, &id, &skipped);
+  ASSERT_TRUE(image.ok() && image->has_value());
+  EXPECT_EQ(restored.Stats().applied_seq, 1u);
+  EXPECT_EQ(restored.Stats().digest, captured_digest);
+  EXPECT_NE(index.Stats().digest, captured_digest);
 }
 
 }  // namespace

@@ -21,6 +21,12 @@ std::string FailureReason(const Status& status) {
   return "other";
 }
 
+uint64_t Entries(const CheckpointInfo& info) {
+  uint64_t total = 0;
+  for (uint64_t n : info.entries) total += n;
+  return total;
+}
+
 }  // namespace
 
 namespace {
@@ -386,15 +392,30 @@ Status Checkpointer::WriteNow() {
     return absl::OkStatus();
   }
   CheckpointImage image;
+  std::unique_ptr<index::IndexCapture> capture;
+  Status opened;
   std::chrono::steady_clock::duration pause{};
   const bool held = ingest_ != nullptr && ingest_->Hold();
+  // The only apply pause: the capture opens (one pointer per node), the
+  // entries are read below while apply goes on.
   apply_->RunOnWriter([&] {
     const auto captured = std::chrono::steady_clock::now();
-    image = CaptureCheckpoint(*index_, &apply_->agents());
-    if (held) image.ingest = ingest_->Save();
+    StatusOr<std::unique_ptr<index::IndexCapture>> begun = index_->BeginCapture();
+    if (begun.ok()) {
+      capture = std::move(*begun);
+      image = CaptureManifest(&apply_->agents());
+      if (held) image.ingest = ingest_->Save();
+    } else {
+      opened = begun.status();
+    }
     pause = std::chrono::steady_clock::now() - captured;
   });
   if (ingest_ != nullptr) ingest_->Release();
+  if (!opened.ok()) {
+    Failed(opened);
+    return opened;
+  }
+  image.applied_seq = capture->stats().applied_seq;
   if (ingest_ != nullptr && !held) {
     log::Get("storage")->warn(
         "checkpoint at position {} without the ingest sources' states (they did not pause in "
@@ -416,7 +437,8 @@ Status Checkpointer::WriteNow() {
     image.stream = stream_->name;
     image.stream_created_ns = stream_->created_ns;
   }
-  StatusOr<CheckpointInfo> info = store_->Write(image);
+  StatusOr<CheckpointInfo> info = store_->WriteCapture(std::move(image), capture.get());
+  capture.reset();
   if (!info.ok()) {
     Failed(info.status());
     return info.status();
@@ -434,7 +456,7 @@ Status Checkpointer::WriteNow() {
   log::Get("storage")->debug(
       "checkpoint {} written: position {}, {} entries, {} bytes, {:.3f} s "
       "(apply paused {:.3f} s)",
-      info->id, info->applied_seq, image.total_entries(), info->bytes, Seconds(end - start),
+      info->id, info->applied_seq, Entries(*info), info->bytes, Seconds(end - start),
       Seconds(pause));
   return absl::OkStatus();
 }

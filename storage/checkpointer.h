@@ -3,9 +3,10 @@
 // Restore (before the apply loop starts) loads the newest checkpoint that
 // verifies into the empty index and the agent table; the apply loop then
 // opens the log at applied_seq + 1. Every `interval` (and once more at a
-// clean shutdown, through WriteNow) the state is captured on the apply
-// thread (apply pauses for one copy of the entries; lookups never wait: the
-// index's readers are lock-free) and written on this thread. A checkpoint
+// clean shutdown, through WriteNow) a capture of the state is opened on the
+// apply thread (apply pauses while it copies one pointer per node; lookups
+// never wait: the index's readers are lock-free) and read and written on
+// this thread while apply goes on (IndexInterface::BeginCapture). A checkpoint
 // is skipped when nothing was applied since the last one.
 //
 // A failed write (disk full, read-only or vanished directory) is logged

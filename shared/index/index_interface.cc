@@ -81,4 +81,49 @@ void IndexInterface::ForEachRun(const RunVisitor& fn) const {
   flush();
 }
 
+namespace {
+
+// The default capture: the entries copied at BeginCapture (ReferenceIndex,
+// the tests' oracle; KvIndex reads its nodes in place).
+class CopiedCapture final : public IndexCapture {
+ public:
+  explicit CopiedCapture(const IndexInterface& index) {
+    stats_ = index.Stats();
+    for (const std::string& name : index.Models()) {
+      models_.push_back({name, index.BlockSize(name).value_or(0), index.DistinctBlocks(name)});
+    }
+    index.ForEachRun([&](std::string_view model, const SourceKey& source, Tier tier,
+                         std::span<const uint64_t> hashes) {
+      uint32_t m = 0;
+      while (m < models_.size() && models_[m].name != model) ++m;
+      if (m == models_.size()) models_.push_back({std::string(model), 0, 0});
+      runs_.push_back({m, source, tier, hashes_.size(), hashes.size()});
+      hashes_.insert(hashes_.end(), hashes.begin(), hashes.end());
+    });
+  }
+  void ForEachRun(const RunVisitor& fn) override {
+    for (const Run& run : runs_) {
+      fn(run.model, run.source, run.tier,
+         std::span<const uint64_t>(hashes_).subspan(run.begin, run.size));
+    }
+    runs_.clear();
+  }
+
+ private:
+  struct Run {
+    uint32_t model;
+    SourceKey source;
+    Tier tier;
+    size_t begin, size;
+  };
+  std::vector<Run> runs_;
+  std::vector<uint64_t> hashes_;
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<IndexCapture>> IndexInterface::BeginCapture() const {
+  return std::unique_ptr<IndexCapture>(std::make_unique<CopiedCapture>(*this));
+}
+
 }  // namespace kvindex::index

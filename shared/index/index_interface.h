@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
@@ -46,6 +47,38 @@ struct ApplyResult {
   // sources, or the index its maximum of models (max_models).
   uint64_t events_over_source_limit = 0;
   uint64_t events_over_model_limit = 0;
+};
+
+// A consistent view of an index at one log position, read while its writer
+// goes on applying (a checkpoint's capture, issue #26.8). BeginCapture takes
+// it on the writer thread in a pause that does not grow with the entries
+// (KvIndex: one pointer per node, the source names, the counts); ForEachRun
+// then reads the entries as they were at that moment, from any one thread,
+// while the writer applies further messages. The index must outlive it;
+// destroying it ends the capture (read whole or not).
+class IndexCapture {
+ public:
+  struct Model {
+    std::string name;
+    uint32_t block_size = 0;
+    uint64_t blocks = 0;  // distinct blocks (a sizing hint for a restore)
+  };
+  // One run of entries: `model` indexes models(); `hashes` is valid only
+  // during the call (it points into the index).
+  using RunVisitor =
+      std::function<void(uint32_t model, const SourceKey&, Tier, std::span<const uint64_t>)>;
+
+  virtual ~IndexCapture() = default;
+  // The index at BeginCapture: applied_seq, digest and entry counts.
+  const IndexStats& stats() const { return stats_; }
+  // Every model at BeginCapture, by name.
+  const std::vector<Model>& models() const { return models_; }
+  // Every entry at BeginCapture, once (a second call visits nothing).
+  virtual void ForEachRun(const RunVisitor& fn) = 0;
+
+ protected:
+  IndexStats stats_;
+  std::vector<Model> models_;
 };
 
 class IndexInterface {
@@ -103,6 +136,10 @@ class IndexInterface {
   // The same entries in the same order, as runs (a checkpoint's capture: one
   // call per run, not per entry). Default: ForEachEntry's entries grouped.
   virtual void ForEachRun(const RunVisitor& fn) const;
+  // A consistent view to read while the writer goes on (IndexCapture), taken
+  // on the writer thread. FailedPrecondition while another capture of this
+  // index is open. Default: a copy of every entry (ForEachRun).
+  virtual StatusOr<std::unique_ptr<IndexCapture>> BeginCapture() const;
   // ... and restore one (writer thread). Does not advance applied_seq.
   virtual void RestoreEntry(std::string_view model, const SourceKey& source, Tier tier,
                             uint64_t seq_hash, uint32_t block_size) = 0;

@@ -291,6 +291,47 @@ void KvIndex::ForEachRun(const RunVisitor& fn) const {
   }
 }
 
+namespace {
+
+class KvIndexCapture final : public IndexCapture {
+ public:
+  KvIndexCapture(IndexStats stats, std::vector<Model> models,
+                 std::vector<std::unique_ptr<internal::ModelCapture>> captures)
+      : captures_(std::move(captures)) {
+    stats_ = stats;
+    models_ = std::move(models);
+  }
+  void ForEachRun(const RunVisitor& fn) override {
+    for (uint32_t m = 0; m < captures_.size(); ++m) {
+      captures_[m]->ForEachRun(
+          [&](const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
+            fn(m, source, tier, hashes);
+          });
+    }
+  }
+
+ private:
+  std::vector<std::unique_ptr<internal::ModelCapture>> captures_;  // by models_
+};
+
+}  // namespace
+
+StatusOr<std::unique_ptr<IndexCapture>> KvIndex::BeginCapture() const {
+  std::vector<IndexCapture::Model> models;
+  std::vector<std::unique_ptr<internal::ModelCapture>> captures;
+  for (const ModelIndex* m : SortedModels()) {
+    // The writer's own models (const only through this const method).
+    std::unique_ptr<internal::ModelCapture> capture = const_cast<ModelIndex*>(m)->BeginCapture();
+    if (capture == nullptr) {
+      return absl::FailedPreconditionError("another capture of the index is still open");
+    }
+    captures.push_back(std::move(capture));
+    models.push_back({m->model(), m->block_size(), m->blocks()});
+  }
+  return std::unique_ptr<IndexCapture>(
+      std::make_unique<KvIndexCapture>(Stats(), std::move(models), std::move(captures)));
+}
+
 void KvIndex::RestoreEntry(std::string_view model, const SourceKey& source, Tier tier,
                            uint64_t seq_hash, uint32_t block_size) {
   PendingRestore& p = restore_;

@@ -25,7 +25,8 @@
 // concurrent writes a match may undercount but never overcount: it never
 // reports a block after its removal returned, and never a prefix longer than
 // one state the writer passed through (see README.md, "Concurrency").
-// ForEachEntry: writer thread or quiescent. A checkpoint restore is
+// ForEachEntry: writer thread or quiescent; BeginCapture on the writer
+// thread, its capture read on any one thread while the writer applies. A checkpoint restore is
 // RestoreEntry calls ended by RestoreAppliedSeq (entries are buffered until
 // then).
 //
@@ -96,6 +97,9 @@ class KvIndex final : public IndexInterface {
   void ForEachEntry(const EntryVisitor& fn) const override;
   // One call per node and holder, `hashes` pointing into the node.
   void ForEachRun(const RunVisitor& fn) const override;
+  // Writer thread: a pause of O(nodes + sources), copying one pointer per
+  // node; the capture then reads the nodes in place (internal/model_capture.h).
+  StatusOr<std::unique_ptr<IndexCapture>> BeginCapture() const override;
   void RestoreEntry(std::string_view model, const SourceKey& source, Tier tier, uint64_t seq_hash,
                     uint32_t block_size) override;
   void RestoreAppliedSeq(uint64_t log_position) override;

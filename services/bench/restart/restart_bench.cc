@@ -296,10 +296,13 @@ int RunRestartBench(int argc, char** argv) {
   const bool peak_reset = ResetPeakRss();
   const uint64_t rss_before = StatusField("VmRSS");
   const auto write_start = Clock::now();
-  auto info = [&] {
-    const storage::CheckpointImage image = storage::CaptureCheckpoint(original, nullptr);
+  // As the router does it: the capture opens on the writer (the apply
+  // pause), then the checkpoint is read from it and written.
+  auto info = [&]() -> StatusOr<storage::CheckpointInfo> {
+    auto capture = original.BeginCapture();
     capture_s = Since(write_start);
-    return (*store)->Write(image);
+    if (!capture.ok()) return capture.status();
+    return (*store)->WriteCapture(storage::CaptureManifest(nullptr), capture->get());
   }();
   const double write_s = Since(write_start);
   const uint64_t rss_peak = StatusField("VmHWM");

@@ -18,7 +18,10 @@
 //   add to what a reader may see);
 // - clearing a holder bit and shrinking [begin, end) happen inside a version
 //   bracket (odd while in progress), so a reader that read the node before
-//   such a change fails its validation and retries.
+//   such a change fails its validation and retries;
+// - while a checkpoint capture runs, the writer preserves a node's holders
+//   and extent before its first change, and records each node it frees
+//   (model_capture.h).
 #pragma once
 
 #include <atomic>
@@ -40,7 +43,8 @@ inline constexpr uint32_t kMaxNodeBlocks = 4096;
 
 struct HolderGroup {
   uint32_t group = 0;  // source ids group * 64 .. group * 64 + 63
-  uint32_t reserved = 0;
+  // group(0) only: the node's capture generation (ChainNode::capture).
+  mutable std::atomic<uint32_t> capture{0};
   std::atomic<uint64_t> tiers[kNumTiers] =
       {};  // bit i: source (group*64+i) holds the run in tier t
 
@@ -61,6 +65,11 @@ struct ChainNode {
   uint32_t ref = 0;         // NodeArena reference: what locator slots store
   uint32_t index = 0;       // writer only: position in the model's node list
   HolderGroup first_group;  // group(0); further groups follow the hashes
+
+  // The last checkpoint capture that took this node's contents as they were
+  // when it began (model_capture.h): set by whichever of the capture's reader
+  // and the writer (which preserves the node before changing it) comes first.
+  std::atomic<uint32_t>& capture() const { return first_group.capture; }
 
   // Hashes sit at a fixed offset, so a reader loads the header line and the
   // hash it checks in parallel, not one after the other.

@@ -147,7 +147,10 @@ ChainNode* ModelIndex::AllocNode(uint32_t num_groups, uint32_t capacity, Purpose
   void* memory =
       arena_.Allocate(ChainNode::Bytes(num_groups, capacity), &bytes, &ref, ChunkLimit(purpose));
   if (memory == nullptr) return nullptr;
-  return ChainNode::Create(memory, ref, num_groups, capacity);
+  ChainNode* node = ChainNode::Create(memory, ref, num_groups, capacity);
+  // Not part of an open capture (it began before this node).
+  node->capture().store(capture_.born(), std::memory_order_relaxed);
+  return node;
 }
 
 void ModelIndex::Adopt(ChainNode* node) {
@@ -215,6 +218,7 @@ ChainNode* ModelIndex::CopyRange(const ChainNode* node, uint32_t lo, uint32_t hi
 }
 
 void ModelIndex::Shrink(ChainNode* node, uint32_t begin, uint32_t end) {
+  Preserve(node);
   node->BeginWrite();
   node->begin.store(begin, std::memory_order_relaxed);
   node->end.store(end, std::memory_order_relaxed);
@@ -363,6 +367,7 @@ void ModelIndex::ReclaimRetired() {
 }
 
 void ModelIndex::FreeRetired() {
+  capture_.Freeing(retired_);
   for (ChainNode* node : retired_) {
     const size_t bytes = NodeBytes(node);
     // Swap-remove from the node list.
@@ -520,6 +525,7 @@ bool ModelIndex::AddHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceReco
   ChainNode* target = Carve(node, lo, hi, static_cast<int>(group), Purpose::kNewEntries);
   if (target == nullptr) return false;
   HolderGroup* hg = target->FindGroup(group);
+  Preserve(target);
   hg->tiers[t].store(hg->tiers[t].load(std::memory_order_relaxed) | bit, std::memory_order_release);
   const uint32_t b = target->begin.load(std::memory_order_relaxed);
   const uint32_t e = target->end.load(std::memory_order_relaxed);
@@ -620,6 +626,7 @@ bool ModelIndex::RemoveHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceR
   *digest += range_digest;
   *removed += hi - lo;
   HolderGroup* thg = target->FindGroup(group);
+  Preserve(target);
   target->BeginWrite();
   thg->tiers[t].store(thg->tiers[t].load(std::memory_order_relaxed) & ~bit,
                       std::memory_order_relaxed);
@@ -739,6 +746,7 @@ uint32_t ModelIndex::ClearNode(ChainNode* node, const uint64_t* drop) {
     Shrink(node, b, b);
     return e - b;
   }
+  Preserve(node);  // an open capture keeps what the node held
   node->BeginWrite();
   for (uint32_t g = 0; g < node->num_groups; ++g) {
     HolderGroup& hg = node->group(g);
@@ -749,6 +757,22 @@ uint32_t ModelIndex::ClearNode(ChainNode* node, const uint64_t* drop) {
   }
   node->EndWrite();
   return 0;
+}
+
+std::unique_ptr<ModelCapture> ModelIndex::BeginCapture() {
+  if (capture_.open()) return nullptr;
+  const uint32_t ids = sources_.limit();
+  std::vector<SourceKey> keys(ids);
+  std::vector<bool> live(ids, false);
+  for (uint32_t id = 0; id < ids; ++id) {
+    if (const SourceRecord* rec = sources_.record(id, std::memory_order_relaxed)) {
+      keys[id] = rec->key;
+      live[id] = true;
+    }
+  }
+  return std::make_unique<ModelCapture>(&capture_,
+                                        std::vector<const ChainNode*>(nodes_.begin(), nodes_.end()),
+                                        std::move(keys), std::move(live));
 }
 
 void ModelIndex::ForEachEntry(

@@ -52,6 +52,7 @@
 #include "shared/index/internal/chain_node.h"
 #include "shared/index/internal/grace_period.h"
 #include "shared/index/internal/memory.h"
+#include "shared/index/internal/model_capture.h"
 #include "shared/index/internal/node_arena.h"
 #include "shared/index/internal/read_sync.h"
 #include "shared/index/internal/source_table.h"
@@ -106,6 +107,10 @@ class ModelIndex {
   // into the node).
   template <typename Fn>
   void ForEachRun(const Fn& fn) const;
+  // Writer: the model's entries as they are now, for a reader that goes on
+  // while this writer applies (model_capture.h); nullptr while another
+  // capture of the model is open.
+  std::unique_ptr<ModelCapture> BeginCapture();
   // Writer: room for `blocks` more distinct blocks without a rebuild (a
   // checkpoint restore knows the count up front), within the limits.
   // Distinct blocks held.
@@ -199,6 +204,9 @@ class ModelIndex {
   bool Rebuild(size_t min_capacity);
   void ReclaimRetired();
   void FreeRetired();  // after a grace period that began once they were retired
+  // Before the writer changes a node's extent or holder bits: an open
+  // capture keeps what the node held (model_capture.h).
+  void Preserve(const ChainNode* node) { capture_.Preserve(node); }
   void ClearIds(const std::vector<uint32_t>& ids);
   // Clears the `drop` bits of `node` (inside the removal lock); returns the
   // blocks erased (the node lost its last holder) or 0.
@@ -223,6 +231,9 @@ class ModelIndex {
   // Odd while the writer erases locator slots (which moves others back): a
   // reader whose probe missed during an erase probes once more.
   std::atomic<uint64_t> erase_epoch_{0};
+
+  // The open checkpoint capture's side (model_capture.h).
+  CaptureShared capture_;
 
   // Source ids: records and ranks for readers (source_table.h).
   SourceTable sources_;
