@@ -134,7 +134,7 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
     std::atomic<int64_t>* inflight = nullptr;
     double prefix = 0;
     uint32_t matched = 0;
-    codec::EngineLoad load;  // -1s: no fresh sample
+    codec::EngineLoad load;    // -1s: no fresh sample
     uint32_t speculative = 0;  // blocks past `matched` only speculation holds
     double score = 0;
     uint64_t tie = 0;

@@ -129,7 +129,8 @@ def main():
         address = "127.0.0.1:%d" % epp_port
         router = e2e.Router(bin_dir, sources, extra_args=[
             "--epp", address, "--epp-health", "127.0.0.1:%d" % health_port,
-            "--epp-tls-cert", cert, "--epp-tls-key", key])
+            "--epp-tls-cert", cert, "--epp-tls-key", key,
+            "--load-interval", "0"])  # fake endpoints: no /metrics to scrape
         router.start()
         router.wait_ready()
         e2e.wait_for(lambda: len(router.match({"model": MODEL, "tokens": TOKENS})["workers"]) == 1,

@@ -54,6 +54,12 @@ struct Options {
 };
 
 std::string WorkerName(uint32_t w) { return SyntheticWorkerName(w); }
+// EndpointOf's inverse: the worker name behind an "10.0.a.b:8000" address.
+std::string WorkerOfEndpoint(const std::string& endpoint) {
+  unsigned a = 0, b = 0;
+  if (std::sscanf(endpoint.c_str(), "10.0.%u.%u:8000", &a, &b) != 2) return "";
+  return WorkerName(a * 256 + b);
+}
 std::string EndpointOf(uint32_t w) {
   return "10.0." + std::to_string(w / 256) + "." + std::to_string(w % 256) + ":8000";
 }
@@ -272,8 +278,7 @@ int RunEppBench(int argc, char** argv) {
         for (const auto& w : match->workers) {
           const double score = w.device + 0.8 * w.host + 0.5 * w.disk + 0.3 * w.external;
           best = std::max(best, score);
-          const uint32_t id = static_cast<uint32_t>(std::stoul(w.source.worker.substr(7)));
-          if (EndpointOf(id) == pick->endpoint) picked = score;
+          if (w.source.worker == WorkerOfEndpoint(pick->endpoint)) picked = score;
         }
         ++checked;
         wrong_picks += best == 0 || picked != best;
