@@ -493,7 +493,9 @@ TEST(ServerBoundsTest, IdleConnectionsDoNotStarveTheApi) {
     EXPECT_EQ(echo.status, 200) << echo.body;
   }
   // The first request closed the oldest idle connection (the server's FIN
-  // is readable as EOF); the next ones took the slot it left.
+  // is readable as EOF); the next ones took the slot it left, unless the
+  // server had not yet seen the previous request's client close its
+  // connection (a loaded machine): then each closed one more, never more.
   int closed = 0;
   for (int fd : idle) {
     pollfd p{fd, POLLIN, 0};
@@ -501,7 +503,8 @@ TEST(ServerBoundsTest, IdleConnectionsDoNotStarveTheApi) {
     if (::poll(&p, 1, 100) == 1 && ::recv(fd, &byte, 1, MSG_DONTWAIT) == 0) ++closed;
     ::close(fd);
   }
-  EXPECT_EQ(closed, 1);
+  EXPECT_GE(closed, 1);
+  EXPECT_LE(closed, 3);
 }
 
 // A client holding busy (not idle) connections is capped per address:
