@@ -12,25 +12,9 @@
 #include <vector>
 
 #include "shared/wire/internal/token_scan.h"
+#include "shared/wire/testing/token_scan_reference.h"
 
-namespace {
-
-// Bytes of the fast-path token at p (0: not one), and its value.
-size_t RefToken(const uint8_t* p, const uint8_t* end, uint32_t* value) {
-  const size_t left = static_cast<size_t>(end - p);
-  if (left == 0) return 0;
-  const uint8_t b = p[0];
-  if (b < 0x80) return *value = b, 1;
-  if (b == 0xcc && left >= 2) return *value = p[1], 2;
-  if (b == 0xcd && left >= 3) return *value = (uint32_t{p[1]} << 8) | p[2], 3;
-  if (b == 0xce && left >= 5) {
-    *value = (uint32_t{p[1]} << 24) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 8) | p[4];
-    return 5;
-  }
-  return 0;
-}
-
-}  // namespace
+using kvindex::wire::testing::RefToken;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 2) return 0;

@@ -3,6 +3,7 @@
 // with foreign bytes, at every buffer length (the buffer is allocated to its
 // exact size, so ASan catches a read past it).
 #include "shared/wire/internal/token_scan.h"
+#include "shared/wire/testing/token_scan_reference.h"
 
 #include <gtest/gtest.h>
 
@@ -14,20 +15,7 @@
 namespace kvindex::wire::internal {
 namespace {
 
-// Bytes of the fast-path token at p (0: not one), and its value.
-size_t RefToken(const uint8_t* p, const uint8_t* end, uint32_t* value) {
-  const size_t left = static_cast<size_t>(end - p);
-  if (left == 0) return 0;
-  const uint8_t b = p[0];
-  if (b < 0x80) return *value = b, 1;
-  if (b == 0xcc && left >= 2) return *value = p[1], 2;
-  if (b == 0xcd && left >= 3) return *value = (uint32_t{p[1]} << 8) | p[2], 3;
-  if (b == 0xce && left >= 5) {
-    *value = (uint32_t{p[1]} << 24) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 8) | p[4];
-    return 5;
-  }
-  return 0;
-}
+using ::kvindex::wire::testing::RefToken;
 
 void Append(std::vector<uint8_t>* out, std::mt19937_64& rng, int mix) {
   const uint32_t v = static_cast<uint32_t>(rng());
