@@ -7,6 +7,16 @@ same way (raise_exception with the same message; any other Jinja2 error
 against a C++ InvalidArgument). A C++ "unsupported" on these templates is a
 failure too: they are meant to be covered.
 
+Second opinion: the same chats rendered by Hugging Face's JavaScript Jinja
+(@huggingface/jinja, hf_jinja_render.mjs under node). Where it agrees with
+Jinja2, the two independent implementations vouch for the expected bytes;
+where it does not, the disagreement must be explained by that library's
+known departures from Jinja2, modelled in reference_render.py
+(render_chat_js_semantics: JavaScript's trim, numbers without 2.0): Jinja2
+with the model must then give exactly what @huggingface/jinja gave, else the
+test fails: an unexplained disagreement means one of the references (or our
+Jinja2 environment) is wrong and must be looked at.
+
 usage: exactness_test.py RENDER_TOOL [--cases N] [--seed S]
 Fetches the templates with fetch_templates.sh (exit 77 = skipped)."""
 
@@ -14,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import shutil
 import subprocess
 import sys
 
@@ -128,16 +139,40 @@ def cases(model, config, n, rng):
                "tools": tools, "extra": extra}
 
 
-def reference(case):
+def reference(case, render=reference_render.render_chat):
     try:
-        return {"ok": reference_render.render_chat(case["config"], case["messages"], case["add_generation_prompt"],
-                                                   case["tools"], case["extra"])}
+        return {"ok": render(case["config"], case["messages"], case["add_generation_prompt"], case["tools"],
+                             case["extra"])}
     except reference_render.RaisedByTemplate as e:
         return {"error": "raised", "message": str(e)}
     except LookupError as e:
         return {"error": "no-template", "message": str(e)}
     except Exception as e:  # what Jinja2 or Python raise: TypeError, UndefinedError, ...
         return {"error": "invalid", "message": "%s: %s" % (type(e).__name__, e)}
+
+
+def hf_jinja_agrees(ref, hf):
+    """@huggingface/jinja against Jinja2: the same text, the same
+    raise_exception message, or both refusing the chat."""
+    if "ok" in ref:
+        return hf.get("ok") == ref["ok"]
+    if ref["error"] == "raised":
+        return hf.get("message") == ref["message"]
+    return "error" in hf
+
+
+def hf_jinja(cache, lines):
+    """The second opinion's results, or None when node is missing."""
+    node = shutil.which("node")
+    if node is None:
+        if os.environ.get("CI") == "true":
+            raise RuntimeError("node is missing: the second opinion cannot run (scripts/install-deps.sh installs it)")
+        return None
+    run = subprocess.run([node, os.path.join(HERE, "hf_jinja_render.mjs"), os.path.join(cache, "hf-jinja")],
+                         input=lines.encode(), stdout=subprocess.PIPE, timeout=120)
+    if run.returncode != 0:
+        raise RuntimeError("hf_jinja_render.mjs exited %d" % run.returncode)
+    return [json.loads(line) for line in run.stdout.decode().split("\n") if line]
 
 
 def agree(ref, got):
@@ -181,10 +216,23 @@ def main():
         if len(results) != len(batch):
             print("%s: %d results for %d cases" % (model, len(results), len(batch)))
             return 1
+        second = hf_jinja(cache, lines)
         outcomes = {}
         bad = 0
-        for case, got in zip(batch, results):
+        second_agree = 0
+        second_explained = 0
+        unexplained = 0
+        for i, (case, got) in enumerate(zip(batch, results)):
             ref = reference(case)
+            if second is not None:
+                if hf_jinja_agrees(ref, second[i]):
+                    second_agree += 1
+                elif hf_jinja_agrees(reference(case, reference_render.render_chat_js_semantics), second[i]):
+                    second_explained += 1
+                else:
+                    unexplained += 1
+                    print("HF-JINJA UNEXPLAINED %s\n  messages: %s\n  jinja2:    %r\n  hf-jinja:  %r" % (
+                        model, json.dumps(case["messages"], ensure_ascii=False)[:400], ref, second[i]))
             kind = "ok" if "ok" in ref else ref["error"]
             outcomes[kind] = outcomes.get(kind, 0) + 1
             if not agree(ref, got):
@@ -192,8 +240,11 @@ def main():
                 if bad <= 3:
                     print("MISMATCH %s\n  messages: %s\n  reference: %r\n  c++:       %r" % (
                         model, json.dumps(case["messages"], ensure_ascii=False)[:600], ref, got))
-        failures += bad
-        print("%-12s %4d chats, %d mismatches; reference outcomes %s" % (model, len(batch), bad, outcomes))
+        failures += bad + unexplained
+        print("%-12s %4d chats, %d mismatches; reference outcomes %s; @huggingface/jinja: %s" % (
+            model, len(batch), bad, outcomes,
+            "node missing" if second is None else "%d agree, %d differ as modelled, %d unexplained" % (
+                second_agree, second_explained, unexplained)))
     return 1 if failures else 0
 
 

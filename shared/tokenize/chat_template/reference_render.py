@@ -102,3 +102,72 @@ def render_chat(config, messages, add_generation_prompt, tools=None, extra=None)
     return compiled(source).render(
         messages=messages, tools=tools, documents=None, add_generation_prompt=add_generation_prompt, **variables
     )
+
+
+# A model of @huggingface/jinja's known departures from Jinja2, used only to
+# explain where the exactness test's second opinion disagrees with Jinja2
+# (vLLM renders with Jinja2, so Jinja2 stays the reference). Each departure
+# below was read off the library's runtime (0.5.13), not guessed:
+#   - `trim`, `strip`, `lstrip`, `rstrip` use JavaScript's trim: its
+#     whitespace set (no U+001C-U+001F or U+0085, but U+FEFF), and the
+#     methods ignore a `chars` argument;
+#   - `trim` of a non-string (None) is an error, not "None";
+#   - numbers are JavaScript numbers: 2.0 arrives as 2.
+JS_WHITESPACE = "\t\n\v\f\r \u00a0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a" \
+    "\u2028\u2029\u202f\u205f\u3000\ufeff"
+
+
+def _js_trim(value, which="strip"):
+    if which == "lstrip":
+        return value.lstrip(JS_WHITESPACE)
+    if which == "rstrip":
+        return value.rstrip(JS_WHITESPACE)
+    return value.strip(JS_WHITESPACE)
+
+
+def _js_trim_filter(value, chars=None):
+    if not isinstance(value, str):
+        raise TypeError("Cannot apply filter \"trim\" to %s" % type(value).__name__)
+    return _js_trim(value)
+
+
+class _JsSemanticsEnvironment(ImmutableSandboxedEnvironment):
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja2's signature)
+        owner = getattr(__obj, "__self__", None)
+        name = getattr(__obj, "__name__", "")
+        if isinstance(owner, str) and name in ("strip", "lstrip", "rstrip"):
+            return _js_trim(owner, name)
+        return super().call(__context, __obj, *args, **kwargs)
+
+
+def _js_numbers(value):
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_js_numbers(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _js_numbers(v) for k, v in value.items()}
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def compiled_js_semantics(source):
+    env = _JsSemanticsEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[_Generation, jinja2.ext.loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
+    env.filters["trim"] = _js_trim_filter
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env.from_string(source)
+
+
+def render_chat_js_semantics(config, messages, add_generation_prompt, tools=None, extra=None):
+    """render_chat with @huggingface/jinja's departures (above) modelled."""
+    source = select_template(config, tools is not None)
+    variables = dict(special_tokens(config))
+    variables.update(_js_numbers(extra or {}))
+    return compiled_js_semantics(source).render(
+        messages=_js_numbers(messages), tools=_js_numbers(tools), documents=None,
+        add_generation_prompt=add_generation_prompt, **variables
+    )
