@@ -163,6 +163,14 @@ int main(int argc, char** argv) {
                  "(refused on the command line), or use --auth-token-file");
   app.add_flag("--metrics-auth", options.metrics_auth,
                "Require the bearer token on /metrics too (/healthz and /readyz stay open)");
+  // SGLang's KV indexer gRPC (docs/compat.md).
+  app.add_option("--sglang-indexer", options.sglang_listen,
+                 "host:port: serve SGLang's KV indexer gRPC (kv_indexer.v1.KVIndexer, for "
+                 "sgl-router --kv-indexer-endpoint http://HOST:PORT) from this index; off unless "
+                 "given");
+  app.add_option("--sglang-model", options.sglang_model,
+                 "--sglang-indexer: the model SGLang's hash-only requests mean (default: the one "
+                 "model the router knows)");
   // The endpoint picker (docs/epp.md).
   app.add_option("--epp", options.epp.listen,
                  "Serve the Gateway API Inference Extension endpoint picker (Envoy ext_proc, "
@@ -267,6 +275,9 @@ int main(int argc, char** argv) {
   options.epp.service.fail_open = epp_failure_mode == "open";
   if (options.epp.tls_cert.empty() != options.epp.tls_key.empty()) {
     return Fail("--epp-tls-cert and --epp-tls-key go together", 2);
+  }
+  if (!options.sglang_model.empty() && options.sglang_listen.empty()) {
+    return Fail("--sglang-model is for --sglang-indexer, which is not given", 2);
   }
   if (!options.epp.tls_cert.empty() && options.epp.listen.empty()) {
     return Fail("--epp-tls-cert: TLS is for --epp, which is not given", 2);
@@ -384,6 +395,9 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "kvindex-router: listening on port %u\n", router.port());
   if (router.epp_port() != 0) {
     std::fprintf(stderr, "kvindex-router: epp on port %d\n", router.epp_port());
+  }
+  if (router.sglang_port() != 0) {
+    std::fprintf(stderr, "kvindex-router: sglang indexer on port %d\n", router.sglang_port());
   }
 
   waiter.join();

@@ -249,14 +249,23 @@ Status Router::Start() {
   api_options.metrics_auth = options_.metrics_auth;
   api_options.ready_max_lag = options_.ready_max_lag;
   api_ = std::make_unique<query::RouterApi>(api_options, std::move(context));
+  if (!options_.sglang_listen.empty()) {
+    // SGLang's KV indexer (--sglang-indexer): the same lookup as the API.
+    sglang_ = std::make_unique<SglangService>(
+        api_.get(), options_.sglang_listen, options_.sglang_model,
+        epp::EndpointsFromSources(options_.agent.sources),
+        options_.embedded ? nullptr : AnnouncedEndpoints(apply_.get()));
+  }
 
   // The picker listens before /readyz can answer 200.
-  if (epp_) {
-    Status status = epp_->Start();
-    if (status.ok()) status = StartLoadSignals();
+  if (epp_ || sglang_) {
+    Status status = epp_ ? epp_->Start() : absl::OkStatus();
+    if (status.ok() && epp_) status = StartLoadSignals();
+    if (status.ok() && sglang_) status = sglang_->Start();
     if (!status.ok()) {
       StopLoadSignals();
-      epp_->Stop();
+      if (sglang_) sglang_->Stop();
+      if (epp_) epp_->Stop();
       if (ingest_) ingest_->Stop();
       if (liveness_) liveness_->Stop();
       checkpointer_->Stop();
@@ -268,6 +277,7 @@ Status Router::Start() {
   api_->Register(*server_);
   if (Status status = server_->Start(); !status.ok()) {
     StopLoadSignals();
+    if (sglang_) sglang_->Stop();
     if (epp_) epp_->Stop();
     if (ingest_) ingest_->Stop();
     if (liveness_) liveness_->Stop();
@@ -407,6 +417,7 @@ bool Router::StreamReady(std::string* reason) const {
 void Router::Stop() {
   if (!running_) return;
   StopLoadSignals();
+  if (sglang_) sglang_->Stop();
   if (epp_) epp_->Stop();
   server_->Stop();
   if (stream_watch_.joinable()) {

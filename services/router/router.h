@@ -41,6 +41,7 @@
 
 #include "services/router/embedded/embedded_ingest.h"
 #include "services/router/epp_wiring.h"
+#include "services/router/sglang_wiring.h"
 #include "shared/base/status.h"
 #include "shared/base/stop_signal.h"
 #include "shared/consume/apply_loop.h"
@@ -150,6 +151,11 @@ struct RouterOptions {
   // /metrics of the sources with endpoint= (--load-interval); 0 = never.
   // Default: 50 ms.
   std::chrono::milliseconds load_interval{50};
+  // SGLang's KV indexer gRPC (--sglang-indexer host:port; docs/compat.md);
+  // "" = off. The model its hash-only requests mean (--sglang-model); "" =
+  // the one model the router knows.
+  std::string sglang_listen;
+  std::string sglang_model;
 
   Status Validate() const;
   // The HTTP server's options (listen address, limits, timeouts, token).
@@ -173,6 +179,8 @@ class Router {
   // The endpoint picker's ports (0 when --epp is off).
   int epp_port() const { return epp_ ? epp_->port() : 0; }
   int epp_health_port() const { return epp_ ? epp_->health_port() : 0; }
+  // SGLang's KV indexer port (0 when --sglang-indexer is off).
+  int sglang_port() const { return sglang_ ? sglang_->port() : 0; }
   // What the last Start restored.
   const storage::RestoreResult& restored() const { return restored_; }
 
@@ -208,6 +216,7 @@ class Router {
   // Predict on route: fed by the apply loop, read by the picker.
   std::shared_ptr<epp::SpeculativeCache> speculative_;
   std::unique_ptr<query::RouterApi> api_;
+  std::unique_ptr<SglangService> sglang_;  // after api_: it reads api_'s context
   std::unique_ptr<http::Server> server_;
   storage::RestoreResult restored_;
   bool running_ = false;

@@ -320,6 +320,14 @@ std::string_view CompatApi::ApiLabel(Api api) {
       return "mooncake_register";
     case Api::kMooncakeUnregister:
       return "mooncake_unregister";
+    case Api::kSglangMatchPrefix:
+      return "sglang_match_external_kv_prefix";
+    case Api::kSglangMatch:
+      return "sglang_match_external_kv";
+    case Api::kSglangHitCounts:
+      return "sglang_get_external_kv_hit_counts";
+    case Api::kSglangApplyBatch:
+      return "sglang_apply_external_kv_batch";
     case Api::kCount:
       break;
   }
@@ -348,6 +356,10 @@ std::string_view CompatApi::OutcomeLabel(Outcome outcome) {
       return "registration_refused";
     case Outcome::kUnavailable:
       return "unavailable";
+    case Outcome::kModelAmbiguous:
+      return "model_ambiguous";
+    case Outcome::kUnimplemented:
+      return "unimplemented";
     case Outcome::kCount:
       break;
   }
@@ -356,10 +368,10 @@ std::string_view CompatApi::OutcomeLabel(Outcome outcome) {
 
 CompatApi::CompatApi(const ApiContext* context) : context_(context) {
   collectable_ = std::make_unique<metrics::CallbackCollectable>([this] {
-    auto requests = metrics::CounterFamily(
-        "kvindex_router_compat_requests_total",
-        "Compatibility API answers (Dynamo, Mooncake), by API and outcome (ok or the error's "
-        "reason)");
+    auto requests = metrics::CounterFamily("kvindex_router_compat_requests_total",
+                                           "Compatibility API answers (Dynamo, Mooncake, SGLang), "
+                                           "by API and outcome (ok or the error's "
+                                           "reason)");
     for (size_t a = 0; a < static_cast<size_t>(Api::kCount); ++a) {
       for (size_t o = 0; o < static_cast<size_t>(Outcome::kCount); ++o) {
         const uint64_t n = counts_[a * static_cast<size_t>(Outcome::kCount) + o].load();

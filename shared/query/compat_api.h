@@ -44,6 +44,11 @@ class CompatApi {
     kMooncakeWorkers,
     kMooncakeRegister,
     kMooncakeUnregister,
+    // SGLang's KvIndexer gRPC (shared/compat/sglang_indexer.h), one per RPC.
+    kSglangMatchPrefix,
+    kSglangMatch,
+    kSglangHitCounts,
+    kSglangApplyBatch,
     kCount
   };
   enum class Outcome : uint8_t {
@@ -57,6 +62,8 @@ class CompatApi {
     kBlockSizeUnknown,     // model known, block size not yet (409)
     kRegistrationRefused,  // /register, /unregister: engines come from --source or agents (409)
     kUnavailable,          // anything else from the lookup (5xx)
+    kModelAmbiguous,       // SGLang: several models and no --sglang-model (FAILED_PRECONDITION)
+    kUnimplemented,        // SGLang: an RPC kvindex does not serve (UNIMPLEMENTED)
     kCount
   };
   static std::string_view ApiLabel(Api api);
@@ -79,6 +86,8 @@ class CompatApi {
   // is not a decimal u64 (Dynamo's WorkerId): fail closed, counted.
   uint64_t workers_not_numeric() const { return workers_not_numeric_.load(); }
   uint64_t count(Api api, Outcome outcome) const;
+  // Counts one answer of an API served elsewhere (the SGLang gRPC service).
+  void Record(Api api, Outcome outcome) const { Count(api, outcome); }
 
   // kvindex_router_compat_* families, collected at scrape time.
   const prometheus::Collectable* collectable() const { return collectable_.get(); }

@@ -13,9 +13,15 @@
 //            they are our canonical sequence hashes bit for bit; any other
 //            seed cannot be mapped (a hash does not give its tokens back), so
 //            it is refused (CheckMooncakeSeed).
-//   SGLang   KvIndexer gRPC: hashes are decimal strings of signed i64 (their
-//            `i64::to_string`); an unsigned spelling above i64::MAX is the
-//            same block. ParseSglangHash / SglangHashString.
+//   SGLang   KvIndexer gRPC (shared/compat/sglang_indexer.h): their current
+//            .proto carries hashes as sfixed64 (FromSglangI64 reinterprets
+//            them, as for Dynamo); an earlier version carried decimal
+//            strings of signed i64 (`i64::to_string`), where an unsigned
+//            spelling above i64::MAX is the same block (ParseSglangHash /
+//            SglangHashString). Either way the 64 bits are looked up as our
+//            canonical sequence hashes: a sender must hash with our scheme
+//            (docs/compat.md, "SGLang": SGLang's own engine hashes are
+//            SHA-256 based and are not ours).
 //
 // Test vectors: compat_hashes_test.cc.
 #pragma once
@@ -36,6 +42,11 @@ inline constexpr uint64_t kMooncakeSeed = hashing::kRootSeed;
 inline uint64_t FromDynamoI64(int64_t value) { return static_cast<uint64_t>(value); }
 // Our u64 hash as Dynamo sends it (i64).
 inline int64_t ToDynamoI64(uint64_t value) { return static_cast<int64_t>(value); }
+
+// An SGLang sfixed64 hash as our u64 sequence hash (all 64 bits kept).
+inline uint64_t FromSglangI64(int64_t value) { return static_cast<uint64_t>(value); }
+// Our u64 hash as SGLang's sfixed64.
+inline int64_t ToSglangI64(uint64_t value) { return static_cast<int64_t>(value); }
 
 // OK when Mooncake sequence hashes made with `seed` are our canonical ones.
 Status CheckMooncakeSeed(uint64_t seed);

@@ -96,6 +96,8 @@ class RouterApi {
 
   // The compatibility APIs' handlers and counters (compat_api.h).
   const CompatApi& compat() const { return compat_; }
+  // What the handlers read (the gRPC compatibility services run Lookup on it).
+  const ApiContext& context() const { return context_; }
 
   // Handlers (public for tests).
   void Match(const http::Request& request, http::Response& response) const;

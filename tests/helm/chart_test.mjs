@@ -326,10 +326,17 @@ const expectations = {
     check(allowed.includes(9002) && allowed.includes(9003), `epp: the routers' NetworkPolicy admits 9002 and 9003 (${allowed})`);
     const sidecar = objects.find((o) => o.kind === "ConfigMap" && o.metadata.name.endsWith("-agent-sidecar"));
     check(/endpoint=\$\(POD_IP\):8000/.test(sidecar?.data["container.yaml"] || ""), "epp: the agents announce endpoint=$(POD_IP):8000");
+    check(env.KVINDEX_SGLANG_INDEXER === "0.0.0.0:50051" && env.KVINDEX_SGLANG_MODEL === "M", "epp: the routers serve SGLang's KV indexer on 50051 for model M");
+    check(ports.includes("sglang-indexer=50051"), `epp: the SGLang indexer container port (${ports})`);
+    const client = find(objects, "Service").find((o) => o.metadata.name.endsWith("-router"));
+    const sglang = (client?.spec.ports || []).find((p) => p.name === "sglang-indexer");
+    check(sglang?.port === 50051 && sglang.targetPort === "sglang-indexer" && sglang.appProtocol === "kubernetes.io/h2c", "epp: the client Service carries the SGLang indexer port, h2c");
+    check(allowed.includes(50051), `epp: the routers' NetworkPolicy admits 50051 (${allowed})`);
   },
   default(objects) {
     check(find(objects, "InferencePool").length === 0 && find(objects, "Service", "-router-epp").length === 0, "default: no endpoint picker objects (epp.enabled=false)");
     const sts = find(objects, "StatefulSet")[0];
+    check(envOf(sts, "kvindex-router").KVINDEX_SGLANG_INDEXER === undefined, "default: no SGLang indexer (sglangIndexer.enabled=false)");
     check(sts?.spec.replicas === 2, "default: 2 router replicas");
     check(find(objects, "DaemonSet").length === 0, "default: no agent DaemonSet (agent.enabled=false)");
     for (const kind of ["HorizontalPodAutoscaler", "ServiceMonitor"]) {

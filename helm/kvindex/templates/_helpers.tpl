@@ -345,6 +345,23 @@ volumeMounts:
 {{- end -}}
 
 {{/* The endpoint picker on the router container (epp.enabled): its env and ports. */}}
+{{- define "kvindex.sglang.routerEnv" -}}
+{{- if .Values.sglangIndexer.enabled -}}
+- name: KVINDEX_SGLANG_INDEXER
+  value: {{ printf "0.0.0.0:%d" (int .Values.sglangIndexer.port) | quote }}
+{{- with .Values.sglangIndexer.model }}
+- name: KVINDEX_SGLANG_MODEL
+  value: {{ . | quote }}
+{{- end }}
+{{- end -}}
+{{- end -}}
+{{- define "kvindex.sglang.routerPorts" -}}
+{{- if .Values.sglangIndexer.enabled -}}
+- name: sglang-indexer
+  containerPort: {{ .Values.sglangIndexer.port }}
+  protocol: TCP
+{{- end -}}
+{{- end -}}
 {{- define "kvindex.epp.routerEnv" -}}
 {{- if .Values.epp.enabled -}}
 - name: KVINDEX_EPP

@@ -1,0 +1,46 @@
+#include "services/router/sglang_wiring.h"
+
+#include <utility>
+
+namespace kvindex::router {
+
+SglangAddressBook::SglangAddressBook(std::vector<epp::Endpoint> static_endpoints,
+                                     std::function<std::vector<epp::Endpoint>()> announced)
+    : announced_(std::move(announced)) {
+  for (const epp::Endpoint& e : static_endpoints) static_.try_emplace(e.source, Url(e.address));
+}
+
+std::string SglangAddressBook::Url(const std::string& address) {
+  if (address.empty() || address.find("://") != std::string::npos) return address;
+  return "http://" + address;
+}
+
+std::string SglangAddressBook::Address(const SourceKey& source) {
+  if (auto it = static_.find(source); it != static_.end()) return it->second;
+  if (!announced_) return "";
+  MutexLock lock(&mu_);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - refreshed_ > std::chrono::milliseconds(200)) {
+    announced_map_.clear();
+    for (const epp::Endpoint& e : announced_()) {
+      announced_map_.try_emplace(e.source, Url(e.address));
+    }
+    refreshed_ = now;
+  }
+  auto it = announced_map_.find(source);
+  return it == announced_map_.end() ? "" : it->second;
+}
+
+SglangService::SglangService(const query::RouterApi* api, std::string listen, std::string model,
+                             std::vector<epp::Endpoint> static_endpoints,
+                             std::function<std::vector<epp::Endpoint>()> announced)
+    : addresses_(std::move(static_endpoints), std::move(announced)),
+      indexer_(
+          &api->context(),
+          compat::SglangOptions{
+              .model = std::move(model),
+              .address = [this](const SourceKey& source) { return addresses_.Address(source); }}),
+      server_(compat::SglangServerOptions{.listen = std::move(listen)}, &indexer_, &api->compat()) {
+}
+
+}  // namespace kvindex::router

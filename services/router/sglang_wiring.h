@@ -1,0 +1,59 @@
+// SGLang's KV indexer service in the router (--sglang-indexer ADDR;
+// docs/compat.md, "SGLang"): shared/compat's codec and gRPC server over the
+// router's API context, and the worker addresses its answers carry: the
+// router-facing URL of each source ("http://" + its endpoint=HOST:PORT, or
+// the one its agent announced on the log).
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "shared/base/mutex.h"
+#include "shared/base/status.h"
+#include "shared/compat/sglang_indexer.h"
+#include "shared/compat/sglang_server.h"
+#include "shared/epp/endpoints.h"
+#include "shared/query/router_api.h"
+
+namespace kvindex::router {
+
+// Source -> address, from the static endpoints (--source endpoint=) and the
+// announced ones (--nats; asked again at most every 200 ms). Thread safe.
+class SglangAddressBook {
+ public:
+  SglangAddressBook(std::vector<epp::Endpoint> static_endpoints,
+                    std::function<std::vector<epp::Endpoint>()> announced);
+  // "" when the source has no endpoint.
+  std::string Address(const SourceKey& source);
+  // "host:port" -> "http://host:port" (a scheme already there is kept).
+  static std::string Url(const std::string& address);
+
+ private:
+  const std::function<std::vector<epp::Endpoint>()> announced_;
+  absl::flat_hash_map<SourceKey, std::string> static_;
+  Mutex mu_;
+  absl::flat_hash_map<SourceKey, std::string> announced_map_ ABSL_GUARDED_BY(mu_);
+  std::chrono::steady_clock::time_point refreshed_ ABSL_GUARDED_BY(mu_);
+};
+
+class SglangService {
+ public:
+  // `api` must outlive the service.
+  SglangService(const query::RouterApi* api, std::string listen, std::string model,
+                std::vector<epp::Endpoint> static_endpoints,
+                std::function<std::vector<epp::Endpoint>()> announced);
+  Status Start() { return server_.Start(); }
+  void Stop() { server_.Stop(); }
+  int port() const { return server_.port(); }
+
+ private:
+  SglangAddressBook addresses_;
+  compat::SglangIndexer indexer_;
+  compat::SglangServer server_;
+};
+
+}  // namespace kvindex::router
