@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "shared/consume/apply_loop.h"
+#include "shared/consume/testing/replica_checks.h"
 #include "shared/consume/testing/scripted_reader.h"
 #include "shared/index/kv_index.h"
 
@@ -80,22 +81,10 @@ struct Replica {
     loop->Stop();
   }
   std::vector<std::string> Holders(const std::string& model, uint64_t hash) const {
-    std::vector<std::string> out;
-    auto match = index.MatchSequenceHashes(model, std::vector<uint64_t>{hash});
-    if (!match.ok()) return out;
-    for (const auto& worker : match->workers) out.push_back(worker.source.worker);
-    return out;
+    return testing::Holders(index, model, hash);
   }
   double Refused(const std::string& reason) const {
-    for (const auto& family : probe.Collect()) {
-      if (family.name != "kvindex_router_log_messages_refused_total") continue;
-      for (const auto& metric : family.metric) {
-        for (const auto& label : metric.label) {
-          if (label.name == "reason" && label.value == reason) return metric.counter.value;
-        }
-      }
-    }
-    return -1;
+    return testing::RefusedMessages(probe, reason);
   }
   size_t SourcesOf(const std::string& model, const std::string& prefix) const {
     std::vector<SourceKey> keys;
