@@ -148,6 +148,12 @@ int main(int argc, char** argv) {
                  "Models the index holds (in log order, after --models); stored events of "
                  "further models are dropped (counted); 0 = no cap")
       ->capture_default_str();
+  app.add_option("--max-nodes", options.max_nodes,
+                 "JetStream mode: most live agents (nodes) the log may speak for (1-1024); a "
+                 "new node past it is refused (too_many_nodes), and each live node is "
+                 "guaranteed 1024/max-nodes sources in every model (docs/security.md). The "
+                 "same on every replica")
+      ->capture_default_str();
   app.add_option("--max-blocks-per-tier", options.agent.max_blocks_per_tier,
                  "Embedded agent: blocks one source may hold per tier; past it stored events are "
                  "dropped (block_cap, counted); 0 = no cap")

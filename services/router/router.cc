@@ -29,6 +29,11 @@ Status RouterOptions::Validate() const {
   }
   KVINDEX_RETURN_IF_ERROR(HttpOptions().Validate());
   if (log_capacity == 0) return absl::InvalidArgumentError("log capacity must be > 0");
+  if (max_nodes < 1 || max_nodes > kMaxNodesLimit) {
+    return absl::InvalidArgumentError(
+        strings::Cat("--max-nodes: must be between 1 and ", kMaxNodesLimit, " (got ", max_nodes,
+                     "): each live node is guaranteed a share of a model's 4096 sources"));
+  }
   return embedded ? agent.Validate() : absl::OkStatus();
 }
 
@@ -110,6 +115,7 @@ Status Router::Start() {
   probe_->Bind(index_.get(), [this] { return apply_ ? apply_->Pending() : 0; });
   consume::ApplyOptions apply_options;
   apply_options.models = options_.models;
+  apply_options.agents.max_nodes = options_.max_nodes;
   if (!options_.epp.listen.empty()) {
     // The picker's speculative entries learn of removals from the log.
     speculative_ = std::make_shared<epp::SpeculativeCache>(

@@ -143,6 +143,12 @@ struct RouterOptions {
   // (ApplyResult / IndexStats::events_over_model_limit, log outcome
   // index_exhausted). 0 = no cap. Default: 256.
   uint32_t max_models = 256;
+  // Most live agents (nodes) the log may speak for; a new node past it is
+  // refused (too_many_nodes). Each live node is guaranteed
+  // (4096 - 3072) / max_nodes sources in every model (SourceQuota;
+  // docs/security.md). The same on every replica. Default: 256.
+  static constexpr uint32_t kMaxNodesLimit = 1024;
+  uint32_t max_nodes = 256;
   // Placement log capacity (events) between ingest and apply. Default: 1 << 20.
   size_t log_capacity = size_t{1} << 20;
   // The endpoint picker (--epp ...; docs/epp.md); off while epp.listen is "".

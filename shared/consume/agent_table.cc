@@ -22,6 +22,29 @@ void AgentTable::FailClosed(AgentState& agent, const std::string& name, uint64_t
   resync_.push_back({name, position});
 }
 
+namespace {
+
+// Live: not expired, or expired and owning sources claimed since (the same
+// rule as Leases()).
+bool Live(const AgentTable::AgentState& agent) { return !agent.expired || !agent.sources.empty(); }
+
+}  // namespace
+
+bool AgentTable::AtNodeCap(const std::string& node) const {
+  auto it = agents_.find(node);
+  if (it != agents_.end() && Live(it->second)) return false;
+  size_t live = 0;
+  for (const auto& [name, agent] : agents_) live += Live(agent) ? 1 : 0;
+  return live >= options_.max_nodes;
+}
+
+void AgentTable::AppendOwned(const std::string& node, std::vector<SourceKey>* owned) const {
+  MutexLock lock(&mu_);
+  if (auto it = agents_.find(node); it != agents_.end()) {
+    owned->insert(owned->end(), it->second.sources.begin(), it->second.sources.end());
+  }
+}
+
 void AgentTable::Claim(AgentState& agent, const std::string& name, const SourceKey& source) {
   auto [it, inserted] = owners_.try_emplace(source, name);
   // Another node's source reaches here only from the trusted in-process log:
@@ -55,6 +78,7 @@ std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message
   if (header.agent != node) return LogRefusal::kSubjectMismatch;
   if (message.invalid) return std::nullopt;  // no events; the node's own subject
   if (!header.sequenced()) return LogRefusal::kSubjectMismatch;  // agents number every message
+  if (AtNodeCap(node)) return LogRefusal::kTooManyNodes;
   // Sources nobody owns yet that the message would claim (rare: first
   // announcements only).
   absl::flat_hash_set<SourceKey> claims;

@@ -73,6 +73,11 @@ struct AgentTableOptions {
   // refused (too_many_sources), so one node cannot fill a model's source
   // ids (4,096) with made-up workers. Default: 256.
   size_t max_sources_per_node = 256;
+  // Most live nodes (not expired, or expired still owning sources): a
+  // message from a node that is not live while this many are is refused
+  // whole (too_many_nodes). Also sizes a node's guaranteed share of a model
+  // (SourceQuota). Router --max-nodes. Default: 256.
+  size_t max_nodes = 256;
   // Expired agents kept as tombstones (a late message of theirs stays
   // stale). Default: 4096.
   size_t max_tombstones = 4096;
@@ -147,6 +152,9 @@ class AgentTable {
   // The node owning `source`, if any.
   std::optional<std::string> Owner(const SourceKey& source) const;
 
+  // Appends the sources `node` owns to *owned (SourceQuota).
+  void AppendOwned(const std::string& node, std::vector<SourceKey>* owned) const;
+
   // Replaces the table with a checkpoint's (apply thread, before the first
   // message). Ownership is rebuilt from the agents' source sets. The
   // router-local heartbeat time restarts at `now`: a restarted router grants
@@ -166,6 +174,8 @@ class AgentTable {
                                       std::span<const PlacementEvent> events,
                                       const LogSubject& origin) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when `node` is not live and max_nodes nodes are.
+  bool AtNodeCap(const std::string& node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Claim(AgentState& agent, const std::string& name, const SourceKey& source)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void AppendClear(const SourceKey& source, const std::string& name,

@@ -23,7 +23,8 @@ ApplyLoop::ApplyLoop(LogReader* reader, index::IndexInterface* index, RouterProb
       index_(index),
       probe_(probe),
       options_(std::move(options)),
-      agents_(options_.agents) {}
+      agents_(options_.agents),
+      quota_(options_.agents.max_nodes) {}
 
 ApplyLoop::~ApplyLoop() { Stop(); }
 
@@ -184,7 +185,9 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
       } else {
         ++refused[static_cast<int>(refusal)];
         uint64_t suppressed = 0;
-        if (refusal_warnings_.Allow(&suppressed)) {
+        if (refusal == LogRefusal::kTooManyNodes
+                ? quota_warnings_.Allow(message.header.agent, now, &suppressed)
+                : refusal_warnings_.Allow(&suppressed)) {
           log::Get("consume")->warn(
               "log position {} on '{}' (header agent '{}') refused: {} ({} suppressed)",
               message.position, message.subject, message.header.agent.substr(0, 64),
@@ -199,7 +202,24 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
     // Usually the message's events go to the index as they are; the
     // rewritten copy exists only when something is cleared, decided or
     // filtered out.
-    bool rewrite = !clears_.empty();
+    // The quota reads the index as it is before this message; an embedded
+    // router's own agent (no subject) is trusted.
+    const bool quota =
+        !message.subject.empty() && !events.empty() &&
+        quota_.Check(message.header.agent, events, *index_, agents_, &quota_refused_);
+    if (quota) {
+      ++refused[static_cast<int>(LogRefusal::kModelSourcesFull)];
+      uint64_t suppressed = 0;
+      if (quota_warnings_.Allow(message.header.agent, now, &suppressed)) {
+        log::Get("consume")->warn(
+            "log position {}: node '{}' may not add more sources to a model over 3/4 of its "
+            "{} sources (its share: {}); those sources' events dropped: model_sources_full "
+            "({} suppressed)",
+            message.position, message.header.agent.substr(0, 64), SourceQuota::kModelSources,
+            quota_.share(), suppressed);
+      }
+    }
+    bool rewrite = !clears_.empty() || quota;
     rewritten_.clear();
     expired_sources_.clear();
     if (rewrite) rewritten_.swap(clears_);
@@ -211,9 +231,10 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
         ++expired;
         for (const PlacementEvent& clear : expansion_) expired_sources_.push_back(clear.source);
       }
-      const bool wanted = options_.models.empty() || event.model.empty() ||
-                          std::find(options_.models.begin(), options_.models.end(), event.model) !=
-                              options_.models.end();
+      const bool wanted = (options_.models.empty() || event.model.empty() ||
+                           std::find(options_.models.begin(), options_.models.end(), event.model) !=
+                               options_.models.end()) &&
+                          !(quota && quota_refused_[i] != 0);
       if (!rewrite && (!pass || !wanted || !expansion_.empty())) {
         rewrite = true;
         rewritten_.insert(rewritten_.end(), events.begin(), events.begin() + i);

@@ -14,7 +14,9 @@
 // Per message, in log order: the AgentTable admits it (a message that may
 // not speak for what it says is refused whole and counted by reason, stale
 // messages are skipped; after a sender gap the agent's sources are cleared
-// first, fail closed), agent_expired events are decided into clears, events
+// first, fail closed), the SourceQuota drops the events of sources a node
+// may not add to a model near its source limit (counted as
+// model_sources_full), agent_expired events are decided into clears, events
 // of models outside ApplyOptions::models (when set) are left out, and the
 // rest is applied at the message's position, which always advances
 // applied_seq. Besides applying, it remembers per source the agent that
@@ -48,7 +50,9 @@
 #include "shared/base/status.h"
 #include "shared/consume/agent_table.h"
 #include "shared/consume/log_reader.h"
+#include "shared/consume/node_warnings.h"
 #include "shared/consume/router_probe.h"
+#include "shared/consume/source_quota.h"
 #include "shared/index/index_interface.h"
 #include "shared/log/log.h"
 #include "shared/model/source_key.h"
@@ -63,7 +67,8 @@ struct ApplyOptions {
   // Wait between attempts to open an unreachable log (doubles up to 5 s).
   // Default: 100 ms.
   std::chrono::milliseconds open_retry{100};
-  // Authority, incarnation and tombstone bounds of the agent table.
+  // Authority, incarnation, node and tombstone bounds of the agent table;
+  // max_nodes also sizes each node's share of a model (SourceQuota).
   AgentTableOptions agents;
   // Called on the writer thread with the events of each message right after
   // the index applied them (expiries as the clears they became): the
@@ -134,6 +139,7 @@ class ApplyLoop {
   RouterProbe* const probe_;
   const ApplyOptions options_;
   AgentTable agents_;
+  SourceQuota quota_;
 
   std::thread thread_;  // Start and Stop only (one owner thread)
   std::atomic<bool> stop_{false};
@@ -156,7 +162,10 @@ class ApplyLoop {
   std::vector<PlacementEvent> expansion_;
   std::vector<PlacementEvent> rewritten_;
   std::vector<SourceKey> expired_sources_;
+  std::vector<uint8_t> quota_refused_;
   log::RateLimiter refusal_warnings_{std::chrono::seconds(10)};
+  // too_many_nodes and model_sources_full: once per node per interval.
+  NodeWarnings quota_warnings_{std::chrono::seconds(10)};
   log::RateLimiter exhausted_warnings_{std::chrono::seconds(10)};
 
   mutable Mutex mu_;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "shared/consume/apply_loop.h"
+#include "shared/consume/testing/replica_checks.h"
 #include "shared/consume/testing/scripted_reader.h"
 #include "shared/index/kv_index.h"
 
@@ -105,23 +106,9 @@ struct Replica {
     loop->Stop();
   }
   // Workers holding block `hash` of model "m" (rank 0), in order.
-  std::vector<std::string> Holders(uint64_t hash) {
-    std::vector<std::string> out;
-    auto match = index.MatchSequenceHashes("m", std::vector<uint64_t>{hash});
-    if (!match.ok()) return out;
-    for (const auto& worker : match->workers) out.push_back(worker.source.worker);
-    return out;
-  }
+  std::vector<std::string> Holders(uint64_t hash) { return testing::Holders(index, "m", hash); }
   double Refused(const std::string& reason) const {
-    for (const auto& family : probe.Collect()) {
-      if (family.name != "kvindex_router_log_messages_refused_total") continue;
-      for (const auto& metric : family.metric) {
-        for (const auto& label : metric.label) {
-          if (label.name == "reason" && label.value == reason) return metric.counter.value;
-        }
-      }
-    }
-    return -1;
+    return testing::RefusedMessages(probe, reason);
   }
   AgentTable::AgentView Agent(const std::string& node) const {
     for (const auto& agent : loop->agents().Agents()) {

@@ -18,6 +18,10 @@ std::string_view LogRefusalLabel(LogRefusal refusal) {
       return "incarnation_ahead";
     case LogRefusal::kTooManySources:
       return "too_many_sources";
+    case LogRefusal::kTooManyNodes:
+      return "too_many_nodes";
+    case LogRefusal::kModelSourcesFull:
+      return "model_sources_full";
   }
   return "unknown";
 }

@@ -16,11 +16,16 @@ enum class LogRefusal : uint8_t {
   kKindNotAllowed = 4,    // an event kind the subject may not carry
   kIncarnationAhead = 5,  // a new incarnation too far ahead of the log's clock
   kTooManySources = 6,    // the node would own more than max_sources_per_node
+  kTooManyNodes = 7,      // a node not live yet while max_nodes are (AgentTableOptions)
+  // Stored events of sources the node may not add to a model more than 3/4
+  // full (SourceQuota): only those sources' events are dropped.
+  kModelSourcesFull = 8,
 };
-inline constexpr int kNumLogRefusals = 7;
+inline constexpr int kNumLogRefusals = 9;
 
 // "bad_subject", "subject_mismatch", "foreign_event", "foreign_source",
-// "kind_not_allowed", "incarnation_ahead", "too_many_sources".
+// "kind_not_allowed", "incarnation_ahead", "too_many_sources",
+// "too_many_nodes", "model_sources_full".
 std::string_view LogRefusalLabel(LogRefusal refusal);
 
 }  // namespace kvindex::consume

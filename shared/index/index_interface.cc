@@ -7,6 +7,16 @@
 
 namespace kvindex::index {
 
+size_t IndexInterface::ModelSources(std::string_view model, std::vector<SourceKey>* out) const {
+  size_t count = 0;
+  for (SourceInfo& info : Sources()) {
+    if (info.model != model) continue;
+    ++count;
+    if (out != nullptr) out->push_back(std::move(info.source));
+  }
+  return count;
+}
+
 StatusOr<MatchResult> IndexInterface::MatchTokens(std::string_view model,
                                                   std::span<const uint32_t> tokens,
                                                   std::string_view lora_name,

@@ -156,6 +156,10 @@ class IndexInterface {
   // Distinct blocks the model holds, whatever the holders (writer thread or
   // quiescent); 0 when the implementation does not know.
   virtual uint64_t DistinctBlocks(std::string_view /*model*/) const { return 0; }
+  // How many sources hold at least one entry of `model` (writer thread or
+  // quiescent), and when `out` is not null their keys, appended (the
+  // consume layer's per-model source quota). Default: from Sources().
+  virtual size_t ModelSources(std::string_view model, std::vector<SourceKey>* out) const;
 };
 
 // Sorts match rows: longest desc, then worker, then dp_rank (semantics.md section 5).

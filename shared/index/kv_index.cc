@@ -390,6 +390,16 @@ uint64_t KvIndex::DistinctBlocks(std::string_view model) const {
   return m == nullptr ? 0 : m->blocks();
 }
 
+size_t KvIndex::ModelSources(std::string_view model, std::vector<SourceKey>* out) const {
+  const ModelIndex* m = FindModel(model);
+  if (m == nullptr) return 0;
+  if (out == nullptr) return m->sources_with_entries();
+  std::vector<SourceInfo> sources;
+  m->AppendSources(&sources);
+  for (SourceInfo& info : sources) out->push_back(std::move(info.source));
+  return sources.size();
+}
+
 void KvIndex::RestoreAppliedSeq(uint64_t log_position) {
   FlushRestore();
   applied_seq_.store(log_position, std::memory_order_release);

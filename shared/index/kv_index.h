@@ -107,6 +107,8 @@ class KvIndex final : public IndexInterface {
                   std::span<const uint64_t> hashes, uint32_t block_size) override;
   void ReserveBlocks(std::string_view model, uint64_t blocks) override;
   uint64_t DistinctBlocks(std::string_view model) const override;
+  // O(1) for the count alone (no `out`).
+  size_t ModelSources(std::string_view model, std::vector<SourceKey>* out) const override;
 
   // Diagnostics (writer thread or quiescent index; kvindex-bench index
   // --profile): the block locator of `model`, nullopt when it does not exist.

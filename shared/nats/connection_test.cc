@@ -17,6 +17,7 @@
 #include "shared/base/strings.h"
 #include "shared/log/log.h"
 #include "shared/nats/internal/nkey.h"
+#include "shared/nats/testing/jwt.h"
 #include "shared/nats/testing/nats_server.h"
 
 namespace kvindex::nats {
@@ -373,6 +374,50 @@ TEST(ConnectionTest, NkeySeedRotatedInItsFileNeedsNoRestart) {
   ASSERT_TRUE((*server)->Reload(config(second)).ok());
   EXPECT_TRUE(WaitFor([&] { return (*connection)->generation() >= 2 && RoundTrip(**connection); }));
   EXPECT_GE(MetricValue(registry, "kvindex_nats_redials_total", "agent"), 1);
+}
+
+// Operator mode (JWTs, issue #21): the user's .creds file is replaced by
+// another user's of the same account, then the server's account revokes the
+// first user (config reload). The server drops the connection; the redial
+// reads the file again and signs in as the new user. No restart.
+TEST(ConnectionTest, CredsFileRotatedNeedsNoRestart) {
+  const auto op = testing::Identity::New('O');
+  const auto system = testing::Identity::New('A');
+  const auto account = testing::Identity::New('A');
+  const auto first = testing::Identity::New('U');
+  const auto second = testing::Identity::New('U');
+  NatsServerOptions server_options;
+  server_options.config = testing::OperatorModeConfig(op, system, account, {});
+  auto server = NatsServerProcess::Start(server_options);
+  ASSERT_TRUE(server.ok()) << server.status();
+  LogCapture logs;
+  prometheus::Registry registry;
+  NatsOptions options;
+  options.url = (*server)->url();
+  const std::string first_creds = testing::CredsFile(account, first);
+  options.creds_file = WriteFile((*server)->dir(), "user.creds", first_creds);
+  options.keep_trying_auth = true;
+  auto connection = Connection::Connect(options, &registry, "agent", {}, true);
+  ASSERT_TRUE(connection.ok()) << connection.status();
+  ASSERT_TRUE(RoundTrip(**connection));
+  EXPECT_EQ((*connection)->generation(), 1u);
+
+  WriteFile((*server)->dir(), "user.creds", testing::CredsFile(account, second));
+  ASSERT_TRUE(
+      (*server)->Reload(testing::OperatorModeConfig(op, system, account, {first.public_key})).ok());
+  EXPECT_TRUE(WaitFor([&] { return (*connection)->generation() >= 2 && RoundTrip(**connection); }));
+  EXPECT_GE(MetricValue(registry, "kvindex_nats_redials_total", "agent"), 1);
+  EXPECT_FALSE((*connection)->auth_failing());
+  // The first user is refused now: the rotation really took the new creds.
+  NatsOptions old_user = options;
+  old_user.creds_file = WriteFile((*server)->dir(), "old.creds", first_creds);
+  old_user.keep_trying_auth = false;
+  auto refused = Connection::Connect(old_user, nullptr, "agent", {}, false);
+  EXPECT_TRUE(absl::IsPermissionDenied(refused.status())) << refused.status();
+  const std::string text = logs.text();
+  for (const std::string& seed : {first.seed, second.seed}) {
+    EXPECT_EQ(text.find(seed), std::string::npos) << text;
+  }
 }
 
 TEST(ConnectionTest, TokenAuth) {

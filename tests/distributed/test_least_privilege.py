@@ -13,7 +13,11 @@ equal the embedded reference router. Then, speaking raw NATS protocol:
   - a batch node-b may publish (its own subject) whose header says
     agent=node-a with incarnation 2^64-1, and which clears node-a's worker,
     is stored by JetStream but refused by the router (subject_mismatch):
-    node-a's placements are untouched and its later messages still apply.
+    node-a's placements are untouched and its later messages still apply;
+  - load samples (core NATS <prefix>_load.<node>, issue #22): node-b may
+    publish only its own; the router (with --epp, subscribed to
+    <prefix>_load.* under its rights) refuses a sample node-b sends about
+    node-a's worker, and a report on node-b's subject naming node-a.
 
 Usage: test_least_privilege.py BIN_DIR SCENARIO   (scenario: least_privilege)
 """
@@ -38,7 +42,7 @@ def agent_permissions(node):
     """The permissions block of docs/operations.md for the agent on `node`."""
     return """{
       publish: {
-        allow: ["%(p)s.*.%(n)s", "$JS.API.STREAM.INFO.%(s)s",
+        allow: ["%(p)s.*.%(n)s", "%(p)s_load.%(n)s", "$JS.API.STREAM.INFO.%(s)s",
                 "$JS.API.STREAM.CREATE.%(s)s", "$JS.API.CONSUMER.CREATE.%(s)s",
                 "$JS.API.CONSUMER.DELETE.%(s)s.*", "$JS.FC.%(s)s.>"]
         deny: ["%(p)s._expire.>"]
@@ -56,7 +60,7 @@ def router_permissions():
                 "$JS.API.CONSUMER.CREATE.%(s)s", "$JS.API.CONSUMER.DELETE.%(s)s.*",
                 "$JS.FC.%(s)s.>"]
       }
-      subscribe: { allow: ["_INBOX.>"] }
+      subscribe: { allow: ["_INBOX.>", "%(p)s_load.*"] }
     }""" % {"p": PREFIX, "s": STREAM}
 
 
@@ -151,7 +155,8 @@ def scenario_least_privilege(bin_dir):
                    agent_extra=["--nats-user", "agent-node-a",
                                 "--nats-password-file", files["agent-node-a"]],
                    router_extra=["--nats-user", "router",
-                                 "--nats-password-file", files["router"]], routers=1,
+                                 "--nats-password-file", files["router"],
+                                 "--epp", "127.0.0.1:%d" % e2e.free_port()], routers=1,
                    lease="1s")
     raw = []
     try:
@@ -172,14 +177,28 @@ def scenario_least_privilege(bin_dir):
         for subject in ["%s._agent.node-a" % PREFIX, "%s.%s.node-a" % (PREFIX, model_token),
                         "%s._expire.node-a" % PREFIX, "%s._expire.node-b" % PREFIX,
                         "$JS.API.STREAM.DELETE.%s" % STREAM, "$JS.API.STREAM.PURGE.%s" % STREAM,
-                        "$JS.API.STREAM.UPDATE.%s" % STREAM, "_INBOX.forged"]:
+                        "$JS.API.STREAM.UPDATE.%s" % STREAM, "_INBOX.forged",
+                        "%s_load.node-a" % PREFIX]:
             errors = node_b.publish(subject, payload)
             assert refused(errors, subject), (subject, errors)
         # Routers may append expiry, never speak for an agent.
         for subject in ["%s._agent.node-a" % PREFIX, "%s.%s.node-a" % (PREFIX, model_token),
-                        "$JS.API.STREAM.DELETE.%s" % STREAM, "_INBOX.forged"]:
+                        "$JS.API.STREAM.DELETE.%s" % STREAM, "_INBOX.forged",
+                        "%s_load.node-a" % PREFIX]:
             errors = routers.publish(subject, payload)
             assert refused(errors, subject), (subject, errors)
+
+        # Load samples node-b may publish (its own subject) about node-a's
+        # worker, or naming node-a: the router keeps neither.
+        load_refused = 'kvindex_router_epp_load_samples_total{outcome="refused"}'
+        assert sample(router, load_refused) == 0
+        busy = {"worker": "w0", "dp_rank": 0, "waiting": 99, "running": 99, "kv_use": 1.0,
+                "healthy": False}
+        for report in [{"v": 1, "agent": "node-b", "ts_ns": 1, "samples": [busy]},
+                       {"v": 1, "agent": "node-a", "ts_ns": 1, "samples": [busy]}]:
+            assert node_b.publish("%s_load.node-b" % PREFIX, msgpack.packb(report)) == []
+        e2e.wait_for(lambda: sample(router, load_refused) == 2, 10,
+                     "the router refusing node-b's load samples about node-a")
 
         # What node-b may publish, on its own subject, claiming to be node-a:
         # stored by JetStream, refused by the router, node-a untouched.

@@ -395,6 +395,7 @@ const expectations = {
       KVINDEX_HTTP_MAX_BODY_TOTAL_BYTES: "33554432",
       KVINDEX_HTTP_MAX_CONNECTIONS_PER_CLIENT: "64",
       KVINDEX_MAX_MODELS: "8",
+      KVINDEX_MAX_NODES: "64",
       KVINDEX_BOOTSTRAP_CA: "/etc/kvindex/bootstrap-ca/ca.pem",
     };
     for (const [name, value] of Object.entries(want)) check(env[name] === value, `router-limits: ${name}=${env[name]}, expected ${value}`);
@@ -688,6 +689,7 @@ function checkConfigTests(routerBinary, agentBinary) {
     negative("missing TLS CA", ["-f", path.join(valuesDir, "tls.yaml")], "kvindex-router", { prepare: { skipSecret: "kvindex-nats-tls" } }, "--nats-tls-ca");
     negative("missing API token", ["-f", path.join(valuesDir, "auth-token.yaml")], "kvindex-router", { prepare: { skipSecret: "kvindex-auth" } }, "--auth-token-file");
     negative("bad stream storage", DEFAULT_ARGS, "kvindex-router", { env: (e) => { e.KVINDEX_STREAM_STORAGE = "disk"; } }, "--stream-storage");
+    negative("max_nodes past 1024", DEFAULT_ARGS, "kvindex-router", { env: (e) => { e.KVINDEX_MAX_NODES = "5000"; } }, "--max-nodes");
     // Secrets only from files (issue #21): credentials in the NATS URL are refused.
     negative("credentials in the NATS URL", DEFAULT_ARGS, "kvindex-router", { env: (e) => { e.KVINDEX_NATS = "nats://kvindex:hunter2@nats:4222"; } }, "--nats-password-file");
     negative("credentials in the agent's NATS URL", agentSet, "kvindex-agent", { env: (e) => { e.KVINDEX_NATS = "nats://s3cret-token@nats:4222"; } }, "KVINDEX_NATS_TOKEN");

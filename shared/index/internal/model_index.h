@@ -116,6 +116,10 @@ class ModelIndex {
   // Distinct blocks held.
   void Reserve(uint64_t blocks) { EnsureRoom(blocks); }
   uint64_t blocks() const;
+  // Sources holding at least one entry.
+  uint64_t sources_with_entries() const {
+    return sources_with_entries_.load(std::memory_order_relaxed);
+  }
   // Writer: the bytes ModelLimits::max_bytes counts (arena + locator).
   uint64_t limited_bytes() const;
   const ModelLimits& limits() const { return limits_; }

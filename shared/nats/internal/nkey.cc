@@ -12,9 +12,11 @@ namespace kvindex::nats::internal {
 namespace {
 
 constexpr char kBase32[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
-constexpr uint8_t kPrefixSeed = 18 << 3;  // 'S'
-constexpr uint8_t kPrefixUser = 20 << 3;  // 'U'
-constexpr size_t kSeedChars = 58;         // base32 of 2 + 32 + 2 bytes
+constexpr uint8_t kPrefixSeed = 18 << 3;      // 'S'
+constexpr uint8_t kPrefixUser = 20 << 3;      // 'U'
+constexpr uint8_t kPrefixOperator = 14 << 3;  // 'O'
+constexpr uint8_t kPrefixAccount = 0;         // 'A'
+constexpr size_t kSeedChars = 58;             // base32 of 2 + 32 + 2 bytes
 
 // CRC-16/XMODEM, the checksum NKeys append (little endian).
 uint16_t Crc16(const uint8_t* data, size_t size) {
@@ -118,10 +120,13 @@ StatusOr<std::string> PublicKeyFromSeedFile(const std::string& path) {
   return absl::InvalidArgumentError(strings::Cat("no NKey seed in ", path));
 }
 
-std::string EncodeUserSeed(const std::array<uint8_t, 32>& raw) {
+std::string EncodeUserSeed(const std::array<uint8_t, 32>& raw) { return EncodeSeed('U', raw); }
+
+std::string EncodeSeed(char role, const std::array<uint8_t, 32>& raw) {
+  const uint8_t prefix = role == 'O' ? kPrefixOperator : role == 'A' ? kPrefixAccount : kPrefixUser;
   std::vector<uint8_t> bytes;
-  bytes.push_back(static_cast<uint8_t>(kPrefixSeed | (kPrefixUser >> 5)));
-  bytes.push_back(static_cast<uint8_t>((kPrefixUser & 31) << 3));
+  bytes.push_back(static_cast<uint8_t>(kPrefixSeed | (prefix >> 5)));
+  bytes.push_back(static_cast<uint8_t>((prefix & 31) << 3));
   bytes.insert(bytes.end(), raw.begin(), raw.end());
   AppendCrc(&bytes);
   return Base32Encode(bytes);

@@ -30,5 +30,8 @@ StatusOr<std::string> PublicKeyFromSeedFile(const std::string& path);
 
 // Spells a raw 32-byte Ed25519 seed as a user seed ("SU..."); for tests.
 std::string EncodeUserSeed(const std::array<uint8_t, 32>& raw);
+// The same for role 'O' (operator, "SO..."), 'A' (account) or 'U' (user);
+// for tests (operator-mode JWTs, testing/jwt.h).
+std::string EncodeSeed(char role, const std::array<uint8_t, 32>& raw);
 
 }  // namespace kvindex::nats::internal
