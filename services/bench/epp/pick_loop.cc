@@ -10,8 +10,6 @@ namespace {
 
 namespace pb = envoy::service::ext_proc::v3;
 using Clock = std::chrono::steady_clock;
-constexpr size_t kBodyMessageBytes = 64 << 10;
-constexpr char kDestination[] = "x-gateway-destination-endpoint";
 
 }  // namespace
 

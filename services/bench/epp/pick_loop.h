@@ -30,7 +30,12 @@
 
 namespace kvindex::bench {
 
-// The messages of one request: headers, then the body's messages.
+// Envoy's body messages are at most this large.
+inline constexpr size_t kBodyMessageBytes = 64 << 10;
+inline constexpr char kDestination[] = "x-gateway-destination-endpoint";
+
+// The messages of one request (as PickClient sends them too): headers, then
+// the body's messages (none for an empty body).
 struct PickRequests {
   std::vector<envoy::service::ext_proc::v3::ProcessingRequest> messages;
 };
