@@ -42,7 +42,9 @@ Status EppServer::Start() {
   speculative_->Configure(config.speculative);
   picker_ = std::make_unique<Picker>(std::move(config), index_, &endpoints_, &load_);
   picker_->SetSpeculative(speculative_.get());
-  service_ = std::make_unique<ExtProcService>(options_.service, picker_.get(), tokens_.get());
+  // A render call waits up to --render-timeout: never on gRPC's threads.
+  service_ = std::make_unique<ExtProcService>(options_.service, picker_.get(), tokens_.get(),
+                                              tokens_->MayBlock() ? kBlockingThreads : 0);
   health_ = std::make_unique<HealthService>(ready_);
   {
     if (options_.tls_cert.empty() != options_.tls_key.empty()) {

@@ -70,6 +70,10 @@ struct EppOptions {
 
 class EppServer {
  public:
+  // Threads that handle the request side when a token source may block
+  // (--render-url): render calls in flight at once.
+  static constexpr int kBlockingThreads = 8;
+
   EppServer(EppOptions options, const index::IndexInterface* index, std::function<bool()> ready);
   ~EppServer();
   EppServer(const EppServer&) = delete;

@@ -109,6 +109,13 @@ TokenOutcome TokenChain::Tokens(const OpenAiRequest& request, std::string_view b
   return failed ? TokenOutcome::kFailed : TokenOutcome::kSkip;
 }
 
+bool TokenChain::MayBlock() const {
+  for (const auto& entry : entries_) {
+    if (entry->source->MayBlock()) return true;
+  }
+  return false;
+}
+
 std::vector<TokenChain::SourceCounts> TokenChain::Counts() const {
   std::vector<SourceCounts> counts;
   for (const auto& entry : entries_) {

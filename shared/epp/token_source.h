@@ -39,6 +39,8 @@ class TokenSource {
   // `body` is the request body as received.
   virtual TokenOutcome Tokens(const OpenAiRequest& request, std::string_view body,
                               std::vector<uint32_t>* out) const = 0;
+  // It may wait on I/O (an HTTP call): not to be run on gRPC's callback threads.
+  virtual bool MayBlock() const { return false; }
 };
 
 // The token ids of a token-id prompt (/v1/completions).
@@ -80,6 +82,7 @@ class RenderTokenSource final : public TokenSource {
   std::string_view Name() const override { return "render"; }
   TokenOutcome Tokens(const OpenAiRequest& request, std::string_view body,
                       std::vector<uint32_t>* out) const override;
+  bool MayBlock() const override { return true; }
 
  private:
   const http::Url url_;
@@ -96,6 +99,8 @@ class TokenChain {
   // tokens; kSkip when none applied.
   TokenOutcome Tokens(const OpenAiRequest& request, std::string_view body,
                       std::vector<uint32_t>* out) const;
+  // One of its sources may wait on I/O.
+  bool MayBlock() const;
 
   struct SourceCounts {
     std::string name;

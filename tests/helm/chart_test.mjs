@@ -264,11 +264,17 @@ function checkPodSecurity(pod) {
     check(sc.seccompProfile?.type === "RuntimeDefault", `${where}: seccompProfile RuntimeDefault`);
     check(c.resources?.requests?.cpu && c.resources?.requests?.memory, `${where}: cpu and memory requests`);
     check(c.resources?.limits?.memory, `${where}: memory limit`);
-    check(c.livenessProbe?.httpGet?.path === "/healthz", `${where}: liveness on /healthz`);
-    check(c.readinessProbe?.httpGet?.path === "/readyz", `${where}: readiness on /readyz`);
+    // HTTP, or (the routers with epp.enabled) grpc.health.v1 with the same states.
+    check(c.livenessProbe?.httpGet?.path === "/healthz" || c.livenessProbe?.grpc?.service === "liveness", `${where}: liveness on /healthz or gRPC "liveness"`);
+    check(c.readinessProbe?.httpGet?.path === "/readyz" || c.readinessProbe?.grpc?.service === "readiness", `${where}: readiness on /readyz or gRPC "readiness"`);
     const ports = new Set((c.ports || []).map((p) => p.name));
+    const numbers = new Set((c.ports || []).map((p) => p.containerPort));
     for (const probe of [c.livenessProbe, c.readinessProbe, c.startupProbe].filter(Boolean)) {
-      check(ports.has(probe.httpGet.port), `${where}: probe port ${probe.httpGet.port} is a container port`);
+      if (probe.grpc) {
+        check(Number.isInteger(probe.grpc.port) && numbers.has(probe.grpc.port), `${where}: gRPC probe port ${probe.grpc.port} is a container port number`);
+      } else {
+        check(ports.has(probe.httpGet?.port), `${where}: probe port ${probe.httpGet?.port} is a container port`);
+      }
     }
     if (c.name === "kvindex-router") {
       const s = c.startupProbe;
@@ -313,6 +319,9 @@ const expectations = {
     check(env.KVINDEX_LOAD_MAX_AGE === "2s", "epp: epp.config reaches the router");
     const ports = sts.spec.template.spec.containers[0].ports.map((p) => `${p.name}=${p.containerPort}`);
     check(ports.includes("epp=9002") && ports.includes("epp-health=9003"), `epp: container ports (${ports})`);
+    const router = sts.spec.template.spec.containers.find((c) => c.name === "kvindex-router");
+    check(router.livenessProbe?.grpc?.port === 9003 && router.livenessProbe.grpc.service === "liveness" && !router.livenessProbe.httpGet, "epp: liveness is the gRPC health check \"liveness\" on 9003");
+    check(router.readinessProbe?.grpc?.port === 9003 && router.readinessProbe.grpc.service === "readiness" && !router.readinessProbe.httpGet, "epp: readiness is the gRPC health check \"readiness\" on 9003");
     const svc = find(objects, "Service", "-router-epp")[0];
     const byName = Object.fromEntries((svc?.spec.ports || []).map((p) => [p.name, p]));
     check(byName["grpc-ext-proc"]?.port === 9002 && byName["grpc-ext-proc"].appProtocol === "kubernetes.io/h2c" && byName["grpc-ext-proc"].targetPort === "epp", "epp: the EPP Service's ext_proc port, h2c");
@@ -337,6 +346,8 @@ const expectations = {
     check(find(objects, "InferencePool").length === 0 && find(objects, "Service", "-router-epp").length === 0, "default: no endpoint picker objects (epp.enabled=false)");
     const sts = find(objects, "StatefulSet")[0];
     check(envOf(sts, "kvindex-router").KVINDEX_SGLANG_INDEXER === undefined, "default: no SGLang indexer (sglangIndexer.enabled=false)");
+    const router = sts?.spec.template.spec.containers.find((c) => c.name === "kvindex-router");
+    check(router?.livenessProbe?.httpGet?.path === "/healthz" && router?.readinessProbe?.httpGet?.path === "/readyz", "default: HTTP probes (no EPP health port)");
     check(sts?.spec.replicas === 2, "default: 2 router replicas");
     check(find(objects, "DaemonSet").length === 0, "default: no agent DaemonSet (agent.enabled=false)");
     for (const kind of ["HorizontalPodAutoscaler", "ServiceMonitor"]) {

@@ -373,6 +373,22 @@ volumeMounts:
 {{- end }}
 {{- end -}}
 {{- end -}}
+{{/* A router probe: with epp.enabled, grpc.health.v1 on the EPP health port
+(service "liveness" or "readiness", the same states as /healthz and /readyz:
+docs/epp.md, "Health"), else HTTP on the router's port.
+Arguments: (list $ "liveness"|"readiness" "/healthz"|"/readyz"). */}}
+{{- define "kvindex.router.probe" -}}
+{{- $root := index . 0 -}}
+{{- if $root.Values.epp.enabled -}}
+grpc:
+  port: {{ int $root.Values.epp.healthPort }}
+  service: {{ index . 1 }}
+{{- else -}}
+httpGet:
+  path: {{ index . 2 }}
+  port: http
+{{- end -}}
+{{- end -}}
 {{- define "kvindex.epp.routerPorts" -}}
 {{- if .Values.epp.enabled -}}
 - name: epp

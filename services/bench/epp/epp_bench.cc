@@ -3,6 +3,7 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -21,6 +22,7 @@
 
 #include "services/bench/epp/match_client.h"
 #include "services/bench/epp/pick_client.h"
+#include "services/bench/epp/pick_loop.h"
 #include "services/bench/http/synthetic_index.h"
 #include "shared/base/percentile.h"
 #include "shared/config/cli.h"
@@ -51,6 +53,8 @@ struct Options {
   std::string duration = "3s";
   uint64_t seed = 42;
   bool json = false;
+  std::string client = "callback";  // or "threads": a blocking client thread per stream
+  bool http = true;  // also time /v1/match (--no-http: the picks alone, e.g. under a profiler)
 };
 
 std::string WorkerName(uint32_t w) { return SyntheticWorkerName(w); }
@@ -77,9 +81,20 @@ std::string TokenList(const std::vector<uint32_t>& tokens, size_t n) {
 struct Cell {
   uint32_t tokens = 0, streams = 0;
   double picks_per_s = 0, pick_p50_ms = 0, pick_p99_ms = 0, stream_p50_ms = 0;
+  double cpu_us_per_pick = 0;  // the process's CPU time (servers and clients) per pick
   double match_per_s = 0, match_p50_ms = 0, match_p99_ms = 0;
   uint64_t pick_errors = 0, match_errors = 0;
 };
+
+// CPU time of the whole process so far (user + system), in seconds: per
+// pick, it bounds the picks per second two cores can give whatever else
+// the machine runs.
+double ProcessCpuSeconds() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
 
 struct Sampled {
   double per_s = 0, p50_ms = 0, p99_ms = 0, other_p50_ms = 0;
@@ -149,7 +164,14 @@ int RunEppBench(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--duration", o.duration, "Run time of each measurement")->capture_default_str();
   app.add_option("--seed", o.seed, "Workload seed")->capture_default_str();
+  app.add_option("--client", o.client,
+                 "Gateway side: callback (gRPC callback API, no thread per stream) or threads "
+                 "(a blocking client thread per stream, as before)")
+      ->check(CLI::IsMember({"callback", "threads"}))
+      ->capture_default_str();
   app.add_flag("--json", o.json, "Print one JSON object");
+  app.add_flag("--http-match,!--no-http-match", o.http, "Also time /v1/match over HTTP")
+      ->capture_default_str();
   if (auto exit_code = config::Parse(app, argc, argv)) return *exit_code;
   auto duration = config::ParseDuration(o.duration);
   if (!duration.ok() || duration->count() <= 0) {
@@ -256,10 +278,12 @@ int RunEppBench(int argc, char** argv) {
   uint64_t wrong_picks = 0, checked = 0;
   for (const uint32_t size : o.sizes) {
     std::vector<std::string> pick_bodies, match_bodies;
+    std::vector<PickRequests> pick_requests;
     for (const auto& prompt : prompts) {
       const std::string list = TokenList(prompt, size);
       pick_bodies.push_back(std::string("{\"model\":\"") + kModel + "\",\"prompt\":" + list +
                             ",\"max_tokens\":1}");
+      pick_requests.push_back(BuildPickRequests(pick_bodies.back()));
       match_bodies.push_back(std::string("{\"model\":\"") + kModel + "\",\"tokens\":" + list + "}");
     }
     // The pick is a real one: the worker with the best tier-weighted prefix.
@@ -288,30 +312,51 @@ int RunEppBench(int argc, char** argv) {
       Cell cell;
       cell.tokens = size;
       cell.streams = streams;
-      Sampled picks = RunClients(streams, seconds, [&](uint32_t t) {
-        auto client = std::make_shared<PickClient>(channels[t % channels.size()]);
-        return [&, client](size_t i, std::vector<double>* latency, std::vector<double>* whole) {
-          auto pick = client->Pick(pick_bodies[i % pick_bodies.size()]);
-          if (!pick.ok()) return false;
-          latency->push_back(pick->latency_s);
-          whole->push_back(pick->stream_s);
-          return true;
-        };
-      });
-      Sampled matches = RunClients(streams, seconds, [&](uint32_t) {
-        auto client = std::make_shared<MatchClient>(static_cast<uint16_t>(server.port()));
-        return [&, client](size_t i, std::vector<double>* latency, std::vector<double>*) {
-          const auto t0 = Clock::now();
-          auto status = client->Post(match_bodies[i % match_bodies.size()]);
-          if (!status.ok() || *status != 200) return false;
-          latency->push_back(std::chrono::duration<double>(Clock::now() - t0).count());
-          return true;
-        };
-      });
+      Sampled picks;
+      const double cpu_before = ProcessCpuSeconds();
+      if (o.client == "threads") {
+        picks = RunClients(streams, seconds, [&](uint32_t t) {
+          auto client = std::make_shared<PickClient>(channels[t % channels.size()]);
+          return [&, client](size_t i, std::vector<double>* latency, std::vector<double>* whole) {
+            auto pick = client->Pick(pick_bodies[i % pick_bodies.size()]);
+            if (!pick.ok()) return false;
+            latency->push_back(pick->latency_s);
+            whole->push_back(pick->stream_s);
+            return true;
+          };
+        });
+      } else {
+        // The gateways: callback-API streams, no thread per stream.
+        PickLoop loop(channels, &pick_requests, streams);
+        const auto start = Clock::now();
+        std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+        PickLoop::Result r = loop.Stop();
+        const double wall = std::chrono::duration<double>(Clock::now() - start).count();
+        picks.errors = r.errors;
+        picks.per_s = static_cast<double>(r.latency_s.size()) / wall;
+        picks.p50_ms = Percentile(r.latency_s, 0.50) * 1e3;
+        picks.p99_ms = Percentile(r.latency_s, 0.99) * 1e3;
+        picks.other_p50_ms = Percentile(std::move(r.stream_s), 0.50) * 1e3;
+      }
+      const double cpu_after = ProcessCpuSeconds();
+      Sampled matches;
+      if (o.http)
+        matches = RunClients(streams, seconds, [&](uint32_t) {
+          auto client = std::make_shared<MatchClient>(static_cast<uint16_t>(server.port()));
+          return [&, client](size_t i, std::vector<double>* latency, std::vector<double>*) {
+            const auto t0 = Clock::now();
+            auto status = client->Post(match_bodies[i % match_bodies.size()]);
+            if (!status.ok() || *status != 200) return false;
+            latency->push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+            return true;
+          };
+        });
       cell.picks_per_s = picks.per_s;
       cell.pick_p50_ms = picks.p50_ms;
       cell.pick_p99_ms = picks.p99_ms;
       cell.stream_p50_ms = picks.other_p50_ms;
+      cell.cpu_us_per_pick =
+          picks.per_s > 0 ? (cpu_after - cpu_before) * 1e6 / (picks.per_s * seconds) : 0;
       cell.pick_errors = picks.errors;
       cell.match_per_s = matches.per_s;
       cell.match_p50_ms = matches.p50_ms;
@@ -321,10 +366,13 @@ int RunEppBench(int argc, char** argv) {
       if (!o.json) {
         std::printf(
             "%6u tokens %3u streams: picks %8.0f/s p50 %6.3f ms p99 %6.3f ms (stream p50 %6.3f "
-            "ms, %llu errors) | /v1/match %8.0f/s p50 %6.3f ms p99 %6.3f ms (%llu errors)\n",
+            "ms, %.0f us CPU/pick, %llu errors) | /v1/match %8.0f/s p50 %6.3f ms p99 %6.3f ms "
+            "(%llu "
+            "errors)\n",
             size, streams, cell.picks_per_s, cell.pick_p50_ms, cell.pick_p99_ms, cell.stream_p50_ms,
-            static_cast<unsigned long long>(cell.pick_errors), cell.match_per_s, cell.match_p50_ms,
-            cell.match_p99_ms, static_cast<unsigned long long>(cell.match_errors));
+            cell.cpu_us_per_pick, static_cast<unsigned long long>(cell.pick_errors),
+            cell.match_per_s, cell.match_p50_ms, cell.match_p99_ms,
+            static_cast<unsigned long long>(cell.match_errors));
         std::fflush(stdout);
       }
     }
@@ -357,6 +405,7 @@ int RunEppBench(int argc, char** argv) {
         {"block_size", o.block_size},
         {"build_seconds", build_s},
         {"channels", o.channels},
+        {"client", o.client},
         {"speculative_ttl_ms", o.speculative_ttl_ms},
         {"seconds_per_cell", seconds},
         {"picks_checked", checked},
@@ -377,6 +426,7 @@ int RunEppBench(int argc, char** argv) {
                       {"pick_p50_ms", c.pick_p50_ms},
                       {"pick_p99_ms", c.pick_p99_ms},
                       {"stream_p50_ms", c.stream_p50_ms},
+                      {"cpu_us_per_pick", c.cpu_us_per_pick},
                       {"pick_errors", c.pick_errors},
                       {"http_match_per_s", c.match_per_s},
                       {"http_match_p50_ms", c.match_p50_ms},

@@ -5,28 +5,19 @@
 #include <algorithm>
 #include <chrono>
 
+#include "services/bench/epp/pick_loop.h"
+
 namespace kvindex::bench {
 namespace {
 
 namespace pb = envoy::service::ext_proc::v3;
 using Clock = std::chrono::steady_clock;
-constexpr size_t kBodyMessageBytes = 64 << 10;
-constexpr char kDestination[] = "x-gateway-destination-endpoint";
 
 }  // namespace
 
 PickClient::PickClient(std::shared_ptr<grpc::Channel> channel)
-    : stub_(pb::ExternalProcessor::NewStub(std::move(channel))) {
-  auto* headers = headers_.mutable_request_headers()->mutable_headers();
-  for (const auto& [key, value] : {std::pair{":method", "POST"},
-                                   {":path", "/v1/completions"},
-                                   {":authority", "gateway"},
-                                   {"content-type", "application/json"}}) {
-    auto* h = headers->add_headers();
-    h->set_key(key);
-    h->set_raw_value(value);
-  }
-}
+    : stub_(pb::ExternalProcessor::NewStub(std::move(channel))),
+      headers_(BuildPickRequests("").messages[0]) {}
 
 StatusOr<PickTiming> PickClient::Pick(const std::string& body) {
   PickTiming timing;

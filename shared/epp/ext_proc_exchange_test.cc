@@ -1,0 +1,138 @@
+// ExtProcExchange without gRPC: the answers a message sequence calls for,
+// with the bodies moved rather than copied where they can be; and the
+// WorkerPool the reactor hands blocking token sources to.
+#include "shared/epp/ext_proc_exchange.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "shared/epp/worker_pool.h"
+#include "shared/index/kv_index.h"
+
+namespace kvindex::epp {
+namespace {
+
+namespace pb = envoy::service::ext_proc::v3;
+
+class ExchangeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Endpoint e;
+    e.address = "10.0.0.1:8000";
+    e.source.worker = "w0";
+    e.model = "m";
+    endpoints_.SetStatic({e});
+    picker_ = std::make_unique<Picker>(PickerConfig{}, &index_, &endpoints_, nullptr);
+    auto chain = BuildTokenChain({});
+    ASSERT_TRUE(chain.ok());
+    tokens_ = std::move(*chain);
+  }
+  static pb::ProcessingRequest Headers() {
+    pb::ProcessingRequest r;
+    auto* h = r.mutable_request_headers()->mutable_headers()->add_headers();
+    h->set_key(":path");
+    h->set_raw_value("/v1/completions");
+    return r;
+  }
+  static pb::ProcessingRequest Body(std::string body, bool end) {
+    pb::ProcessingRequest r;
+    r.mutable_request_body()->set_body(std::move(body));
+    r.mutable_request_body()->set_end_of_stream(end);
+    return r;
+  }
+  static std::string Echoed(const std::vector<pb::ProcessingResponse>& out, size_t from,
+                            bool* ended) {
+    std::string all;
+    for (size_t i = from; i < out.size(); ++i) {
+      const auto& chunk = out[i].request_body().response().body_mutation().streamed_response();
+      EXPECT_LE(chunk.body().size(), kMaxBodyChunkBytes);
+      EXPECT_FALSE(*ended) << "a chunk after end_of_stream";
+      all += chunk.body();
+      *ended = chunk.end_of_stream();
+    }
+    return all;
+  }
+
+  index::KvIndex index_;
+  EndpointTable endpoints_;
+  std::unique_ptr<Picker> picker_;
+  std::unique_ptr<TokenChain> tokens_;
+  ServiceOptions options_;
+  ServiceCounters counters_;
+};
+
+TEST_F(ExchangeTest, OneMessageBodyIsPickedThenEchoedWhole) {
+  const std::string body = R"({"model":"m","prompt":[1,2,3,4,5,6,7,8],"max_tokens":1})";
+  std::vector<pb::ProcessingResponse> out;
+  {
+    ExtProcExchange exchange(&options_, picker_.get(), tokens_.get(), &counters_);
+    pb::ProcessingRequest headers = Headers();
+    exchange.Handle(&headers, &out);
+    EXPECT_TRUE(out.empty()) << "the headers' answer waits for the body";
+    pb::ProcessingRequest request = Body(body, true);
+    exchange.Handle(&request, &out);
+    ASSERT_EQ(out.size(), 2u);
+    const auto& set = out[0].request_headers().response().header_mutation().set_headers();
+    ASSERT_EQ(set.size(), 1);
+    EXPECT_EQ(set[0].header().key(), kDestinationHeader);
+    EXPECT_EQ(set[0].header().raw_value(), "10.0.0.1:8000");
+    EXPECT_TRUE(out[0].request_headers().response().clear_route_cache());
+    bool ended = false;
+    EXPECT_EQ(Echoed(out, 1, &ended), body);
+    EXPECT_TRUE(ended);
+    EXPECT_EQ(counters_.streams_open.load(), 1);
+    EXPECT_EQ(picker_->InFlight("10.0.0.1:8000"), 1);
+  }
+  EXPECT_EQ(counters_.streams_open.load(), 0);
+  EXPECT_EQ(counters_.streams_ended[ServiceCounters::kComplete].load(), 1u);
+  EXPECT_EQ(counters_.picks_prefix.load() + counters_.picks_load_only.load(), 1u);
+  EXPECT_EQ(picker_->InFlight("10.0.0.1:8000"), 0) << "the pick is released at the end";
+}
+
+TEST_F(ExchangeTest, BodyInSeveralMessagesIsEchoedInChunksOfAtMost62000Bytes) {
+  std::string body = R"({"model":"m","prompt":")" + std::string(150'000, 'x') + R"("})";
+  std::vector<pb::ProcessingResponse> out;
+  ExtProcExchange exchange(&options_, picker_.get(), tokens_.get(), &counters_);
+  pb::ProcessingRequest headers = Headers();
+  exchange.Handle(&headers, &out);
+  for (size_t offset = 0; offset < body.size(); offset += 65'536) {
+    const bool last = offset + 65'536 >= body.size();
+    pb::ProcessingRequest request = Body(body.substr(offset, 65'536), last);
+    exchange.Handle(&request, &out);
+    if (!last) {
+      EXPECT_TRUE(out.empty());
+    }
+  }
+  ASSERT_EQ(out.size(), 1 + (body.size() + kMaxBodyChunkBytes - 1) / kMaxBodyChunkBytes);
+  EXPECT_TRUE(out[0].has_request_headers());
+  bool ended = false;
+  EXPECT_EQ(Echoed(out, 1, &ended), body);
+  EXPECT_TRUE(ended);
+  EXPECT_EQ(counters_.picks_load_only.load(), 1u) << "a text prompt without a tokenizer";
+}
+
+TEST_F(ExchangeTest, StreamedResponseBodyPassesThroughUnchanged) {
+  std::vector<pb::ProcessingResponse> out;
+  ExtProcExchange exchange(&options_, picker_.get(), tokens_.get(), &counters_);
+  pb::ProcessingRequest request;
+  request.mutable_response_body()->set_body("data: {\"x\":1}\n\n");
+  request.mutable_response_body()->set_end_of_stream(true);
+  exchange.Handle(&request, &out);
+  ASSERT_EQ(out.size(), 1u);
+  const auto& chunk = out[0].response_body().response().body_mutation().streamed_response();
+  EXPECT_EQ(chunk.body(), "data: {\"x\":1}\n\n");
+  EXPECT_TRUE(chunk.end_of_stream());
+}
+
+TEST(WorkerPoolTest, RunsEveryPostedTaskBeforeItIsDestroyed) {
+  std::atomic<int> ran{0};
+  {
+    WorkerPool pool(3);
+    for (int i = 0; i < 100; ++i) pool.Post([&] { ran.fetch_add(1); });
+  }
+  EXPECT_EQ(ran.load(), 100);
+}
+
+}  // namespace
+}  // namespace kvindex::epp
