@@ -110,6 +110,14 @@ char* WriteLiteral(const char (&text)[N], char* p) {
 
 char* WriteNumber(uint64_t value, char* p) { return std::to_chars(p, p + 20, value).ptr; }
 
+// A row's opening: {"worker":"...","dp_rank":N
+char* WriteSourceFields(const SourceKey& source, char* p) {
+  p = WriteLiteral("{\"worker\":\"", p);
+  p = WriteEscaped(source.worker, p);
+  p = WriteLiteral("\",\"dp_rank\":", p);
+  return WriteNumber(source.dp_rank, p);
+}
+
 // The request's canonical sequence hashes (at most max_blocks), as the
 // index's MatchTokens / MatchLocalHashes chain them, and its full blocks.
 // False: tokens of a model whose block size the index does not know (its
@@ -233,10 +241,7 @@ void WriteMatchResponse(std::string_view model, const index::MatchResult& result
   for (const index::WorkerMatch& m : result.workers) {
     if (!first) *p++ = ',';
     first = false;
-    p = WriteLiteral("{\"worker\":\"", p);
-    p = WriteEscaped(m.source.worker, p);
-    p = WriteLiteral("\",\"dp_rank\":", p);
-    p = WriteNumber(m.source.dp_rank, p);
+    p = WriteSourceFields(m.source, p);
     p = WriteLiteral(",\"longest\":", p);
     p = WriteNumber(m.longest, p);
     p = WriteLiteral(",\"device\":", p);
@@ -258,10 +263,7 @@ void WriteMatchResponse(std::string_view model, const index::MatchResult& result
     for (const SpeculativeRow& row : speculative) {
       if (!first) *p++ = ',';
       first = false;
-      p = WriteLiteral("{\"worker\":\"", p);
-      p = WriteEscaped(row.source.worker, p);
-      p = WriteLiteral("\",\"dp_rank\":", p);
-      p = WriteNumber(row.source.dp_rank, p);
+      p = WriteSourceFields(row.source, p);
       p = WriteLiteral(",\"blocks\":", p);
       p = WriteNumber(row.blocks, p);
       *p++ = '}';
