@@ -5,12 +5,16 @@ For each bundled Mooncake trace and each cluster size, runs the simulated
 cluster (kvindex-mockengine) once per placement policy on the same engines:
 round-robin, random and least-loaded are simulated without sockets
 (`--dry-run`); kv-aware asks a real `kvindex-router --embedded`, fed by the
-engines' real KV events, for every request (POST /v1/match). Writes a
-markdown table (hit rate per tier, prefill tokens saved, load balance) and a
-PNG plot made with gnuplot.
+engines' real KV events, for every request (POST /v1/match); epp sends every
+request through that router's endpoint picker (`--epp`, Envoy ext_proc) to
+the picked engine's OpenAI server, the router scraping the engines'
+/metrics. Writes a markdown table (hit rate per tier, prefill tokens saved,
+load balance, the router exchange's latency) and a PNG plot made with
+gnuplot.
 
 Usage: routing_report.py [--bin-dir build/bin] [--out docs] [--workers 8,16,64]
                          [--traces data/mooncake/*.jsonl] [--limit N]
+                         [--policies round-robin,random,least-loaded,kv-aware,epp]
 """
 
 import argparse
@@ -26,7 +30,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from cluster_processes import Api, Processes  # noqa: E402
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-POLICIES = ["round-robin", "random", "least-loaded", "kv-aware"]
+POLICIES = ["round-robin", "random", "least-loaded", "kv-aware", "epp"]
+ROUTED = ("kv-aware", "epp")  # ask a real router
 MODEL = "report-model"
 
 
@@ -50,14 +55,20 @@ def run_dry(bin_dir, fleet, policy, workdir):
         return json.load(f)
 
 
-def run_kv_aware(bin_dir, fleet, workdir, args):
-    """The simulator asks a real embedded router; both stopped by pid."""
+def run_routed(bin_dir, fleet, policy, workdir, args):
+    """The simulator asks a real embedded router (kv-aware: POST /v1/match;
+    epp: through its endpoint picker to the engines' own HTTP servers, whose
+    /metrics the router scrapes); both stopped by pid."""
     mock = os.path.join(bin_dir, "kvindex-mockengine")
+    if policy == "epp":
+        fleet = fleet + ["--engine-http-base-port", str(args.port_base + 400)]
     sources = subprocess.run([mock] + fleet + ["--print-sources"], check=True,
                              capture_output=True, text=True, timeout=60).stdout.split()
     router_args = ["--embedded",
                    "--data-dir", os.path.join(workdir, "router"),
                    "--http", "127.0.0.1:%d" % args.http_port, "--log-level", "warn"]
+    if policy == "epp":
+        router_args += ["--epp", "127.0.0.1:%d" % (args.http_port + 1), "--load-interval", "50ms"]
     for source in sources:
         router_args += ["--source", source]
     out = os.path.join(workdir, "report.json")
@@ -65,8 +76,9 @@ def run_kv_aware(bin_dir, fleet, workdir, args):
     try:
         router = procs.spawn("kvindex-router", router_args)
         procs.wait_until("router ready", lambda: Api(args.http_port).ready("/readyz"), 60, router)
-        sim = procs.spawn("kvindex-mockengine", fleet + [
-            "--policy", "kv-aware", "--router", "http://127.0.0.1:%d" % args.http_port,
+        ask = (["--router", "http://127.0.0.1:%d" % args.http_port] if policy == "kv-aware" else
+               ["--epp", "127.0.0.1:%d" % (args.http_port + 1)])
+        sim = procs.spawn("kvindex-mockengine", fleet + ["--policy", policy] + ask + [
             "--rate", str(args.rate), "--report-out", out, "--exit-when-done",
             "--start-delay", "1s", "--log-level", "warn"])
         code = sim.wait(timeout=3600)
@@ -82,13 +94,15 @@ def pct(x):
     return "%.1f %%" % (100.0 * x)
 
 
-def write_markdown(path, results, args, started, command):
+def write_markdown(path, results, args, started, command, load):
     lines = [
         "# Routing quality: kv-aware placement through kvindex against blind policies",
         "",
-        "Written by `%s` (%s UTC, %.0f min on this 2-core machine). Each row is one run" %
+        "Written by `%s` (%s UTC, %.0f min on this 2-core machine, shared with other" %
         (command, time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)),
          (time.time() - started) / 60),
+        "builds: load average %.1f at the start, %.1f at the end). Each row is one run" %
+        (load[0][0], load[1][0]),
         "of the simulated cluster (`kvindex-mockengine`, services/mockengine/README.md) on a",
         "bundled Mooncake trace (data/mooncake/), all policies on the same engines:",
         "%d GPU blocks and %d CPU offload blocks per engine, block size 16." %
@@ -100,6 +114,13 @@ def write_markdown(path, results, args, started, command):
         "and places it by the cost in services/mockengine/README.md: the blocks left to",
         "prefill after the match (a CPU hit counts half, a disk hit a quarter) plus a price",
         "for the requests already in flight there (`--kv-load-weight` 0.25).",
+        "epp sends every request through the same router's endpoint picker",
+        "(`kvindex-router --embedded --epp`, docs/epp.md) exactly as a Gateway API",
+        "Inference Extension gateway does (Envoy `ext_proc`: headers, the body streamed,",
+        "the pick read from `x-gateway-destination-endpoint`), then to the picked",
+        "engine's own OpenAI server; the router scrapes the engines' `/metrics` every",
+        "50 ms and scores with its defaults (prefix 2 : KV-cache use 1 : queue 1 :",
+        "in-flight 1, predict on route on).",
         "",
         "- hit rate: prompt blocks the chosen engine already held as a cached prefix (GPU,",
         "  or CPU offload loaded back), over all prompt blocks; per tier beside it.",
@@ -109,11 +130,13 @@ def write_markdown(path, results, args, started, command):
         "  (about 3 requests/s over the simulated clock) against ~1 s of service, so few",
         "  requests are in flight at any arrival and ties (broken in turn) are common;",
         "  kv-aware keeps a conversation where its prefix is, which costs some balance.",
-        "- match p50 / p99: the simulated gateway's whole HTTP exchange with the router",
-        "  (a new connection per request), on the shared machine.",
+        "- router p50 / p99: kv-aware, the simulated gateway's whole HTTP exchange with the",
+        "  router (a new connection per request); epp, the pick latency: the ext_proc",
+        "  stream's start to the picker's answer carrying the pick (the body streamed",
+        "  in first). Both on the shared machine, at the load above.",
         "",
         "| trace | workers | policy | hit rate | GPU | CPU | prefill tokens saved | "
-        "busiest / mean | CV | match p50 / p99 |",
+        "busiest / mean | CV | router p50 / p99 |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
@@ -127,6 +150,19 @@ def write_markdown(path, results, args, started, command):
                 max(rep["prefill_tokens"] + rep["prefill_tokens_saved"], 1)),
             rep["load"]["max_over_mean"], rep["load"]["cv"],
             "%.0f / %.0f us" % (lat["p50"], lat["p99"]) if lat["count"] else "-"))
+    epp = [r for r in results if r["policy"] == "epp"]
+    if epp:
+        lines += ["", "Through the endpoint picker, every run: requests the picker answered "
+                  "without a pick (503/429), served by a fallback, or taken by another engine "
+                  "than the one served (the router counts each served endpoint against its "
+                  "pick, `kvindex_router_epp_served_total`):", ""]
+        for r in epp:
+            e = r["report"].get("epp", {})
+            lines.append("- %s, %d workers: %d picks, %d without a pick, %d by a fallback, "
+                         "%d misrouted, %d failed exchanges" % (
+                             r["trace"], r["workers"], e.get("picks", 0), e.get("immediate", 0),
+                             e.get("fallbacks", 0), e.get("misrouted", 0),
+                             r["report"]["match_errors"]))
     lines += ["", "![hit rate per policy](results.png)", "",
               "The plot (results.png) is the hit-rate column, made by the same script with",
               "gnuplot.", ""]
@@ -134,7 +170,7 @@ def write_markdown(path, results, args, started, command):
         f.write("\n".join(lines))
 
 
-def write_plot(path, results):
+def write_plot(path, results, policies):
     groups = []
     for r in results:
         key = "%s %d" % (r["trace"].replace("_trace", ""), r["workers"])
@@ -145,9 +181,9 @@ def write_plot(path, results):
     with tempfile.TemporaryDirectory() as tmp:
         data = os.path.join(tmp, "hit.dat")
         with open(data, "w") as f:
-            f.write("group " + " ".join(POLICIES) + "\n")
+            f.write("group " + " ".join(policies) + "\n")
             for g in groups:
-                f.write('"%s" ' % g + " ".join("%.2f" % rate.get((g, p), 0) for p in POLICIES) +
+                f.write('"%s" ' % g + " ".join("%.2f" % rate.get((g, p), 0) for p in policies) +
                         "\n")
         script = "\n".join([
             "set terminal pngcairo size 1000,520 font 'sans,11'",
@@ -163,7 +199,7 @@ def write_plot(path, results):
             "set grid ytics",
             "set xtics nomirror",
             "plot for [i=2:%d] '%s' using i:xtic(1) title columnheader(i)" %
-            (len(POLICIES) + 1, data),
+            (len(policies) + 1, data),
         ])
         subprocess.run(["gnuplot"], input=script, text=True, check=True, timeout=60)
 
@@ -182,20 +218,26 @@ def main():
     parser.add_argument("--host-capacity", type=int, default=32768)
     parser.add_argument("--http-port", type=int, default=18480)
     parser.add_argument("--port-base", type=int, default=27000)
+    parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--command", default="bash scripts/routing-report.sh")
     args = parser.parse_args()
+    policies = args.policies.split(",")
+    for policy in policies:
+        if policy not in POLICIES:
+            raise SystemExit("routing-report: unknown policy %r (%s)" % (policy, POLICIES))
     started = time.time()
+    load_before = os.getloadavg()
     results = []
     with tempfile.TemporaryDirectory(prefix="kvindex-report.") as workdir:
         for trace in args.traces:
             name = os.path.splitext(os.path.basename(trace))[0]
             for workers in [int(w) for w in args.workers.split(",")]:
                 fleet = engines_args(trace, workers, args.limit, args)
-                for policy in POLICIES:
+                for policy in policies:
                     t0 = time.monotonic()
                     run_dir = tempfile.mkdtemp(dir=workdir)
-                    if policy == "kv-aware":
-                        report = run_kv_aware(args.bin_dir, fleet, run_dir, args)
+                    if policy in ROUTED:
+                        report = run_routed(args.bin_dir, fleet, policy, run_dir, args)
                     else:
                         report = run_dry(args.bin_dir, fleet, policy, run_dir)
                     results.append(dict(trace=name, workers=workers, policy=policy,
@@ -206,8 +248,9 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    write_plot(os.path.join(args.out, "results.png"), results)
-    write_markdown(os.path.join(args.out, "results.md"), results, args, started, args.command)
+    write_plot(os.path.join(args.out, "results.png"), results, policies)
+    write_markdown(os.path.join(args.out, "results.md"), results, args, started, args.command,
+                   (load_before, os.getloadavg()))
     print("routing-report: wrote %s/results.md and results.png" % args.out)
 
 

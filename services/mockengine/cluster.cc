@@ -74,6 +74,10 @@ Cluster::Cluster(ClusterOptions options, std::vector<trace::TraceRequest> reques
   load_ = LoadModel(options_.load, sources_.size());
   arrivals_us_ = ArrivalTimesUs(requests_, options_.rate);
   requests_per_worker_.assign(options_.workers.size(), 0);
+  engine_load_.assign(options_.workers.size(), EngineLoad{});
+  for (size_t i = 0; i < options_.workers.size(); ++i) {
+    if (options_.engine_http_base_port > 0) worker_of_address_[EngineAddress(options_, i)] = i;
+  }
   if (!options_.router_url.empty()) {
     if (auto url = http::ParseUrl(options_.router_url); url.ok()) router_ = *url;
   }
@@ -87,7 +91,30 @@ std::string Cluster::TopicOf(const Source& source) const {
   return topic + "sgl-kv-epoch=" + std::to_string(source.epoch);
 }
 
+Cluster::~Cluster() {
+  for (auto& server : engine_http_) server->Stop();
+}
+
 Status Cluster::Bind(zmq::context_t& context) {
+  for (size_t i = 0; i < options_.workers.size() && options_.engine_http_base_port > 0; ++i) {
+    EngineHttpHooks hooks;
+    hooks.on_request = [this, i](uint64_t r) {
+      if (routing_.load() != static_cast<int64_t>(r)) return false;
+      MutexLock lock(&mutex_);
+      received_[r] = i;
+      return true;
+    };
+    hooks.load = [this, i] {
+      MutexLock lock(&mutex_);
+      EngineLoad load = engine_load_[i];
+      load.served = requests_per_worker_[i];
+      return load;
+    };
+    engine_http_.push_back(
+        std::make_unique<EngineHttp>(EngineAddress(options_, i), options_.workers[i].model, hooks));
+    KVINDEX_RETURN_IF_ERROR(engine_http_.back()->Start());
+  }
+  if (options_.policy == Policy::kEpp) epp_ = std::make_unique<EppGateway>(options_.epp_address);
   for (size_t k = 0; k < sources_.size(); ++k) {
     Source& s = sources_[k];
     EndpointOptions e;
@@ -225,6 +252,53 @@ bool Cluster::AskRouter(size_t model, std::span<const uint32_t> tokens, index::M
   return true;
 }
 
+std::optional<size_t> Cluster::RouteThroughEpp(size_t r, size_t model,
+                                               std::span<const uint32_t> tokens,
+                                               std::optional<double>* pick_us) {
+  routing_.store(static_cast<int64_t>(r));
+  StatusOr<EppRoute> route =
+      epp_->Route(options_.models[model], tokens, requests_[r].output_length, r);
+  routing_.store(-1);
+  MutexLock lock(&mutex_);
+  std::optional<size_t> taken;
+  if (auto it = received_.find(r); it != received_.end()) {
+    taken = it->second;
+    received_.erase(it);
+  }
+  if (!route.ok()) {
+    ++match_errors_;
+    if (absl::IsUnavailable(route.status()) || absl::IsResourceExhausted(route.status()) ||
+        absl::IsInvalidArgument(route.status())) {
+      ++epp_immediate_;
+    }
+    logger_->warn("request {} through the endpoint picker: {}", r, route.status().ToString());
+    return taken;
+  }
+  match_latency_us_.push_back(route->pick_us);
+  *pick_us = route->pick_us;
+  if (route->served != route->picked[0]) ++epp_fallbacks_;
+  auto served = worker_of_address_.find(route->served);
+  if (!taken || served == worker_of_address_.end() || served->second != *taken) {
+    ++epp_misrouted_;
+    logger_->warn("request {}: served by {} but taken by worker {}", r, route->served,
+                  taken ? static_cast<int64_t>(*taken) : -1);
+  }
+  return taken;
+}
+
+void Cluster::UpdateEngineLoad(size_t model, double now_us) {
+  for (size_t k : by_model_[model]) engine_load_[sources_[k].worker] = EngineLoad{};
+  for (size_t k : by_model_[model]) {
+    EngineLoad& load = engine_load_[sources_[k].worker];
+    load.running += load_.InFlight(k, now_us);
+    const double capacity = static_cast<double>(sources_[k].config->device);
+    load.kv_use = std::max(
+        load.kv_use,
+        std::min(1.0,
+                 capacity > 0 ? static_cast<double>(load_.InFlightBlocks(k)) / capacity : 0.0));
+  }
+}
+
 void Cluster::ServeRequest(size_t r) {
   const size_t model = r % options_.models.size();
   const std::vector<uint32_t> tokens = PromptTokens(requests_[r]);
@@ -243,14 +317,36 @@ void Cluster::ServeRequest(size_t r) {
       ++match_errors_;
     }
   }
-  const size_t chosen = members[policy_.Place(
-      model, candidates_, answer, static_cast<uint32_t>(tokens.size() / options_.block_size))];
+  size_t chosen = 0;
+  std::optional<double> exchange_us;  // the router exchange: match or pick
+  if (options_.policy == Policy::kEpp) {
+    // The picker chose an engine (a worker); its ranks share the endpoint
+    // and the least loaded of them takes the request. No engine took it:
+    // least-loaded over all.
+    const std::optional<size_t> worker = RouteThroughEpp(r, model, tokens, &exchange_us);
+    routed_members_.clear();
+    routed_candidates_.clear();
+    for (size_t i = 0; i < members.size(); ++i) {
+      if (worker && sources_[members[i]].worker != *worker) continue;
+      routed_members_.push_back(members[i]);
+      routed_candidates_.push_back(candidates_[i]);
+    }
+    if (routed_members_.empty()) {  // an engine of another model took it
+      routed_members_ = members;
+      routed_candidates_ = candidates_;
+    }
+    chosen = routed_members_[policy_.Place(model, routed_candidates_, nullptr)];
+  } else {
+    chosen = members[policy_.Place(model, candidates_, answer,
+                                   static_cast<uint32_t>(tokens.size() / options_.block_size))];
+  }
   const uint32_t in_flight =
       candidates_[static_cast<size_t>(std::find(members.begin(), members.end(), chosen) -
                                       members.begin())]
           .in_flight;
 
   MutexLock lock(&mutex_);
+  if (answer != nullptr) exchange_us = match_latency_us_.back();
   Source& source = sources_[chosen];
   faults_.OnRequest(r);
   if (faults_.Fire(FaultKind::kRestart)) Restart(source, r);
@@ -258,7 +354,8 @@ void Cluster::ServeRequest(size_t r) {
   const PrefixHit hit = source.engine->ServePrompt(tokens, &events_);
   const uint64_t saved = uint64_t{hit.total()} * options_.block_size;
   load_.Start(chosen, arrival, tokens.size() - std::min<uint64_t>(saved, tokens.size()),
-              requests_[r].output_length, source.config->speed);
+              requests_[r].output_length, source.config->speed, hit.prompt_blocks);
+  UpdateEngineLoad(model, arrival);
   if (!events_.empty()) PublishBatch(source, r);
 
   prompt_blocks_ += hit.prompt_blocks;
@@ -283,8 +380,8 @@ void Cluster::ServeRequest(size_t r) {
     w.Field("disk", hit.disk);
     w.Field("in_flight", in_flight);
     w.Key("match_us");
-    if (answer != nullptr) {
-      w.Double(match_latency_us_.back());
+    if (exchange_us) {
+      w.Double(*exchange_us);
     } else {
       w.Null();
     }
@@ -523,6 +620,15 @@ void Cluster::WriteReport(std::string* out) const {
   w.EndObject();
   w.Field("match_errors", match_errors_);
   w.Field("match_unknown_model", match_unknown_model_);
+  if (options_.policy == Policy::kEpp) {
+    w.Key("epp");
+    w.BeginObject();
+    w.Field("picks", match_latency_us_.size());
+    w.Field("immediate", epp_immediate_);
+    w.Field("fallbacks", epp_fallbacks_);
+    w.Field("misrouted", epp_misrouted_);
+    w.EndObject();
+  }
   w.Key("faults");
   w.BeginObject();
   for (int k = 0; k < kNumFaultKinds; ++k) {

@@ -1,9 +1,10 @@
 // Cluster: the simulated fleet and its request loop. Each request of the
 // trace goes to one source (worker, dp rank) of its model, chosen by the
 // placement policy (kv-aware asks a router's /v1/match over HTTP, as a
-// gateway would); the engine serves it, its events are published (or, under
-// a fault knob, dropped, cut, preceded by garbage, or lost to a restart),
-// and the ground truth, the per-request prefix hits and the load are kept.
+// gateway would; epp sends it through the router's endpoint picker to the
+// engine's own HTTP server, as a GAIE gateway does); the engine serves it, its events are published
+// (or, under a fault knob, dropped, cut, preceded by garbage, or lost to a restart), and the ground
+// truth, the per-request prefix hits and the load are kept.
 //
 //   Cluster cluster(options, std::move(requests), trace_path);
 //   KVINDEX_RETURN_IF_ERROR(cluster.Bind(context));   // not in dry run
@@ -24,9 +25,13 @@
 #include <vector>
 #include <zmq.hpp>
 
+#include "absl/container/flat_hash_map.h"
+
 #include "services/mockengine/agent_view.h"
 #include "services/mockengine/cluster_options.h"
 #include "services/mockengine/engine_endpoint.h"
+#include "services/mockengine/engine_http.h"
+#include "services/mockengine/epp_gateway.h"
 #include "services/mockengine/fault_plan.h"
 #include "services/mockengine/ground_truth.h"
 #include "services/mockengine/load_model.h"
@@ -45,7 +50,10 @@ class Cluster {
  public:
   Cluster(ClusterOptions options, std::vector<trace::TraceRequest> requests, std::string trace);
 
-  // Binds every source's PUB and replay sockets.
+  ~Cluster();
+
+  // Binds every source's PUB and replay sockets, and starts the engines'
+  // HTTP servers (engine_http_base_port).
   Status Bind(zmq::context_t& context);
   // Serves the trace (paced by --rate unless dry run) until done or `stop`,
   // then the end fences. Returns after the last request.
@@ -99,6 +107,13 @@ class Cluster {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void PublishFences() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   bool AskRouter(size_t model, std::span<const uint32_t> tokens, index::MatchResult* out);
+  // --policy epp: request r through the endpoint picker to an engine; the
+  // worker whose HTTP server took it (none: the exchange failed before).
+  // *pick_us: stream start -> the pick (set when the picker picked).
+  std::optional<size_t> RouteThroughEpp(size_t r, size_t model, std::span<const uint32_t> tokens,
+                                        std::optional<double>* pick_us);
+  // The engines' load as their /metrics report it, after request r's arrival.
+  void UpdateEngineLoad(size_t model, double now_us) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   std::string TopicOf(const Source& source) const;
   void WriteReport(std::string* out) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   // The engines' state as the truth functions read it (views into sources_).
@@ -136,11 +151,26 @@ class Cluster {
   uint64_t match_errors_ ABSL_GUARDED_BY(mutex_) = 0;
   uint64_t match_unknown_model_ ABSL_GUARDED_BY(mutex_) = 0;
   std::string requests_jsonl_ ABSL_GUARDED_BY(mutex_);
+  // --policy epp: per worker, the load its /metrics shows; the worker
+  // whose engine took each request being routed; what went wrong.
+  std::vector<EngineLoad> engine_load_ ABSL_GUARDED_BY(mutex_);
+  absl::flat_hash_map<uint64_t, size_t> received_ ABSL_GUARDED_BY(mutex_);
+  std::atomic<int64_t> routing_{-1};                    // the request the gateway is routing
+  uint64_t epp_misrouted_ ABSL_GUARDED_BY(mutex_) = 0;  // taken by another engine than served
+  uint64_t epp_fallbacks_ ABSL_GUARDED_BY(mutex_) = 0;  // served by a fallback endpoint
+  uint64_t epp_immediate_ ABSL_GUARDED_BY(mutex_) = 0;  // 503 / 429 / 4xx instead of a pick
+  absl::flat_hash_map<std::string, size_t> worker_of_address_;
+  std::unique_ptr<EppGateway> epp_;
 
   // Per-request scratch, reused.
   std::vector<wire::WireEvent> events_;
   std::vector<uint8_t> payload_;
   std::vector<Candidate> candidates_;
+  std::vector<Candidate> routed_candidates_;
+  std::vector<size_t> routed_members_;
+
+  // Last: stopped before the state their handlers read goes away.
+  std::vector<std::unique_ptr<EngineHttp>> engine_http_;
 };
 
 }  // namespace kvindex::mockengine

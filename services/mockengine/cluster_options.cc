@@ -91,7 +91,18 @@ Status Validate(const ClusterOptions& options) {
   if (options.policy == Policy::kKvAware && options.router_url.empty() && !options.dry_run) {
     return absl::InvalidArgumentError("--policy kv-aware needs --router URL");
   }
+  if (options.policy == Policy::kEpp && !options.dry_run &&
+      (options.epp_address.empty() || options.engine_http_base_port <= 0)) {
+    return absl::InvalidArgumentError(
+        "--policy epp needs --epp HOST:PORT and --engine-http-base-port (the engines' "
+        "OpenAI servers the picker picks from)");
+  }
   return absl::OkStatus();
+}
+
+std::string EngineAddress(const ClusterOptions& options, size_t worker) {
+  if (options.engine_http_base_port <= 0) return "";
+  return options.host + ":" + std::to_string(options.engine_http_base_port + worker);
 }
 
 std::vector<std::string> SourceStrings(const ClusterOptions& options) {
@@ -107,6 +118,7 @@ std::vector<std::string> SourceStrings(const ClusterOptions& options) {
       s += ",replay=tcp://" + options.host + ":" + std::to_string(options.replay_base_port + port);
     }
     if (w.dp_ranks > 1) s += ",dp_ranks=" + std::to_string(w.dp_ranks);
+    if (options.engine_http_base_port > 0) s += ",endpoint=" + EngineAddress(options, i);
     out.push_back(std::move(s));
     port += static_cast<int>(w.dp_ranks);
   }

@@ -48,6 +48,9 @@ struct ClusterOptions {
   Policy policy = Policy::kRoundRobin;
   std::string router_url;        // kv-aware: where POST /v1/match goes
   double kv_load_weight = 0.25;  // kv-aware: cost of one queued request, in prompts
+  std::string epp_address;       // epp: the router's ext_proc (--epp host:port)
+  // Worker i's OpenAI server and /metrics on host:(base + i); 0 = none.
+  int engine_http_base_port = 0;
   LoadOptions load;
   uint64_t seed = 1;
   std::array<FaultSpec, kNumFaultKinds> faults{};
@@ -64,6 +67,9 @@ struct ClusterOptions {
 // the bad key or value.
 Status ApplyEngineOverride(std::string_view text, ClusterOptions* options);
 
+// Worker i's OpenAI server, "host:port" ("" without engine_http_base_port).
+std::string EngineAddress(const ClusterOptions& options, size_t worker);
+
 // Checks wire forms, models and ranks after overrides.
 Status Validate(const ClusterOptions& options);
 
@@ -71,7 +77,7 @@ Status Validate(const ClusterOptions& options);
 std::string_view EngineOfWire(std::string_view wire);
 
 // One router --source string per worker ("worker=w0,engine=vllm,model=M,
-// block_size=16,pub=tcp://H:P,replay=tcp://H:R[,dp_ranks=N]").
+// block_size=16,pub=tcp://H:P,replay=tcp://H:R[,dp_ranks=N][,endpoint=H:E]").
 std::vector<std::string> SourceStrings(const ClusterOptions& options);
 
 }  // namespace kvindex::mockengine

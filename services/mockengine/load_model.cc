@@ -21,20 +21,24 @@ std::vector<double> ArrivalTimesUs(std::span<const trace::TraceRequest> requests
 }
 
 LoadModel::LoadModel(LoadOptions options, size_t sources)
-    : options_(options), finish_us_(sources) {}
+    : options_(options), finish_us_(sources), blocks_(sources, 0) {}
 
 uint32_t LoadModel::InFlight(size_t source, double now_us) {
   MinHeap& heap = finish_us_[source];
-  while (!heap.empty() && heap.top() <= now_us) heap.pop();
+  while (!heap.empty() && heap.top().first <= now_us) {
+    blocks_[source] -= heap.top().second;
+    heap.pop();
+  }
   return static_cast<uint32_t>(heap.size());
 }
 
 double LoadModel::Start(size_t source, double now_us, uint64_t uncached_tokens,
-                        uint32_t output_tokens, double speed) {
+                        uint32_t output_tokens, double speed, uint64_t blocks) {
   const double service_us = (static_cast<double>(uncached_tokens) * options_.prefill_us_per_token +
                              output_tokens * options_.decode_us_per_token) /
                             (speed > 0 ? speed : 1.0);
-  finish_us_[source].push(now_us + service_us);
+  finish_us_[source].push({now_us + service_us, blocks});
+  blocks_[source] += blocks;
   return service_us;
 }
 

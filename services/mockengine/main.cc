@@ -2,7 +2,8 @@
 // Mooncake request trace and publish the KV events real vLLM / SGLang /
 // TensorRT-LLM workers would, on real ZMQ sockets (PUB + replay ROUTER per
 // worker and dp rank); requests are placed by a policy (kv-aware asks a
-// router's /v1/match); the ground truth, a routing report and fault knobs
+// router's /v1/match, epp goes through its endpoint picker to the engines'
+// own OpenAI servers); the ground truth, a routing report and fault knobs
 // make it the end-to-end check of kvindex. See README.md.
 #include <atomic>
 #include <csignal>
@@ -113,10 +114,18 @@ int main(int argc, char** argv) {
   app.add_option("--engine", f.engines,
                  "Per-worker override (repeatable): 'index=I,wire=W,device=N,host=N,disk=N,"
                  "dp_ranks=N,speed=F,model=NAME,cpu_events=placeholder|tokens'");
-  app.add_option("--policy", f.policy, "Placement: round-robin, kv-aware, random, least-loaded")
-      ->check(CLI::IsMember({"round-robin", "kv-aware", "random", "least-loaded"}))
+  app.add_option("--policy", f.policy,
+                 "Placement: round-robin, kv-aware, random, least-loaded, epp")
+      ->check(CLI::IsMember({"round-robin", "kv-aware", "random", "least-loaded", "epp"}))
       ->capture_default_str();
   app.add_option("--router", o.router_url, "kv-aware: router base URL for POST /v1/match");
+  app.add_option("--epp", o.epp_address,
+                 "epp: the router's ext_proc endpoint picker (kvindex-router --epp), host:port");
+  app.add_option("--engine-http-base-port", o.engine_http_base_port,
+                 "Worker i serves its OpenAI API and /metrics on --host:(PORT + i); its "
+                 "--print-sources string gains endpoint= (0 = none)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
   app.add_option("--kv-load-weight", o.kv_load_weight,
                  "kv-aware: cost of one in-flight request, in prompts (0 = matched blocks only)")
       ->capture_default_str();
@@ -190,8 +199,8 @@ int main(int argc, char** argv) {
     }
     o.faults[k] = *spec;
   }
-  if (o.dry_run && o.policy == Policy::kKvAware) {
-    return Fail("--policy kv-aware needs a router; --dry-run runs without one", 2);
+  if (o.dry_run && (o.policy == Policy::kKvAware || o.policy == Policy::kEpp)) {
+    return Fail("--policy " + f.policy + " needs a router; --dry-run runs without one", 2);
   }
   if (auto status = Validate(o); !status.ok()) return Fail(std::string(status.message()), 2);
   if (f.print_sources) {

@@ -7,6 +7,7 @@ std::optional<Policy> PolicyFromName(std::string_view name) {
   if (name == "kv-aware") return Policy::kKvAware;
   if (name == "random") return Policy::kRandom;
   if (name == "least-loaded") return Policy::kLeastLoaded;
+  if (name == "epp") return Policy::kEpp;
   return std::nullopt;
 }
 
@@ -20,6 +21,8 @@ std::string_view PolicyName(Policy policy) {
       return "random";
     case Policy::kLeastLoaded:
       return "least-loaded";
+    case Policy::kEpp:
+      return "epp";
   }
   return "?";
 }
@@ -49,6 +52,7 @@ size_t PlacementPolicy::Place(size_t model, std::span<const Candidate> candidate
     case Policy::kRandom:
       return std::uniform_int_distribution<size_t>(0, candidates.size() - 1)(rng_);
     case Policy::kLeastLoaded:
+    case Policy::kEpp:
       return LeastLoaded(candidates, next_[model]++);
     case Policy::kKvAware:
       break;

@@ -10,6 +10,9 @@
 //                (blocks still to prefill, plus the queue in prompt-sized
 //                units); ties: fewer in flight, then in turn. No answer:
 //                least-loaded. load_weight 0 = matched blocks only.
+//   epp          the router's endpoint picker chose the engine (the caller
+//                passes that worker's ranks: the least loaded of them);
+//                no pick: least-loaded over all
 //
 // Thread safety: none.
 #pragma once
@@ -25,7 +28,7 @@
 
 namespace kvindex::mockengine {
 
-enum class Policy : uint8_t { kRoundRobin, kKvAware, kRandom, kLeastLoaded };
+enum class Policy : uint8_t { kRoundRobin, kKvAware, kRandom, kLeastLoaded, kEpp };
 std::optional<Policy> PolicyFromName(std::string_view name);
 std::string_view PolicyName(Policy policy);
 

@@ -250,6 +250,17 @@ Status Router::Start() {
     epp_ = std::make_unique<epp::EppServer>(std::move(epp_options), index_.get(),
                                             [this] { return Ready(); });
     context.extra_collectables.push_back(epp_->collectable());
+    // /v1/match shows predict on route's entries apart ("speculative").
+    context.speculative.any = [cache = speculative_] {
+      return cache->enabled() && cache->size() > 0;
+    };
+    context.speculative.prefixes = [cache = speculative_](
+                                       std::string_view model, std::span<const uint64_t> seq_hashes,
+                                       std::vector<query::SpeculativeRow>* rows) {
+      thread_local std::vector<std::pair<SourceKey, uint32_t>> held;
+      cache->Prefixes(model, seq_hashes, epp::SpeculativeCache::Clock::now(), &held);
+      for (auto& [source, blocks] : held) rows->push_back({std::move(source), blocks});
+    };
   }
   query::ApiOptions api_options;
   api_options.metrics_auth = options_.metrics_auth;

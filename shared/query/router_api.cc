@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "shared/hashing/canonical_hash.h"
 #include "shared/metrics/metrics.h"
 #include "shared/query/json_writer.h"
 #include "shared/query/match_request.h"
@@ -109,25 +110,85 @@ char* WriteLiteral(const char (&text)[N], char* p) {
 
 char* WriteNumber(uint64_t value, char* p) { return std::to_chars(p, p + 20, value).ptr; }
 
+// A row's opening: {"worker":"...","dp_rank":N
+char* WriteSourceFields(const SourceKey& source, char* p) {
+  p = WriteLiteral("{\"worker\":\"", p);
+  p = WriteEscaped(source.worker, p);
+  p = WriteLiteral("\",\"dp_rank\":", p);
+  return WriteNumber(source.dp_rank, p);
+}
+
+// The request's canonical sequence hashes (at most max_blocks), as the
+// index's MatchTokens / MatchLocalHashes chain them, and its full blocks.
+// False: tokens of a model whose block size the index does not know (its
+// own match answers that error).
+bool SequenceHashes(const index::IndexInterface& index, const MatchRequest& req,
+                    std::vector<uint64_t>* seq, uint32_t* blocks) {
+  thread_local std::vector<uint64_t> local;
+  auto capped = [&req](size_t n) {
+    return req.max_blocks != 0 && req.max_blocks < n ? size_t{req.max_blocks} : n;
+  };
+  if (req.has_tokens) {
+    const std::optional<uint32_t> block_size = index.BlockSize(req.model);
+    if (!block_size.has_value() || *block_size == 0) return false;
+    const size_t full = req.tokens.size() / *block_size;
+    hashing::ComputeLocalHashes(
+        std::span<const uint32_t>(req.tokens).first(capped(full) * *block_size), *block_size,
+        hashing::LocalHashSeed(req.lora_name, req.cache_salt), &local);
+    hashing::ComputeSequenceHashes(local, std::nullopt, seq);
+    *blocks = static_cast<uint32_t>(full);
+  } else if (req.has_seq_hashes) {
+    seq->assign(req.seq_hashes.begin(),
+                req.seq_hashes.begin() + static_cast<ptrdiff_t>(capped(req.seq_hashes.size())));
+    *blocks = static_cast<uint32_t>(req.seq_hashes.size());
+  } else {
+    hashing::ComputeSequenceHashes(
+        std::span<const uint64_t>(req.local_hashes).first(capped(req.local_hashes.size())),
+        std::nullopt, seq);
+    *blocks = static_cast<uint32_t>(req.local_hashes.size());
+  }
+  return true;
+}
+
 }  // namespace
 
 // Runs the lookup of a parsed request; records latency on the probe. A model
 // that is configured but has no events yet matches nothing (200, no workers).
 StatusOr<index::MatchResult> Lookup(const ApiContext& context, const MatchRequest& req,
-                                    consume::Endpoint endpoint) {
+                                    consume::Endpoint endpoint,
+                                    std::vector<SpeculativeRow>* speculative) {
   const index::IndexInterface& index = *context.index;
   consume::RouterProbe* probe = context.probe;
   index::MatchOptions options;
   options.max_blocks = req.max_blocks;
+  // With speculative entries held, the sequence hashes are chained here
+  // once, for the index's match and the speculative lookup alike.
+  thread_local std::vector<uint64_t> seq;
+  uint32_t blocks = 0;
+  if (speculative != nullptr) speculative->clear();
+  const bool hashed = speculative != nullptr && context.speculative.any &&
+                      context.speculative.any() && SequenceHashes(index, req, &seq, &blocks);
   const auto start = Clock::now();
   StatusOr<index::MatchResult> result =
-      req.has_tokens ? index.MatchTokens(req.model, std::span<const uint32_t>(req.tokens),
-                                         req.lora_name, req.cache_salt, options)
+      hashed ? index.MatchSequenceHashes(req.model, std::span<const uint64_t>(seq), options)
+      : req.has_tokens ? index.MatchTokens(req.model, std::span<const uint32_t>(req.tokens),
+                                           req.lora_name, req.cache_salt, options)
       : req.has_seq_hashes
           ? index.MatchSequenceHashes(req.model, std::span<const uint64_t>(req.seq_hashes), options)
           : index.MatchLocalHashes(req.model, std::span<const uint64_t>(req.local_hashes), options);
-  if (result.ok() && req.has_seq_hashes) {
+  if (result.ok() && hashed) {
+    result->blocks = blocks;
+  } else if (result.ok() && req.has_seq_hashes) {
     result->blocks = static_cast<uint32_t>(req.seq_hashes.size());
+  }
+  if (result.ok() && hashed && !seq.empty()) {
+    context.speculative.prefixes(req.model, seq, speculative);
+    std::sort(speculative->begin(), speculative->end(),
+              [](const SpeculativeRow& a, const SpeculativeRow& b) {
+                if (a.blocks != b.blocks) return a.blocks > b.blocks;
+                if (a.source.worker != b.source.worker) return a.source.worker < b.source.worker;
+                return a.source.dp_rank < b.source.dp_rank;
+              });
   }
   if (probe != nullptr) {
     probe->RecordLookup(endpoint, std::chrono::duration<double>(Clock::now() - start).count());
@@ -151,12 +212,15 @@ StatusOr<index::MatchResult> Lookup(const ApiContext& context, const MatchReques
 // (literals with memcpy, numbers with std::to_chars) and cut to length. Same
 // bytes JsonWriter would produce.
 void WriteMatchResponse(std::string_view model, const index::MatchResult& result, std::string* out,
-                        int64_t tokens) {
+                        int64_t tokens, std::span<const SpeculativeRow> speculative) {
   // Longest possible: every name byte escaped to 6, every number 20 digits.
   constexpr size_t kNumber = 20;
-  size_t bound = 64 + 6 * model.size() + 2 * kNumber;
+  size_t bound = 80 + 6 * model.size() + 2 * kNumber;
   for (const index::WorkerMatch& m : result.workers) {
     bound += 96 + 6 * m.source.worker.size() + 7 * kNumber;
+  }
+  for (const SpeculativeRow& row : speculative) {
+    bound += 48 + 6 * row.source.worker.size() + 2 * kNumber;
   }
   const size_t start = out->size();
   out->resize(start + bound);
@@ -177,10 +241,7 @@ void WriteMatchResponse(std::string_view model, const index::MatchResult& result
   for (const index::WorkerMatch& m : result.workers) {
     if (!first) *p++ = ',';
     first = false;
-    p = WriteLiteral("{\"worker\":\"", p);
-    p = WriteEscaped(m.source.worker, p);
-    p = WriteLiteral("\",\"dp_rank\":", p);
-    p = WriteNumber(m.source.dp_rank, p);
+    p = WriteSourceFields(m.source, p);
     p = WriteLiteral(",\"longest\":", p);
     p = WriteNumber(m.longest, p);
     p = WriteLiteral(",\"device\":", p);
@@ -195,7 +256,21 @@ void WriteMatchResponse(std::string_view model, const index::MatchResult& result
     p = WriteNumber(m.device_prefix, p);
     *p++ = '}';
   }
-  p = WriteLiteral("]}", p);
+  *p++ = ']';
+  if (!speculative.empty()) {
+    p = WriteLiteral(",\"speculative\":[", p);
+    first = true;
+    for (const SpeculativeRow& row : speculative) {
+      if (!first) *p++ = ',';
+      first = false;
+      p = WriteSourceFields(row.source, p);
+      p = WriteLiteral(",\"blocks\":", p);
+      p = WriteNumber(row.blocks, p);
+      *p++ = '}';
+    }
+    *p++ = ']';
+  }
+  *p++ = '}';
   out->resize(static_cast<size_t>(p - begin));
 }
 
@@ -269,18 +344,19 @@ bool RouterApi::Ready(std::string* reason) const {
 
 void RouterApi::Match(const http::Request& request, http::Response& response) const {
   thread_local MatchRequest parsed;
+  thread_local std::vector<SpeculativeRow> speculative;
   Status status = ParseMatchRequest(request.body, RequestDialect::kMatch, &parsed);
   const bool tokenized = parsed.has_text || parsed.has_messages;
   if (status.ok() && tokenized) status = Tokenize(context_, request.body, &parsed);
   if (!status.ok()) {
     http::SetError(response, 400, Message(status));
   } else if (StatusOr<index::MatchResult> result =
-                 Lookup(context_, parsed, consume::Endpoint::kMatch);
+                 Lookup(context_, parsed, consume::Endpoint::kMatch, &speculative);
              !result.ok()) {
     http::SetError(response, StatusToHttp(result.status()), Message(result.status()));
   } else {
     WriteMatchResponse(parsed.model, *result, &response.body,
-                       tokenized ? static_cast<int64_t>(parsed.tokens.size()) : -1);
+                       tokenized ? static_cast<int64_t>(parsed.tokens.size()) : -1, speculative);
   }
   if (context_.probe != nullptr)
     context_.probe->RecordRequest(consume::Endpoint::kMatch, response.status);

@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,11 +35,31 @@
 
 namespace kvindex::query {
 
+// A source's speculative prefix (predict on route, docs/epp.md): the
+// request's leading blocks this replica's endpoint picker recently sent to
+// it. Never in the index, the digest or `workers`.
+struct SpeculativeRow {
+  SourceKey source;
+  uint32_t blocks = 0;
+};
+
 // Appends the body of a /v1/match answer (docs/api.md) to *out. Also the
 // simulated cluster's truth API, so both answer in the same bytes.
-// `tokens` >= 0 adds "tokens": n (the request gave "text").
+// `tokens` >= 0 adds "tokens": n (the request gave "text"). `speculative`
+// not empty adds "speculative": [{"worker", "dp_rank", "blocks"}...].
 void WriteMatchResponse(std::string_view model, const index::MatchResult& result, std::string* out,
-                        int64_t tokens = -1);
+                        int64_t tokens = -1, std::span<const SpeculativeRow> speculative = {});
+
+// The endpoint picker's speculative entries as /v1/match reads them
+// (services/router wires epp::SpeculativeCache in).
+struct SpeculativeHook {
+  // Whether any entry is held at all (cheap; false: nothing to look up).
+  std::function<bool()> any;
+  // Per source, the leading blocks of `seq_hashes` held speculatively now.
+  std::function<void(std::string_view model, std::span<const uint64_t> seq_hashes,
+                     std::vector<SpeculativeRow>* rows)>
+      prefixes;
+};
 
 struct ApiOptions {
   // /metrics requires the bearer token (when one is configured). Default: false.
@@ -74,14 +95,20 @@ struct ApiContext {
   std::vector<const prometheus::Collectable*> extra_collectables;
   // Tokenizers for /v1/match "text" (--tokenizer MODEL=DIR); nullable.
   const tokenize::TokenizerRegistry* tokenizers = nullptr;
+  // Predict on route's entries (--epp), shown apart in /v1/match; unset = none.
+  SpeculativeHook speculative;
 };
 
 // Runs the lookup of a parsed request: the one match path behind /v1/match
 // and every compatibility API (compat_api.h); records the latency on the
 // probe under `endpoint`. A model that is configured but has no events yet
-// matches nothing (200, no workers).
+// matches nothing (200, no workers). With `speculative` and entries held
+// (ApiContext::speculative), also the sources holding the request's leading
+// blocks speculatively, from the same sequence hashes (sorted: blocks desc,
+// worker, dp_rank; empty when none).
 StatusOr<index::MatchResult> Lookup(const ApiContext& context, const MatchRequest& req,
-                                    consume::Endpoint endpoint);
+                                    consume::Endpoint endpoint,
+                                    std::vector<SpeculativeRow>* speculative = nullptr);
 
 class RouterApi {
  public:

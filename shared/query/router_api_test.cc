@@ -74,6 +74,14 @@ class RouterApiTest : public ::testing::Test {
     context.registry = registry_.get();
     context.configured_models = {{"m", 4}, {"warming", 4}};
     context.tokenizers = tokenizers_.get();
+    // Predict on route's entries, as the router wires the picker's cache in.
+    context.speculative.any = [this] { return !speculative_.empty(); };
+    context.speculative.prefixes = [this](std::string_view model, std::span<const uint64_t> seq,
+                                          std::vector<SpeculativeRow>* rows) {
+      EXPECT_EQ(model, "m");
+      asked_.assign(seq.begin(), seq.end());
+      *rows = speculative_;
+    };
     api_ = std::make_unique<RouterApi>(ApiOptions{}, context);
     http::ServerOptions options;
     options.listen = "127.0.0.1:0";
@@ -116,6 +124,8 @@ class RouterApiTest : public ::testing::Test {
   }
 
   std::string token_ = "t0ken";
+  std::vector<SpeculativeRow> speculative_;  // what the hook answers
+  std::vector<uint64_t> asked_;              // the sequence hashes it was asked
   InProcessSink sink_;
   consume::InProcessLogReader reader_{&sink_};
   index::KvIndex index_;
@@ -170,6 +180,25 @@ TEST(WriteMatchResponseTest, SameBytesAsJsonWriter) {
     std::string got = "prefix";
     WriteMatchResponse("m\"\\", r, &got);
     EXPECT_EQ(got, expected) << workers << " workers";
+    // With speculative rows: the same object plus "speculative".
+    std::vector<SpeculativeRow> rows;
+    for (const index::WorkerMatch& m : r.workers) rows.push_back({m.source, UINT32_MAX});
+    if (rows.empty()) continue;
+    expected.pop_back();  // the closing brace
+    w.Key("speculative");
+    w.BeginArray();
+    for (const SpeculativeRow& row : rows) {
+      w.BeginObject();
+      w.Field("worker", row.source.worker);
+      w.Field("dp_rank", row.source.dp_rank);
+      w.Field("blocks", row.blocks);
+      w.EndObject();
+    }
+    w.EndArray();
+    expected.push_back('}');
+    got = "prefix";
+    WriteMatchResponse("m\"\\", r, &got, -1, rows);
+    EXPECT_EQ(got, expected) << workers << " workers, speculative";
   }
 }
 
@@ -187,6 +216,51 @@ TEST_F(RouterApiTest, MatchTokens) {
   EXPECT_EQ(j["workers"][1],
             json::parse(R"({"worker":"w1","dp_rank":1,"longest":2,"device":1,"host":1,"disk":0,
                             "external":0,"device_prefix":1})"));
+}
+
+// /v1/match's "speculative": absent while the picker holds no entry (the
+// bytes as before), else the rows of the hook, sorted, asked with the same
+// sequence hashes the index matched (tokens or local hashes, max_blocks);
+// "workers" unchanged.
+TEST_F(RouterApiTest, MatchSpeculativeApart) {
+  const std::string tokens = R"({"model":"m","tokens":[1,2,3,4,5,6,7,8,9,10,11,12,13]})";
+  auto before = Call("POST", "/v1/match", tokens);
+  ASSERT_EQ(before.status, 200) << before.body;
+  EXPECT_EQ(before.body.find("speculative"), std::string::npos) << before.body;
+  EXPECT_TRUE(asked_.empty());
+
+  speculative_ = {{{"w0", 0}, 1}, {{"w2", 0}, 3}, {{"w1", 1}, 3}};
+  auto r = Call("POST", "/v1/match", tokens);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(asked_, seq_);
+  json j = json::parse(r.body);
+  EXPECT_EQ(j["workers"], json::parse(before.body)["workers"]);
+  EXPECT_EQ(j["speculative"], json::parse(R"([{"worker":"w1","dp_rank":1,"blocks":3},
+                                               {"worker":"w2","dp_rank":0,"blocks":3},
+                                               {"worker":"w0","dp_rank":0,"blocks":1}])"));
+  EXPECT_EQ(j["blocks"], 3);
+
+  r = Call("POST", "/v1/match", R"({"model":"m","tokens":[1,2,3,4,5,6,7,8,9],"max_blocks":1})");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(asked_, std::vector<uint64_t>(seq_.begin(), seq_.begin() + 1));
+  EXPECT_EQ(json::parse(r.body)["blocks"], 2);
+  EXPECT_EQ(json::parse(r.body)["workers"][0]["longest"], 1);
+
+  std::vector<uint64_t> local;
+  hashing::ComputeLocalHashes(std::vector<uint32_t>{1, 2, 3, 4, 5, 6, 7, 8}, 4,
+                              hashing::LocalHashSeed("", ""), &local);
+  r = Call("POST", "/v1/match",
+           R"({"model":"m","local_hashes":[)" + std::to_string(local[0]) + "," +
+               std::to_string(local[1]) + "]}");
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(asked_, std::vector<uint64_t>(seq_.begin(), seq_.begin() + 2));
+  EXPECT_EQ(json::parse(r.body)["speculative"].size(), 3u);
+  EXPECT_EQ(json::parse(r.body)["blocks"], 2);
+
+  // The hook holds entries, none for this prompt: no field.
+  speculative_ = {};
+  r = Call("POST", "/v1/match", tokens);
+  EXPECT_EQ(r.body, before.body);
 }
 
 TEST_F(RouterApiTest, MatchText) {

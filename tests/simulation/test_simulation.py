@@ -15,6 +15,9 @@ router holds at the end is checked against the engines' own ground truth.
   only what it stored after the clear (never a stale entry).
 - nats: one kvindex-agent and two kvindex-router --nats replicas over a real
   nats-server; both end on the truth's digest and answers.
+- epp: `--policy epp` through a real `kvindex-router --embedded --epp` (the
+  simulator is the gateway and serves the engines' OpenAI API and /metrics):
+  its hit rate beats round-robin's, every request served where it was picked.
 
 The truth's matching is recomputed here from its block sets (semantics.md
 section 5) and its digest from its entries (section 6), independently of the
@@ -31,6 +34,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "distributed"))
@@ -387,6 +391,105 @@ def scenario_nats(bin_dir):
                 p.cleanup()
         probe.cleanup()
         server.cleanup()
+
+
+def metric_samples(text, name):
+    """{labels text: value} of one metric in a Prometheus exposition."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            key, value = line.rsplit(" ", 1)
+            out[key[len(name):]] = float(value)
+    return out
+
+
+def scenario_epp(bin_dir):
+    """kvindex-mockengine --policy epp: every request goes through a real
+    `kvindex-router --embedded --epp` as a GAIE gateway sends it (ext_proc,
+    the pick in the header and envoy.lb metadata), then to the picked
+    engine's own OpenAI server; the router scrapes the engines' /metrics.
+    On a prefix-sharing trace the picker's placement beats round-robin's hit
+    rate, and every request was served by the engine the router picked: the
+    router counts each served endpoint (x-gateway-destination-endpoint-served,
+    the address the gateway connected to) against its pick, and the engines
+    count what reached them."""
+    requests = 300
+    ports = free_ports(4)
+    engine_base = free_ports(4)[0]
+    trace = os.path.join(ROOT, "data", "mooncake", "synthetic_trace.jsonl")
+    fleet_args = ["--trace", trace, "--limit", str(requests), "--workers", "4",
+                  "--pub-base-port", str(ports[0]), "--replay-base-port", str(ports[1]),
+                  "--engine-http-base-port", str(engine_base), "--block-size", str(BLOCK_SIZE),
+                  "--device-capacity", "4096", "--host-capacity", "8192", "--seed", "3",
+                  "--model", "sim-epp", "--rate", "150", "--start-delay", "1s"]
+    sim = router = None
+    probe = Simulator(bin_dir, [])
+    try:
+        blind = os.path.join(probe.dir, "round-robin.json")
+        subprocess.run([probe.bin] + fleet_args + ["--policy", "round-robin", "--dry-run",
+                                                   "--report-out", blind, "--log-level", "warn"],
+                       check=True, timeout=60)
+        with open(blind) as f:
+            round_robin = json.load(f)
+        sources = probe.sources(fleet_args)
+        assert all(",endpoint=127.0.0.1:%d" % (engine_base + i) in s
+                   for i, s in enumerate(sources)), sources
+        router = EmbeddedRouter(bin_dir, sources)
+        epp_port = e2e.free_port()
+        router.args += ["--epp", "127.0.0.1:%d" % epp_port, "--load-interval", "50ms"]
+        router.start().wait_ready()
+        report = os.path.join(probe.dir, "report.json")
+        sim = Simulator(bin_dir, fleet_args + [
+            "--policy", "epp", "--epp", "127.0.0.1:%d" % epp_port, "--report-out", report,
+            "--truth-out", os.path.join(probe.dir, "truth.json")])
+        sim.start()
+        progress = sim.wait_done(120)
+        rep = progress["report"]
+        assert rep["policy"] == "epp", rep
+        assert rep["match_errors"] == 0, rep
+        assert rep["epp"] == {"picks": requests, "immediate": 0, "fallbacks": 0,
+                              "misrouted": 0}, rep["epp"]
+        assert rep["match_latency_us"]["count"] == requests, rep
+        # The router's view: every stream's served endpoint was its pick.
+        metrics = router.request("GET", "/metrics")[2]
+        served = metric_samples(metrics, "kvindex_router_epp_served_total")
+        assert served.get('{result="pick"}') == requests and not served.get(
+            '{result="other"}') and not served.get('{result="fallback"}'), served
+        picks = metric_samples(metrics, "kvindex_router_epp_picks_total")
+        # Load-only: a request before the index has seen the model's first event.
+        assert sum(picks.values()) == requests and picks['{kind="prefix"}'] >= requests - 5, picks
+        scrapes = metric_samples(metrics, "kvindex_router_load_scrapes_total")
+        assert scrapes.get('{outcome="ok"}', 0) > 0, scrapes
+        # The engines' view: each served what the report placed on it.
+        per_worker = []
+        for i in range(4):
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % (engine_base + i),
+                                        timeout=10) as answer:
+                text = answer.read().decode()
+            per_worker.append(int(metric_samples(text, "vllm:request_success_total")[
+                '{model_name="sim-epp"}']))
+            assert "vllm:kv_cache_usage_perc" in text and "vllm:num_requests_waiting" in text
+        assert per_worker == rep["load"]["requests_per_worker"], (per_worker, rep["load"])
+        assert sum(per_worker) == requests
+        truth = sim.json("GET", "/v1/truth")
+        e2e.wait_for(lambda: router.state()["digest"] == truth["digest"], 60,
+                     "router digest == the truth's %s" % truth["digest"])
+        assert rep["hit_rate"] > 1.5 * round_robin["hit_rate"], (
+            "epp hit rate %.3f does not beat round-robin's %.3f" % (rep["hit_rate"],
+                                                                 round_robin["hit_rate"]))
+        assert sim.stop() == 0, sim.logs()
+        print("epp: hit rate %.3f against round-robin %.3f; %s requests per worker; pick "
+              "p50 %.0f us, p99 %.0f us" % (rep["hit_rate"], round_robin["hit_rate"], per_worker,
+                                            rep["match_latency_us"]["p50"],
+                                            rep["match_latency_us"]["p99"]))
+    except AssertionError:
+        dump_logs(router=router, mockengine=sim)
+        raise
+    finally:
+        for p in (sim, router):
+            if p is not None:
+                p.cleanup()
+        probe.cleanup()
 
 
 def scenario_quickstart(bin_dir):

@@ -1,9 +1,6 @@
-// PickClient: the gateway side of one ext_proc stream per request, as
-// Envoy's ext_proc filter drives the endpoint picker in GAIE's
-// FULL_DUPLEX_STREAMED mode: request headers, the body in messages of at
-// most 64 KiB (end_of_stream on the last), then the answers: the headers'
-// answer carrying the pick, the body echoed back in chunks until
-// end_of_stream; then the client half-closes.
+// PickClient: one ext_proc stream per request through the shared gateway
+// side (shared/epp/gateway_client.h): request headers and body, the pick
+// and the echoed body; then the client half-closes.
 //
 //   PickClient client(channel);
 //   auto pick = client.Pick(body);   // pick->latency_s, pick->endpoint
@@ -37,7 +34,6 @@ class PickClient {
 
  private:
   std::unique_ptr<envoy::service::ext_proc::v3::ExternalProcessor::Stub> stub_;
-  envoy::service::ext_proc::v3::ProcessingRequest headers_;
 };
 
 }  // namespace kvindex::bench
