@@ -647,15 +647,15 @@ class HeldCaptureIndex final : public index::IndexInterface {
     void ForEachRun(const RunVisitor& fn) override {
       bool first = true;
       std::shared_future<void> released = owner_->release.get_future().share();
-      inner_->ForEachRun([&](uint32_t model, const SourceKey& source, Tier tier,
-                             std::span<const uint64_t> hashes) {
-        if (first) {
-          first = false;
-          owner_->reading.set_value();
-          released.wait();
-        }
-        fn(model, source, tier, hashes);
-      });
+      inner_->ForEachRun(
+          [&](uint32_t model, uint32_t source, Tier tier, std::span<const uint64_t> hashes) {
+            if (first) {
+              first = false;
+              owner_->reading.set_value();
+              released.wait();
+            }
+            fn(model, source, tier, hashes);
+          });
     }
 
    private:
