@@ -65,8 +65,9 @@ CheckpointImage CaptureCheckpoint(const index::IndexInterface& index,
   image.hashes.reserve(image.total_entries());
   absl::flat_hash_map<SourceKey, uint32_t> source_ids;
   // Consecutive runs of one (model, source, tier) merge.
-  (*capture)->ForEachRun([&](uint32_t model, const SourceKey& source, Tier tier,
+  (*capture)->ForEachRun([&](uint32_t model, uint32_t source_id, Tier tier,
                              std::span<const uint64_t> hashes) {
+    const SourceKey& source = c.models()[model].sources[source_id];
     auto [it, added] = source_ids.try_emplace(source, static_cast<uint32_t>(image.sources.size()));
     if (added) image.sources.push_back(source);
     if (image.runs.empty() || image.runs.back().model != model ||

@@ -207,20 +207,36 @@ StatusOr<CheckpointInfo> CheckpointStore::WriteCapture(CheckpointImage manifest,
   // A run header (at most 32 bytes) per node and holder: a few bytes per
   // entry at most, whatever the nodes' lengths.
   return WriteRuns(image, image->total_entries() * 12, [&](format::ChunkWriter* chunks) -> Status {
-    // Source ids of the checkpoint: interned as runs name them (a run's
-    // source is looked up once per run, not per entry).
-    absl::flat_hash_map<SourceKey, uint32_t> ids;
+    // Per model, by the capture's source id: the checkpoint's source id
+    // and the digest prefix, made the first time a run names the source
+    // (so a run costs no lookup by name and no allocation).
+    struct Source {
+      uint32_t id = UINT32_MAX;
+      std::string prefix;
+    };
+    std::vector<std::vector<Source>> sources(capture->models().size());
+    for (size_t m = 0; m < sources.size(); ++m) {
+      sources[m].resize(capture->models()[m].sources.size());
+    }
+    absl::flat_hash_map<SourceKey, uint32_t> ids;  // checkpoint ids across models
     uint64_t digest = 0;
     uint64_t counted[kNumTiers] = {};
     Status status;
     capture->ForEachRun(
-        [&](uint32_t model, const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
+        [&](uint32_t model, uint32_t source, Tier tier, std::span<const uint64_t> hashes) {
           if (!status.ok()) return;
-          auto [it, added] = ids.try_emplace(source, static_cast<uint32_t>(image->sources.size()));
-          if (added) image->sources.push_back(source);
-          digest += index::EntriesDigest(image->models[model].name, source, tier, hashes);
+          Source& s = sources[model][source];
+          if (s.id == UINT32_MAX) {
+            const index::IndexCapture::Model& m = capture->models()[model];
+            const SourceKey& key = m.sources[source];
+            auto [it, added] = ids.try_emplace(key, static_cast<uint32_t>(image->sources.size()));
+            if (added) image->sources.push_back(key);
+            s.id = it->second;
+            s.prefix = index::EntriesDigestPrefix(m.name, key);
+          }
+          digest += index::EntriesDigest(s.prefix, tier, hashes);
           counted[static_cast<int>(tier)] += hashes.size();
-          status = chunks->Add(model, it->second, tier, hashes);
+          status = chunks->Add(model, s.id, tier, hashes);
         });
     KVINDEX_RETURN_IF_ERROR(status);
     // What was read must be the state captured: a checkpoint that would not

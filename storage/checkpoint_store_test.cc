@@ -23,6 +23,7 @@
 #include "shared/consume/in_process_log_reader.h"
 #include "shared/index/kv_index.h"
 #include "shared/index/reference_index.h"
+#include "shared/index/testing/events.h"
 #include "storage/checkpoint_format.h"
 #include "storage/checkpoint_store.h"
 #include "storage/checkpointer.h"
@@ -195,6 +196,29 @@ TEST(CheckpointStoreTest, StreamedRestoreEqualsTheOriginal) {
   ExpectSameAgents(restored_agents, agents);
   // A restore into a non-empty index is refused, not retried.
   EXPECT_FALSE(RestoreNewest(**store, &restored, nullptr, &id, &skipped).ok());
+}
+
+// WriteCapture names sources by each model's own ids: here "w2" is id 1 of
+// model "a" and id 0 of model "b", and "w1" id 0 of "a" only.
+TEST(CheckpointStoreTest, WriteCaptureKeepsEachModelsSourceIdsApart) {
+  TempDir dir;
+  index::KvIndex source;
+  uint64_t position = 0;
+  source.Apply(index::testing::Stored("w1", Tier::kDevice, {1, 2, 3}, 0, "a"), ++position);
+  source.Apply(index::testing::Stored("w2", Tier::kHost, {1, 2, 4}, 0, "a"), ++position);
+  source.Apply(index::testing::Stored("w2", Tier::kDevice, {7, 8}, 0, "b"), ++position);
+  source.Apply(index::testing::Stored("w3", Tier::kDevice, {9}, 0, "b"), ++position);
+  auto store = CheckpointStore::Open(dir.path() + "/db");
+  ASSERT_TRUE(store.ok());
+  auto capture = source.BeginCapture();
+  ASSERT_TRUE(capture.ok());
+  auto info = (*store)->WriteCapture(CaptureManifest(nullptr), capture->get());
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->sources, 3u);
+  index::KvIndex restored;
+  ASSERT_EQ(RestoreNewestInto(**store, &restored), info->id);
+  EXPECT_EQ(restored.Stats().digest, source.Stats().digest);
+  EXPECT_EQ(Entries(restored), Entries(source));
 }
 
 TEST(CheckpointStoreTest, EmptyIndexAndModelsWithoutEntries) {
@@ -647,15 +671,15 @@ class HeldCaptureIndex final : public index::IndexInterface {
     void ForEachRun(const RunVisitor& fn) override {
       bool first = true;
       std::shared_future<void> released = owner_->release.get_future().share();
-      inner_->ForEachRun([&](uint32_t model, const SourceKey& source, Tier tier,
-                             std::span<const uint64_t> hashes) {
-        if (first) {
-          first = false;
-          owner_->reading.set_value();
-          released.wait();
-        }
-        fn(model, source, tier, hashes);
-      });
+      inner_->ForEachRun(
+          [&](uint32_t model, uint32_t source, Tier tier, std::span<const uint64_t> hashes) {
+            if (first) {
+              first = false;
+              owner_->reading.set_value();
+              released.wait();
+            }
+            fn(model, source, tier, hashes);
+          });
     }
 
    private:

@@ -54,30 +54,29 @@ StatusOr<SourceLoad> DecodeSample(const msgpack::object& object) {
   if (object.type != msgpack::type::MAP) return FieldError(kSamples, "must hold maps");
   SourceLoad sample;
   bool has_worker = false;
-  for (uint32_t i = 0; i < object.via.map.size; ++i) {
-    const msgpack::object_kv& kv = object.via.map.ptr[i];
-    if (kv.key.type != msgpack::type::STR) continue;
-    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
-    if (key == kWorker) {
-      KVINDEX_ASSIGN_OR_RETURN(std::string_view worker, AsString(kv.val, key));
-      sample.source.worker = std::string(worker);
-      has_worker = true;
-    } else if (key == kDpRank) {
-      KVINDEX_ASSIGN_OR_RETURN(uint64_t rank, AsUint(kv.val, key));
-      if (rank > UINT32_MAX) return FieldError(key, "does not fit 32 bits");
-      sample.source.dp_rank = static_cast<uint32_t>(rank);
-    } else if (key == kWaiting) {
-      KVINDEX_ASSIGN_OR_RETURN(sample.load.waiting, AsGauge(kv.val, key));
-    } else if (key == kRunning) {
-      KVINDEX_ASSIGN_OR_RETURN(sample.load.running, AsGauge(kv.val, key));
-    } else if (key == kKvUse) {
-      KVINDEX_ASSIGN_OR_RETURN(sample.load.kv_use, AsGauge(kv.val, key));
-      if (sample.load.kv_use > 1) return FieldError(key, "must be within 0..1");
-    } else if (key == kHealthy) {
-      if (kv.val.type != msgpack::type::BOOLEAN) return FieldError(key, "must be a boolean");
-      sample.load.healthy = kv.val.via.boolean;
-    }
-  }
+  KVINDEX_RETURN_IF_ERROR(
+      internal::ForEachStringKey(object, [&](std::string_view key, const msgpack::object& value) {
+        if (key == kWorker) {
+          KVINDEX_ASSIGN_OR_RETURN(std::string_view worker, AsString(value, key));
+          sample.source.worker = std::string(worker);
+          has_worker = true;
+        } else if (key == kDpRank) {
+          KVINDEX_ASSIGN_OR_RETURN(uint64_t rank, AsUint(value, key));
+          if (rank > UINT32_MAX) return FieldError(key, "does not fit 32 bits");
+          sample.source.dp_rank = static_cast<uint32_t>(rank);
+        } else if (key == kWaiting) {
+          KVINDEX_ASSIGN_OR_RETURN(sample.load.waiting, AsGauge(value, key));
+        } else if (key == kRunning) {
+          KVINDEX_ASSIGN_OR_RETURN(sample.load.running, AsGauge(value, key));
+        } else if (key == kKvUse) {
+          KVINDEX_ASSIGN_OR_RETURN(sample.load.kv_use, AsGauge(value, key));
+          if (sample.load.kv_use > 1) return FieldError(key, "must be within 0..1");
+        } else if (key == kHealthy) {
+          if (value.type != msgpack::type::BOOLEAN) return FieldError(key, "must be a boolean");
+          sample.load.healthy = value.via.boolean;
+        }
+        return Status();
+      }));
   if (!has_worker) return FieldError(kWorker, "is missing in a sample");
   return sample;
 }
@@ -132,25 +131,25 @@ StatusOr<LoadReport> DecodeLoadReport(std::string_view bytes) {
   LoadReport report;
   bool has_version = false;
   const msgpack::object* samples = nullptr;
-  for (uint32_t i = 0; i < root.via.map.size; ++i) {
-    const msgpack::object_kv& kv = root.via.map.ptr[i];
-    if (kv.key.type != msgpack::type::STR) continue;
-    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
-    if (key == kVersion) {
-      KVINDEX_ASSIGN_OR_RETURN(uint64_t version, AsUint(kv.val, key));
-      if (version == 0) return FieldError(key, "must be >= 1");
-      has_version = true;
-    } else if (key == kAgent) {
-      KVINDEX_ASSIGN_OR_RETURN(std::string_view agent, AsString(kv.val, key));
-      report.agent = std::string(agent);
-    } else if (key == kTimestamp) {
-      KVINDEX_ASSIGN_OR_RETURN(report.ts_ns, AsUint(kv.val, key));
-    } else if (key == kSamples) {
-      if (kv.val.type != msgpack::type::ARRAY) return FieldError(key, "must be an array");
-      if (kv.val.via.array.size > kMaxLoadSamples) return FieldError(key, "holds too many samples");
-      samples = &kv.val;
-    }
-  }
+  KVINDEX_RETURN_IF_ERROR(
+      internal::ForEachStringKey(root, [&](std::string_view key, const msgpack::object& value) {
+        if (key == kVersion) {
+          KVINDEX_ASSIGN_OR_RETURN(uint64_t version, AsUint(value, key));
+          if (version == 0) return FieldError(key, "must be >= 1");
+          has_version = true;
+        } else if (key == kAgent) {
+          KVINDEX_ASSIGN_OR_RETURN(std::string_view agent, AsString(value, key));
+          report.agent = std::string(agent);
+        } else if (key == kTimestamp) {
+          KVINDEX_ASSIGN_OR_RETURN(report.ts_ns, AsUint(value, key));
+        } else if (key == kSamples) {
+          if (value.type != msgpack::type::ARRAY) return FieldError(key, "must be an array");
+          if (value.via.array.size > kMaxLoadSamples)
+            return FieldError(key, "holds too many samples");
+          samples = &value;
+        }
+        return Status();
+      }));
   if (!has_version) return FieldError(kVersion, "is missing");
   if (report.agent.empty()) return FieldError(kAgent, "is missing");
   if (samples == nullptr) return FieldError(kSamples, "is missing");

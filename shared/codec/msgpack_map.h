@@ -1,6 +1,7 @@
 // Helpers shared by the msgpack codecs of this folder (placement batches,
-// load reports): bounded unpacking of a top-level map, strings, and typed
-// field reads whose errors name the message kind and the field.
+// load reports): bounded unpacking of a top-level map, the walk over a
+// map's string keys, strings, and typed field reads whose errors name the
+// message kind and the field.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,19 @@ inline StatusOr<std::string_view> AsString(const msgpack::object& object, std::s
                                            std::string_view field) {
   if (object.type != msgpack::type::STR) return FieldError(what, field, "must be a string");
   return std::string_view(object.via.str.ptr, object.via.str.size);
+}
+
+// Calls fn(key, value) -> Status for each entry of `map` (a msgpack MAP)
+// whose key is a string, in order, and stops at fn's first error; entries
+// with other keys are skipped (forward compatibility, like unknown names).
+template <typename Fn>
+Status ForEachStringKey(const msgpack::object& map, const Fn& fn) {
+  for (uint32_t i = 0; i < map.via.map.size; ++i) {
+    const msgpack::object_kv& kv = map.via.map.ptr[i];
+    if (kv.key.type != msgpack::type::STR) continue;
+    KVINDEX_RETURN_IF_ERROR(fn(std::string_view(kv.key.via.str.ptr, kv.key.via.str.size), kv.val));
+  }
+  return absl::OkStatus();
 }
 
 // Unpacks `bytes`, which must be exactly one msgpack map, nested at most

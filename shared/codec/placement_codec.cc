@@ -145,24 +145,23 @@ StatusOr<SourceEndpoint> DecodeEndpoint(const msgpack::object& object) {
   if (object.type != msgpack::type::MAP) return FieldError(kEndpoints, "must hold maps");
   SourceEndpoint endpoint;
   bool has_worker = false;
-  for (uint32_t i = 0; i < object.via.map.size; ++i) {
-    const msgpack::object_kv& kv = object.via.map.ptr[i];
-    if (kv.key.type != msgpack::type::STR) continue;
-    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
-    if (key == kWorker) {
-      KVINDEX_ASSIGN_OR_RETURN(std::string_view worker, AsString(kv.val, key));
-      endpoint.source.worker = std::string(worker);
-      has_worker = true;
-    } else if (key == kDpRank) {
-      KVINDEX_ASSIGN_OR_RETURN(endpoint.source.dp_rank, AsUint32(kv.val, key));
-    } else if (key == kModel) {
-      KVINDEX_ASSIGN_OR_RETURN(std::string_view model, AsString(kv.val, key));
-      endpoint.model = std::string(model);
-    } else if (key == kAddress) {
-      KVINDEX_ASSIGN_OR_RETURN(std::string_view address, AsString(kv.val, key));
-      endpoint.address = std::string(address);
-    }
-  }
+  KVINDEX_RETURN_IF_ERROR(
+      internal::ForEachStringKey(object, [&](std::string_view key, const msgpack::object& value) {
+        if (key == kWorker) {
+          KVINDEX_ASSIGN_OR_RETURN(std::string_view worker, AsString(value, key));
+          endpoint.source.worker = std::string(worker);
+          has_worker = true;
+        } else if (key == kDpRank) {
+          KVINDEX_ASSIGN_OR_RETURN(endpoint.source.dp_rank, AsUint32(value, key));
+        } else if (key == kModel) {
+          KVINDEX_ASSIGN_OR_RETURN(std::string_view model, AsString(value, key));
+          endpoint.model = std::string(model);
+        } else if (key == kAddress) {
+          KVINDEX_ASSIGN_OR_RETURN(std::string_view address, AsString(value, key));
+          endpoint.address = std::string(address);
+        }
+        return Status();
+      }));
   if (!has_worker) return FieldError(kEndpoints, "entry without 'worker'");
   if (endpoint.address.empty() || endpoint.address.size() > kMaxAddressBytes ||
       endpoint.address.find(':') == std::string::npos) {
@@ -177,15 +176,15 @@ StatusOr<std::optional<PlacementEvent>> DecodeEvent(const msgpack::object& objec
   PlacementEvent event;
   bool has_kind = false;
   std::optional<std::string_view> tier_name;
-  for (uint32_t i = 0; i < object.via.map.size; ++i) {
-    const msgpack::object_kv& kv = object.via.map.ptr[i];
-    if (kv.key.type != msgpack::type::STR) continue;
-    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
-    const msgpack::object& value = kv.val;
+  bool unknown_kind = false;  // then the rest of the map is not read
+  KVINDEX_RETURN_IF_ERROR(internal::ForEachStringKey(object, [&](std::string_view key,
+                                                                 const msgpack::object& value) {
+    if (unknown_kind) return Status();
     if (key == kKind) {
       KVINDEX_ASSIGN_OR_RETURN(std::string_view name, AsString(value, key));
       const std::optional<PlacementKind> kind = KindFromName(name);
-      if (!kind.has_value()) return std::optional<PlacementEvent>();
+      unknown_kind = !kind.has_value();
+      if (unknown_kind) return Status();
       event.kind = *kind;
       has_kind = true;
     } else if (key == kModel) {
@@ -241,7 +240,9 @@ StatusOr<std::optional<PlacementEvent>> DecodeEvent(const msgpack::object& objec
       }
     }
     // Unknown keys: ignored (forward compatibility).
-  }
+    return Status();
+  }));
+  if (unknown_kind) return std::optional<PlacementEvent>();
   if (!has_kind) return FieldError(kKind, "is missing");
   if (event.kind == PlacementKind::kStored || event.kind == PlacementKind::kRemoved) {
     if (!tier_name.has_value()) return FieldError(kTier, "is missing");
@@ -282,25 +283,24 @@ StatusOr<DecodedPlacementBatch> DecodePlacementBatch(std::string_view bytes) {
   DecodedPlacementBatch batch;
   bool has_version = false;
   const msgpack::object* events = nullptr;
-  for (uint32_t i = 0; i < root.via.map.size; ++i) {
-    const msgpack::object_kv& kv = root.via.map.ptr[i];
-    if (kv.key.type != msgpack::type::STR) continue;
-    const std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
-    if (key == kVersion) {
-      KVINDEX_ASSIGN_OR_RETURN(batch.version, AsUint32(kv.val, key));
-      has_version = true;
-    } else if (key == kEvents) {
-      if (kv.val.type != msgpack::type::ARRAY) return FieldError(key, "must be an array");
-      events = &kv.val;
-    } else if (key == kAgent) {
-      KVINDEX_ASSIGN_OR_RETURN(std::string_view agent, AsString(kv.val, key));
-      batch.header.agent = std::string(agent);
-    } else if (key == kIncarnation) {
-      KVINDEX_ASSIGN_OR_RETURN(batch.header.incarnation, AsUint(kv.val, key));
-    } else if (key == kMsgSeq) {
-      KVINDEX_ASSIGN_OR_RETURN(batch.header.msg_seq, AsUint(kv.val, key));
-    }
-  }
+  KVINDEX_RETURN_IF_ERROR(
+      internal::ForEachStringKey(root, [&](std::string_view key, const msgpack::object& value) {
+        if (key == kVersion) {
+          KVINDEX_ASSIGN_OR_RETURN(batch.version, AsUint32(value, key));
+          has_version = true;
+        } else if (key == kEvents) {
+          if (value.type != msgpack::type::ARRAY) return FieldError(key, "must be an array");
+          events = &value;
+        } else if (key == kAgent) {
+          KVINDEX_ASSIGN_OR_RETURN(std::string_view agent, AsString(value, key));
+          batch.header.agent = std::string(agent);
+        } else if (key == kIncarnation) {
+          KVINDEX_ASSIGN_OR_RETURN(batch.header.incarnation, AsUint(value, key));
+        } else if (key == kMsgSeq) {
+          KVINDEX_ASSIGN_OR_RETURN(batch.header.msg_seq, AsUint(value, key));
+        }
+        return Status();
+      }));
   if (!has_version) return FieldError(kVersion, "is missing");
   if (batch.version == 0) return FieldError(kVersion, "must be >= 1");
   if (events == nullptr) return FieldError(kEvents, "is missing");

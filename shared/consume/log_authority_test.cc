@@ -16,6 +16,7 @@
 #include "shared/consume/testing/replica_checks.h"
 #include "shared/consume/testing/scripted_reader.h"
 #include "shared/index/kv_index.h"
+#include "shared/index/testing/events.h"
 
 namespace kvindex::consume {
 namespace {
@@ -33,22 +34,17 @@ codec::MessageHeader Header(const std::string& node, uint64_t msg_seq,
   return {.agent = node, .incarnation = incarnation, .msg_seq = msg_seq};
 }
 
-PlacementEvent Cleared(const std::string& node, SourceKey source) {
-  PlacementEvent e;
-  e.kind = PlacementKind::kCleared;
-  e.model = "m";
-  e.source = std::move(source);
-  e.agent = node;
-  e.timestamp_ns = kNow;
-  return e;
+// As `node`'s agent publishes them, at the log's clock.
+PlacementEvent Cleared(const std::string& node, const SourceKey& source) {
+  return index::testing::Stamped(node, kNow,
+                                 index::testing::Cleared(source.worker, source.dp_rank));
 }
 
-PlacementEvent Stored(const std::string& node, SourceKey source, std::vector<uint64_t> hashes) {
-  PlacementEvent e = Cleared(node, std::move(source));
-  e.kind = PlacementKind::kStored;
-  e.block_size = 4;
-  e.block_hashes = std::move(hashes);
-  return e;
+PlacementEvent Stored(const std::string& node, const SourceKey& source,
+                      std::vector<uint64_t> hashes) {
+  return index::testing::Stamped(
+      node, kNow,
+      index::testing::Stored(source.worker, Tier::kDevice, std::move(hashes), source.dp_rank));
 }
 
 PlacementEvent Heartbeat(const std::string& node, std::vector<SourceKey> sources,

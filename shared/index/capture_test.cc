@@ -78,9 +78,10 @@ Entries Read(IndexCapture* capture, const std::function<void()>& on_first_run = 
   Entries out;
   bool first = true;
   capture->ForEachRun(
-      [&](uint32_t model, const SourceKey& s, Tier t, std::span<const uint64_t> hashes) {
+      [&](uint32_t model, uint32_t source, Tier t, std::span<const uint64_t> hashes) {
         if (first && on_first_run) on_first_run();
         first = false;
+        const SourceKey& s = capture->models()[model].sources[source];
         for (uint64_t h : hashes) {
           out.emplace(capture->models()[model].name, s.worker, s.dp_rank, static_cast<int>(t), h);
         }

@@ -9,35 +9,21 @@
 
 #include "shared/index/kv_index.h"
 #include "shared/index/reference_index.h"
+#include "shared/index/testing/events.h"
 
 namespace kvindex::index {
 namespace {
 
+using testing::Expired;
+
+// A clear of (worker, rank) in `model` ("": every model).
+PlacementEvent Cleared(std::string worker, uint32_t rank, std::string model = "") {
+  return testing::Cleared(std::move(worker), rank, std::move(model));
+}
+
 PlacementEvent Stored(std::string worker, uint32_t rank, std::string model,
                       std::vector<uint64_t> hashes, Tier tier = Tier::kDevice) {
-  PlacementEvent e;
-  e.kind = PlacementKind::kStored;
-  e.model = std::move(model);
-  e.source = {std::move(worker), rank};
-  e.tier = tier;
-  e.block_size = 16;
-  e.block_hashes = std::move(hashes);
-  return e;
-}
-
-PlacementEvent Cleared(std::string worker, uint32_t rank, std::string model = "") {
-  PlacementEvent e;
-  e.kind = PlacementKind::kCleared;
-  e.model = std::move(model);
-  e.source = {std::move(worker), rank};
-  return e;
-}
-
-PlacementEvent Expired(std::string worker) {
-  PlacementEvent e;
-  e.kind = PlacementKind::kWorkerExpired;
-  e.source = {std::move(worker), 0};
-  return e;
+  return testing::Stored(std::move(worker), tier, std::move(hashes), rank, std::move(model), 16);
 }
 
 class CountingObserver : public ClearObserver {

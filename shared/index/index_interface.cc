@@ -70,6 +70,14 @@ uint64_t EntriesDigest(std::string_view model, const SourceKey& source, Tier tie
                                   hashes.size());
 }
 
+std::string EntriesDigestPrefix(std::string_view model, const SourceKey& source) {
+  return internal::DigestPrefix(model, source);
+}
+
+uint64_t EntriesDigest(std::string_view prefix, Tier tier, std::span<const uint64_t> hashes) {
+  return internal::EntryDigestSum(prefix, tier, hashes.data(), hashes.size());
+}
+
 void IndexInterface::ForEachRun(const RunVisitor& fn) const {
   std::string model;
   SourceKey source;
@@ -100,14 +108,18 @@ class CopiedCapture final : public IndexCapture {
   explicit CopiedCapture(const IndexInterface& index) {
     stats_ = index.Stats();
     for (const std::string& name : index.Models()) {
-      models_.push_back({name, index.BlockSize(name).value_or(0), index.DistinctBlocks(name)});
+      models_.push_back({name, index.BlockSize(name).value_or(0), index.DistinctBlocks(name), {}});
     }
     index.ForEachRun([&](std::string_view model, const SourceKey& source, Tier tier,
                          std::span<const uint64_t> hashes) {
       uint32_t m = 0;
       while (m < models_.size() && models_[m].name != model) ++m;
-      if (m == models_.size()) models_.push_back({std::string(model), 0, 0});
-      runs_.push_back({m, source, tier, hashes_.size(), hashes.size()});
+      if (m == models_.size()) models_.push_back({std::string(model), 0, 0, {}});
+      std::vector<SourceKey>& sources = models_[m].sources;
+      uint32_t s = 0;
+      while (s < sources.size() && sources[s] != source) ++s;
+      if (s == sources.size()) sources.push_back(source);
+      runs_.push_back({m, s, tier, hashes_.size(), hashes.size()});
       hashes_.insert(hashes_.end(), hashes.begin(), hashes.end());
     });
   }
@@ -122,7 +134,7 @@ class CopiedCapture final : public IndexCapture {
  private:
   struct Run {
     uint32_t model;
-    SourceKey source;
+    uint32_t source;
     Tier tier;
     size_t begin, size;
   };

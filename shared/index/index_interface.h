@@ -62,11 +62,16 @@ class IndexCapture {
     std::string name;
     uint32_t block_size = 0;
     uint64_t blocks = 0;  // distinct blocks (a sizing hint for a restore)
+    // The model's sources by id, as of BeginCapture (runs name them by id;
+    // an id no run names may hold anything).
+    std::vector<SourceKey> sources;
   };
-  // One run of entries: `model` indexes models(); `hashes` is valid only
-  // during the call (it points into the index).
+  // One run of entries: `model` indexes models(), `source` that model's
+  // sources (so a reader can keep what it derives from a source in a
+  // vector, with no lookup by name per run); `hashes` is valid only during
+  // the call (it points into the index).
   using RunVisitor =
-      std::function<void(uint32_t model, const SourceKey&, Tier, std::span<const uint64_t>)>;
+      std::function<void(uint32_t model, uint32_t source, Tier, std::span<const uint64_t>)>;
 
   virtual ~IndexCapture() = default;
   // The index at BeginCapture: applied_seq, digest and entry counts.
@@ -170,5 +175,10 @@ void SortWorkerMatches(std::vector<WorkerMatch>* rows);
 // checkpoint verify itself before it is loaded into an index.
 uint64_t EntriesDigest(std::string_view model, const SourceKey& source, Tier tier,
                        std::span<const uint64_t> hashes);
+// The same in two steps, for a reader of many runs of one source: the
+// (model, source) part of the key once (EntriesDigestPrefix), then one
+// XXH3 per hash.
+std::string EntriesDigestPrefix(std::string_view model, const SourceKey& source);
+uint64_t EntriesDigest(std::string_view prefix, Tier tier, std::span<const uint64_t> hashes);
 
 }  // namespace kvindex::index

@@ -303,10 +303,9 @@ class KvIndexCapture final : public IndexCapture {
   }
   void ForEachRun(const RunVisitor& fn) override {
     for (uint32_t m = 0; m < captures_.size(); ++m) {
-      captures_[m]->ForEachRun(
-          [&](const SourceKey& source, Tier tier, std::span<const uint64_t> hashes) {
-            fn(m, source, tier, hashes);
-          });
+      captures_[m]->ForEachRun([&](uint32_t source, Tier tier, std::span<const uint64_t> hashes) {
+        fn(m, source, tier, hashes);
+      });
     }
   }
 
@@ -321,12 +320,14 @@ StatusOr<std::unique_ptr<IndexCapture>> KvIndex::BeginCapture() const {
   std::vector<std::unique_ptr<internal::ModelCapture>> captures;
   for (const ModelIndex* m : SortedModels()) {
     // The writer's own models (const only through this const method).
-    std::unique_ptr<internal::ModelCapture> capture = const_cast<ModelIndex*>(m)->BeginCapture();
+    std::vector<SourceKey> sources;
+    std::unique_ptr<internal::ModelCapture> capture =
+        const_cast<ModelIndex*>(m)->BeginCapture(&sources);
     if (capture == nullptr) {
       return absl::FailedPreconditionError("another capture of the index is still open");
     }
     captures.push_back(std::move(capture));
-    models.push_back({m->model(), m->block_size(), m->blocks()});
+    models.push_back({m->model(), m->block_size(), m->blocks(), std::move(sources)});
   }
   return std::unique_ptr<IndexCapture>(
       std::make_unique<KvIndexCapture>(Stats(), std::move(models), std::move(captures)));

@@ -12,6 +12,7 @@
 #include "shared/hashing/canonical_hash.h"
 #include "shared/index/kv_index.h"
 #include "shared/index/reference_index.h"
+#include "shared/index/testing/events.h"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>
@@ -19,39 +20,10 @@
 namespace kvindex::index {
 namespace {
 
-PlacementEvent Stored(std::string worker, Tier tier, std::vector<uint64_t> hashes,
-                      uint32_t dp_rank = 0, std::string model = "m") {
-  PlacementEvent e;
-  e.kind = PlacementKind::kStored;
-  e.model = std::move(model);
-  e.source = {std::move(worker), dp_rank};
-  e.tier = tier;
-  e.block_size = 4;
-  e.block_hashes = std::move(hashes);
-  return e;
-}
-
-PlacementEvent Removed(std::string worker, Tier tier, std::vector<uint64_t> hashes,
-                       uint32_t dp_rank = 0, std::string model = "m") {
-  PlacementEvent e = Stored(std::move(worker), tier, std::move(hashes), dp_rank, std::move(model));
-  e.kind = PlacementKind::kRemoved;
-  return e;
-}
-
-PlacementEvent Cleared(std::string worker, uint32_t dp_rank = 0, std::string model = "m") {
-  PlacementEvent e;
-  e.kind = PlacementKind::kCleared;
-  e.model = std::move(model);
-  e.source = {std::move(worker), dp_rank};
-  return e;
-}
-
-PlacementEvent Expired(std::string worker) {
-  PlacementEvent e;
-  e.kind = PlacementKind::kWorkerExpired;
-  e.source = {std::move(worker), 0};
-  return e;
-}
+using testing::Cleared;
+using testing::Expired;
+using testing::Removed;
+using testing::Stored;
 
 template <typename T>
 class IndexRulesTest : public ::testing::Test {

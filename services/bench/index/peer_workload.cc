@@ -42,12 +42,24 @@ uint64_t PeerChain(uint64_t parent, uint64_t local) {
 
 PeerStream GeneratePeerStream(const std::vector<trace::TraceRequest>& trace,
                               const PeerConfig& config) {
+  PeerStream stream;
+  stream.requests.reserve(trace.size() * config.copies);
+  GeneratePeerRequests(
+      trace, config,
+      [&](size_t, PeerRequest& request) { stream.requests.push_back(std::move(request)); },
+      &stream);
+  return stream;
+}
+
+void GeneratePeerRequests(const std::vector<trace::TraceRequest>& trace, const PeerConfig& config,
+                          const std::function<void(size_t index, PeerRequest& request)>& on_request,
+                          PeerStream* totals) {
   constexpr uint64_t kBlocksPerId = 32;
   constexpr size_t kQueryBlocks = 128;
-  PeerStream stream;
+  PeerStream& stream = *totals;
   std::vector<WorkerCache> caches(config.workers);
   std::vector<uint64_t> seq;
-  stream.requests.reserve(trace.size() * config.copies);
+  size_t index = 0;
   for (size_t j = 0; j < trace.size(); ++j) {
     for (uint64_t d = 0; d < config.copies; ++d) {
       const uint64_t g = j * config.copies + d;
@@ -110,11 +122,10 @@ PeerStream GeneratePeerStream(const std::vector<trace::TraceRequest>& trace,
       stream.removed_blocks += req.removed.block_hashes.size();
       stream.events += !req.stored.block_hashes.empty();
       stream.events += !req.removed.block_hashes.empty();
-      stream.requests.push_back(std::move(req));
+      on_request(index++, req);
     }
   }
   for (const WorkerCache& c : caches) stream.final_entries += c.stamp.size();
-  return stream;
 }
 
 namespace {

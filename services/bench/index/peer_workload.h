@@ -53,6 +53,13 @@ struct PeerStream {
 
 PeerStream GeneratePeerStream(const std::vector<trace::TraceRequest>& trace,
                               const PeerConfig& config);
+// The same stream one request at a time, none of it kept: `on_request` gets
+// each request in order (it may move from it); *totals gets the counts
+// (its requests stay empty). For states too large to hold the stream
+// beside the index (kvindex-bench restart --checkpoint-only).
+void GeneratePeerRequests(const std::vector<trace::TraceRequest>& trace, const PeerConfig& config,
+                          const std::function<void(size_t index, PeerRequest& request)>& on_request,
+                          PeerStream* totals);
 
 struct PeerRun {
   uint64_t block_ops = 0;

@@ -64,11 +64,10 @@ void CaptureShared::FreeingSlow(std::span<ChainNode* const> nodes) {
 }
 
 ModelCapture::ModelCapture(CaptureShared* shared, std::vector<const ChainNode*> nodes,
-                           std::vector<SourceKey> sources, std::vector<bool> live)
+                           std::vector<bool> live)
     : shared_(shared),
       generation_(shared->Open()),
       nodes_(std::move(nodes)),
-      sources_(std::move(sources)),
       live_(std::move(live)) {}
 
 ModelCapture::~ModelCapture() {

@@ -92,13 +92,14 @@ class CaptureShared {
 class ModelCapture {
  public:
   // Writer (ModelIndex::BeginCapture).
-  ModelCapture(CaptureShared* shared, std::vector<const ChainNode*> nodes,
-               std::vector<SourceKey> sources, std::vector<bool> live);
+  // `live`: the source ids in use at Begin (a run names only those).
+  ModelCapture(CaptureShared* shared, std::vector<const ChainNode*> nodes, std::vector<bool> live);
   ~ModelCapture();
   ModelCapture(const ModelCapture&) = delete;
   ModelCapture& operator=(const ModelCapture&) = delete;
 
-  // Every entry of Begin, once: fn(source, tier, hashes) per node and holder.
+  // Every entry of Begin, once: fn(source id, tier, hashes) per node and
+  // holder (the ids of ModelIndex::BeginCapture's source list).
   template <typename Fn>
   void ForEachRun(const Fn& fn);
 
@@ -116,8 +117,7 @@ class ModelCapture {
   CaptureShared* const shared_;
   const uint32_t generation_;
   std::vector<const ChainNode*> nodes_;
-  std::vector<SourceKey> sources_;  // by id, as of Begin
-  std::vector<bool> live_;
+  std::vector<bool> live_;  // by source id, as of Begin
   bool closed_ = false;
   // The node being read (reader only).
   std::vector<CaptureShared::Groups> groups_;
@@ -132,7 +132,7 @@ void ModelCapture::Emit(std::span<const CaptureShared::Groups> groups,
     for (int t = 0; t < kNumTiers; ++t) {
       for (uint64_t bits = g.tiers[t]; bits != 0; bits &= bits - 1) {
         const uint32_t id = g.group * kGroupBits + static_cast<uint32_t>(std::countr_zero(bits));
-        if (id < live_.size() && live_[id]) fn(sources_[id], static_cast<Tier>(t), hashes);
+        if (id < live_.size() && live_[id]) fn(id, static_cast<Tier>(t), hashes);
       }
     }
   }

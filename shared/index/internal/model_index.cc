@@ -759,20 +759,19 @@ uint32_t ModelIndex::ClearNode(ChainNode* node, const uint64_t* drop) {
   return 0;
 }
 
-std::unique_ptr<ModelCapture> ModelIndex::BeginCapture() {
+std::unique_ptr<ModelCapture> ModelIndex::BeginCapture(std::vector<SourceKey>* sources) {
   if (capture_.open()) return nullptr;
   const uint32_t ids = sources_.limit();
-  std::vector<SourceKey> keys(ids);
+  sources->assign(ids, SourceKey{});
   std::vector<bool> live(ids, false);
   for (uint32_t id = 0; id < ids; ++id) {
     if (const SourceRecord* rec = sources_.record(id, std::memory_order_relaxed)) {
-      keys[id] = rec->key;
+      (*sources)[id] = rec->key;
       live[id] = true;
     }
   }
-  return std::make_unique<ModelCapture>(&capture_,
-                                        std::vector<const ChainNode*>(nodes_.begin(), nodes_.end()),
-                                        std::move(keys), std::move(live));
+  return std::make_unique<ModelCapture>(
+      &capture_, std::vector<const ChainNode*>(nodes_.begin(), nodes_.end()), std::move(live));
 }
 
 void ModelIndex::ForEachEntry(

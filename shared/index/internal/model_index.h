@@ -109,8 +109,9 @@ class ModelIndex {
   void ForEachRun(const Fn& fn) const;
   // Writer: the model's entries as they are now, for a reader that goes on
   // while this writer applies (model_capture.h); nullptr while another
-  // capture of the model is open.
-  std::unique_ptr<ModelCapture> BeginCapture();
+  // capture of the model is open. *sources gets the model's sources by id
+  // (the ids the capture's runs name).
+  std::unique_ptr<ModelCapture> BeginCapture(std::vector<SourceKey>* sources);
   // Writer: room for `blocks` more distinct blocks without a rebuild (a
   // checkpoint restore knows the count up front), within the limits.
   // Distinct blocks held.
