@@ -44,6 +44,7 @@ struct Options {
   std::string duration = "5s";  // visibility phase length
   uint64_t throughput_ops = 2000000;
   uint32_t engines = 2;
+  uint32_t agents = 1;  // JetStream path: agent pipelines the engines are split among
   uint32_t blocks_per_event = 32;
   uint32_t block_size = 16;
   uint64_t window_blocks = 100000;  // blocks an engine holds before it removes the oldest
@@ -458,42 +459,66 @@ StatusOr<PathFigures> RunJetStream(const Options& o, double duration_s, const st
   router::Router r(std::move(ro));
   KVINDEX_RETURN_IF_ERROR(r.Start());
 
-  prometheus::Registry registry;
-  KVINDEX_ASSIGN_OR_RETURN(auto connection,
-                           nats::Connection::Connect(nats_options, &registry, "agent", {}, false));
-  KVINDEX_RETURN_IF_ERROR(nats::EnsureStream(connection->jetstream(), stream));
-  JetStreamPublisherOptions po;
-  po.node = "bench-agent";
-  po.subjects = stream.subjects;
-  po.max_delay =
-      std::chrono::duration_cast<std::chrono::microseconds>(*config::ParseDuration(o.batch_delay));
-  JetStreamPublisher publisher(connection->raw(), po, &registry);
-  ingest::AgentOptions ao;
-  ao.node = "bench-agent";
-  for (const std::string& text : engines.specs()) {
-    KVINDEX_ASSIGN_OR_RETURN(auto specs, ingest::ParseSourceSpec(text));
-    for (auto& spec : specs) ao.sources.push_back(std::move(spec));
+  // One agent per simulated node, each with its own NATS connection,
+  // publisher and node id; engine i reports to agent i % agents.
+  struct Agent {
+    prometheus::Registry registry;
+    std::unique_ptr<nats::Connection> connection;
+    std::unique_ptr<JetStreamPublisher> publisher;
+    std::unique_ptr<ingest::AgentPipeline> pipeline;
+  };
+  std::vector<std::unique_ptr<Agent>> agents;
+  for (uint32_t a = 0; a < o.agents; ++a) {
+    auto& agent = *agents.emplace_back(std::make_unique<Agent>());
+    const std::string node = "bench-agent-" + std::to_string(a);
+    KVINDEX_ASSIGN_OR_RETURN(
+        agent.connection,
+        nats::Connection::Connect(nats_options, &agent.registry, "agent", {}, false));
+    KVINDEX_RETURN_IF_ERROR(nats::EnsureStream(agent.connection->jetstream(), stream));
+    JetStreamPublisherOptions po;
+    po.node = node;
+    po.subjects = stream.subjects;
+    po.max_delay = std::chrono::duration_cast<std::chrono::microseconds>(
+        *config::ParseDuration(o.batch_delay));
+    agent.publisher =
+        std::make_unique<JetStreamPublisher>(agent.connection->raw(), po, &agent.registry);
+    ingest::AgentOptions ao;
+    ao.node = node;
+    for (size_t e = a; e < engines.specs().size(); e += o.agents) {
+      KVINDEX_ASSIGN_OR_RETURN(auto specs, ingest::ParseSourceSpec(engines.specs()[e]));
+      for (auto& spec : specs) ao.sources.push_back(std::move(spec));
+    }
+    agent.pipeline =
+        std::make_unique<ingest::AgentPipeline>(ao, agent.publisher.get(), &agent.registry);
+    ingest::AgentPipeline* pipeline = agent.pipeline.get();
+    agent.publisher->SetResyncHandler([pipeline](const ResyncRequest& request) {
+      pipeline->RequestSnapshots(request.all, request.sources);
+    });
+    KVINDEX_RETURN_IF_ERROR(agent.publisher->Start());
+    KVINDEX_RETURN_IF_ERROR(agent.pipeline->Start());
   }
-  ingest::AgentPipeline pipeline(ao, &publisher, &registry);
-  publisher.SetResyncHandler([&pipeline](const ResyncRequest& request) {
-    pipeline.RequestSnapshots(request.all, request.sources);
-  });
-  KVINDEX_RETURN_IF_ERROR(publisher.Start());
-  KVINDEX_RETURN_IF_ERROR(pipeline.Start());
-  if (!WaitFor([&] { return r.Ready() && pipeline.Ready(); }, std::chrono::seconds(60))) {
+  const auto agents_ready = [&agents] {
+    for (const auto& agent : agents) {
+      if (!agent->pipeline->Ready()) return false;
+    }
+    return true;
+  };
+  if (!WaitFor([&] { return r.Ready() && agents_ready(); }, std::chrono::seconds(60))) {
     return absl::DeadlineExceededError("router or agent not ready");
   }
   auto f = Measure(o, engines, r.port(), duration_s);
   if (f.ok()) {
+    // Agent 0's acks (every agent publishes alike).
+    prometheus::Registry& registry = agents.front()->registry;
     f->ack_p50_ms =
         1000 * HistogramQuantile(registry, "kvindex_agent_nats_publish_latency_seconds", 0.50);
     f->ack_p99_ms =
         1000 * HistogramQuantile(registry, "kvindex_agent_nats_publish_latency_seconds", 0.99);
     f->applied_seq = r.index().Stats().applied_seq;
   }
-  pipeline.Stop();
-  publisher.Stop();
-  connection.reset();
+  for (auto& agent : agents) agent->pipeline->Stop();
+  for (auto& agent : agents) agent->publisher->Stop();
+  agents.clear();
   r.Stop();
   return f;
 }
@@ -510,6 +535,10 @@ int RunE2eBench(int argc, char** argv) {
   app.add_option("--throughput-ops", o.throughput_ops, "Block-ops of the throughput phase")
       ->capture_default_str();
   app.add_option("--engines", o.engines, "Simulated engines (sources)")->capture_default_str();
+  app.add_option("--agents", o.agents,
+                 "Agents of the JetStream path (one NATS connection and node id each); engine i "
+                 "reports to agent i % agents (at most --engines)")
+      ->capture_default_str();
   app.add_option("--blocks-per-event", o.blocks_per_event, "Blocks per stored chain")
       ->capture_default_str();
   app.add_option("--block-size", o.block_size, "Tokens per block")->capture_default_str();
@@ -524,11 +553,12 @@ int RunE2eBench(int argc, char** argv) {
   if (auto exit_code = config::Parse(app, argc, argv)) return *exit_code;
   auto duration = config::ParseDuration(o.duration);
   if (!duration.ok() || duration->count() <= 0 || !config::ParseDuration(o.batch_delay).ok() ||
-      o.rate <= 0 || o.engines == 0 || o.blocks_per_event == 0 || o.block_size == 0 ||
-      o.throughput_ops < o.blocks_per_event * 4) {
+      o.rate <= 0 || o.engines == 0 || o.agents == 0 || o.agents > o.engines ||
+      o.blocks_per_event == 0 || o.block_size == 0 || o.throughput_ops < o.blocks_per_event * 4) {
     std::fprintf(stderr,
                  "kvindex-bench e2e: need --duration, --rate, --engines, --blocks-per-event, "
-                 "--block-size > 0 and --throughput-ops >= 4 events\n");
+                 "--block-size > 0, 1 <= --agents <= --engines and --throughput-ops >= 4 "
+                 "events\n");
     return 2;
   }
   const double duration_s = static_cast<double>(duration->count()) / 1000.0;
@@ -564,15 +594,16 @@ int RunE2eBench(int argc, char** argv) {
     out["embedded"] = ToJson(*embedded);
     out["offered_block_ops_per_s"] = o.rate;
     out["engines"] = o.engines;
+    out["agents"] = o.agents;
     out["blocks_per_event"] = o.blocks_per_event;
     out["throughput_ops"] = o.throughput_ops;
     out["batch_delay"] = o.batch_delay;
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf(
-        "kvindex-bench e2e: %u engines, %u blocks per chain, visibility at %.0f "
+        "kvindex-bench e2e: %u engines, %u agents, %u blocks per chain, visibility at %.0f "
         "block-ops/s for %.1f s, throughput over %llu block-ops\n",
-        o.engines, o.blocks_per_event, o.rate, duration_s,
+        o.engines, o.agents, o.blocks_per_event, o.rate, duration_s,
         static_cast<unsigned long long>(o.throughput_ops));
     Print("jetstream", *jetstream, true);
     Print("embedded", *embedded, false);
