@@ -754,5 +754,58 @@ TEST(CheckpointerTest, ApplyGoesOnWhileTheCheckpointIsRead) {
   EXPECT_NE(index.Stats().digest, captured_digest);
 }
 
+// #25: the checkpoint directory deleted under a running router (an
+// operator, a cleanup job) left every later checkpoint failing ("No such
+// file or directory") until a restart. The next checkpoint reopens the
+// database and is written, even with nothing applied since the last one.
+TEST(CheckpointerTest, ADeletedDirectoryIsRecreatedByTheNextCheckpoint) {
+  TempDir dir;
+  InProcessSink sink;
+  consume::InProcessLogReader log(&sink);
+  index::KvIndex index;
+  consume::ApplyLoop apply(&log, &index, nullptr, {});
+  ASSERT_TRUE(apply.Start().ok());
+  auto applied = [&](uint64_t seq) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (index.Stats().applied_seq < seq && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return index.Stats().applied_seq == seq;
+  };
+  ASSERT_TRUE(sink.Publish(std::vector<PlacementEvent>{AgentStored("w0", {1, 2, 3})}).ok());
+  ASSERT_TRUE(applied(1));
+  CheckpointerOptions options;
+  options.dir = dir.path() + "/checkpoints";
+  options.interval = std::chrono::milliseconds(0);
+  auto checkpointer = std::make_unique<Checkpointer>(options, &apply, &index, nullptr);
+  ASSERT_TRUE(checkpointer->WriteNow().ok());
+
+  std::filesystem::remove_all(options.dir);
+  std::filesystem::remove_all(options.dir + ".ingest");
+  Status written = checkpointer->WriteNow();  // nothing applied since
+  EXPECT_TRUE(written.ok()) << written;
+  EXPECT_TRUE(std::filesystem::exists(options.dir + "/CURRENT"));
+  ASSERT_TRUE(sink.Publish(std::vector<PlacementEvent>{AgentStored("w1", {4, 5})}).ok());
+  ASSERT_TRUE(applied(2));
+  written = checkpointer->WriteNow();
+  EXPECT_TRUE(written.ok()) << written;
+  EXPECT_EQ(checkpointer->failures(), 0u);
+  uint64_t exported_seq = 0;
+  EXPECT_TRUE(checkpointer->ExportNewest(&exported_seq).ok());
+  EXPECT_EQ(exported_seq, 2u);
+  apply.Stop();
+  checkpointer.reset();
+
+  index::KvIndex restored;
+  auto store = CheckpointStore::Open(options.dir);
+  ASSERT_TRUE(store.ok());
+  uint64_t id = 0;
+  size_t skipped = 0;
+  auto image = RestoreNewest(**store, &restored, nullptr, &id, &skipped);
+  ASSERT_TRUE(image.ok() && image->has_value());
+  EXPECT_EQ(restored.Stats().applied_seq, 2u);
+  EXPECT_EQ(restored.Stats().digest, index.Stats().digest);
+}
+
 }  // namespace
 }  // namespace kvindex::storage

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <filesystem>
 #include <optional>
 #include <thread>
 
@@ -241,11 +242,29 @@ Checkpointer::Checkpointer(CheckpointerOptions options, consume::ApplyLoop* appl
 Checkpointer::~Checkpointer() { Stop(); }
 
 Status Checkpointer::EnsureOpen() {
-  if (store_ != nullptr) return absl::OkStatus();
+  if (store_ != nullptr) {
+    std::error_code ec;
+    if (std::filesystem::exists(options_.dir + "/CURRENT", ec) || ec) return absl::OkStatus();
+    // Deleted under us (an operator, a cleanup job): every write into it
+    // would fail until a restart. A new database takes its place.
+    log::Get("storage")->error(
+        "checkpoint database {} was deleted under the router: reopening it, empty", options_.dir);
+    // Closed first: RocksDB refuses a second open of one path in a process.
+    // (An export still reading the old one keeps it open: this open then
+    // fails, counted, and is retried at the next interval.)
+    {
+      MutexLock lock(&shared_mu_);
+      shared_store_.reset();
+    }
+    store_.reset();
+    have_good_ = false;  // the next checkpoint is written whatever changed
+  }
   KVINDEX_ASSIGN_OR_RETURN(
-      store_,
+      std::unique_ptr<CheckpointStore> opened,
       CheckpointStore::Open(options_.dir, {.keep = options_.keep, .quarantine_damaged = true}));
-  shared_store_.store(store_.get(), std::memory_order_release);
+  store_ = std::move(opened);
+  MutexLock lock(&shared_mu_);
+  shared_store_ = store_;
   return absl::OkStatus();
 }
 
@@ -257,7 +276,11 @@ StatusOr<CheckpointInfo> Checkpointer::Import(std::string_view exported) {
 bool Checkpointer::HasCheckpoint() { return EnsureOpen().ok() && !store_->List().empty(); }
 
 StatusOr<std::string> Checkpointer::ExportNewest(uint64_t* applied_seq) const {
-  const CheckpointStore* store = shared_store_.load(std::memory_order_acquire);
+  std::shared_ptr<const CheckpointStore> store;
+  {
+    MutexLock lock(&shared_mu_);
+    store = shared_store_;
+  }
   if (store == nullptr) return absl::NotFoundError("no checkpoint store open yet");
   for (const CheckpointInfo& info : store->List()) {
     if (!info.manifest_status.ok()) continue;

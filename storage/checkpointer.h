@@ -13,7 +13,9 @@
 // (rate-limited), counted in kvindex_checkpoint_failures_total and retried
 // at the next interval; the router keeps serving from memory, and the
 // previous checkpoints stay as they were. A database that cannot be opened
-// is retried the same way.
+// is retried the same way. A database whose directory was deleted under
+// the router (its CURRENT file gone) is reopened, new and empty, by the next
+// checkpoint, which is written there (logged as an error).
 //
 //   Checkpointer checkpointer(options, &apply, &index, registry.get());
 //   KVINDEX_RETURN_IF_ERROR(checkpointer.Restore(&index, &apply.agents()));
@@ -38,6 +40,7 @@
 #include <string>
 #include <thread>
 
+#include "shared/base/mutex.h"
 #include "shared/base/status.h"
 #include "shared/base/stop_signal.h"
 #include "shared/consume/apply_loop.h"
@@ -166,9 +169,13 @@ class Checkpointer {
   const CheckpointerOptions options_;
   consume::ApplyLoop* const apply_;
   index::IndexInterface* const index_;
-  std::unique_ptr<CheckpointStore> store_;  // checkpointer thread (or controlling, when stopped)
+  // Checkpointer thread (or controlling, when stopped). Shared: a store
+  // reopened after its directory vanished stays alive for an export that
+  // still reads it.
+  std::shared_ptr<CheckpointStore> store_;
   // The same store for other threads (ExportNewest): set once it is open.
-  std::atomic<const CheckpointStore*> shared_store_{nullptr};
+  mutable Mutex shared_mu_;
+  std::shared_ptr<const CheckpointStore> shared_store_ ABSL_GUARDED_BY(shared_mu_);
   IngestCheckpoint* ingest_ = nullptr;
 
   std::thread thread_;

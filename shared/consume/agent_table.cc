@@ -153,12 +153,18 @@ AgentTable::Verdict AgentTable::Admit(const LogBatch::Message& message,
   }
   if (!header.sequenced()) return Verdict::kApply;
   AgentState& agent = agents_[header.agent];
-  if (header.incarnation < agent.incarnation ||
-      (header.incarnation == agent.incarnation && header.msg_seq <= agent.last_msg_seq)) {
+  // A process's first message starts it, whatever its incarnation's value:
+  // a restart on a clock behind the previous run's (another host) numbers
+  // itself lower and would otherwise be stale for good. Later messages of a
+  // lower incarnation are a late (or still running) older process: stale.
+  const bool start = header.msg_seq == 1 && header.incarnation != agent.incarnation;
+  if (!start &&
+      (header.incarnation < agent.incarnation ||
+       (header.incarnation == agent.incarnation && header.msg_seq <= agent.last_msg_seq))) {
     agent.stale += 1;
     return Verdict::kStale;
   }
-  if (header.incarnation > agent.incarnation) {
+  if (start || header.incarnation > agent.incarnation) {
     // A new process: its first message clears its sources itself (start-up
     // clear), so only a gap inside its own numbering is a loss. Its first
     // heartbeat decides what the previous incarnation's sources become.

@@ -22,10 +22,15 @@
 //     skipped. A message after a gap (a lost message may have removed
 //     blocks) or an undecodable one first clears every source the agent
 //     owns: fail closed, the agent republishes snapshots.
-//   - Incarnations: the first heartbeat of a new incarnation decides what
-//     the previous incarnation's sources become: those it does not list are
-//     cleared and released (a source the restarted agent no longer follows,
-//     or a rank learned from envelopes, never stays in the index).
+//   - Incarnations: a message numbered 1 of another incarnation than the
+//     current one starts a new process, lower or higher (a restart on a
+//     clock behind); a higher incarnation starts one at any msg_seq (its
+//     start no longer in the log: fail closed), so one message cannot
+//     silence a node whose process goes on. The first heartbeat of a new
+//     incarnation decides what the previous incarnation's sources become:
+//     those it does not list are cleared and released (a source the
+//     restarted agent no longer follows, or a rank learned from envelopes,
+//     never stays in the index).
 //   - Liveness: an agent_expired(agent, heartbeat_seq) event clears and
 //     releases every source of the agent unless a heartbeat of the agent
 //     applied at a position above heartbeat_seq precedes it in the log. The

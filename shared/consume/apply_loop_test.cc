@@ -308,5 +308,29 @@ TEST(ApplyLoopTest, NewIncarnationStartsItsOwnNumbering) {
   EXPECT_EQ(loop.agents().Agents()[0].stale, 1u);
 }
 
+// #25: an agent restarted on a clock behind its previous run (rescheduled
+// to another host) has a lower incarnation. Its first message (msg_seq 1)
+// is a new start all the same; before, every message of it was stale and
+// the node stayed silent until a later restart.
+TEST(ApplyLoopTest, ARestartOnAClockBehindIsANewStart) {
+  ScriptedReader reader;
+  reader.Add(1, Seq(1, 8), {Heartbeat({{"w0", 0}}), Stored("w0", {1})});
+  reader.Add(2, Seq(2, 8), {Stored("w0", {2})});
+  reader.Add(3, Seq(1, 7), {Stored("w0", {3})});  // restarted, its clock behind
+  reader.Add(4, Seq(2, 7), {Stored("w0", {4})});
+  reader.Add(5, Seq(2, 6), {Stored("w0", {5})});  // an older process, late: stale
+  reader.Add(6, Seq(1, 7), {Stored("w0", {6})});  // a duplicate of this start: stale
+  index::KvIndex index;
+  ApplyLoop loop(&reader, &index, nullptr, {});
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(WaitCaughtUp(loop));
+  EXPECT_EQ(index.Stats().entries[0], 4u);
+  const auto agents = loop.agents().Agents();
+  EXPECT_EQ(agents[0].incarnation, 7u);
+  EXPECT_EQ(agents[0].last_msg_seq, 2u);
+  EXPECT_EQ(agents[0].gaps, 0u);
+  EXPECT_EQ(agents[0].stale, 2u);
+}
+
 }  // namespace
 }  // namespace kvindex::consume

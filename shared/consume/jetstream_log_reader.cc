@@ -47,6 +47,27 @@ void JetStreamLogReader::Abandon() {
   // nats-server restart). A stalled subscription is therefore left alone: it
   // drops whatever it still receives, and stays reachable until exit.
   natsSubscription_SetPendingLimits(sub_, 1, 1024);
+  // What it had queued (up to pending_bytes: after a partition or a catch-up,
+  // hundreds of messages of ~200 KB) is freed now, not kept with it.
+  uint64_t queued = 0;
+  uint64_t freed = 0;
+  uint64_t freed_bytes = 0;
+  if (natsSubscription_QueuedMsgs(sub_, &queued) == NATS_OK) {
+    for (uint64_t i = 0; i < queued; ++i) {
+      natsMsg* msg = nullptr;
+      const natsStatus status = natsSubscription_NextMsg(&msg, sub_, 1);
+      if (status == NATS_SLOW_CONSUMER) continue;
+      if (status != NATS_OK) break;
+      freed += 1;
+      freed_bytes += static_cast<uint64_t>(natsMsg_GetDataLength(msg));
+      natsMsg_Destroy(msg);
+    }
+  }
+  if (freed > 0) {
+    log::Get("consume")->info(
+        "stream '{}': freed {} messages ({} bytes) queued for the subscription left behind",
+        options_.stream, freed, freed_bytes);
+  }
   static Mutex mu;
   static auto* const abandoned ABSL_PT_GUARDED_BY(mu) = new std::vector<natsSubscription*>();
   MutexLock lock(&mu);

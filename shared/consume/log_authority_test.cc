@@ -408,5 +408,28 @@ TEST(LogAuthorityTest, ExpiredAgentsAreBoundedTombstones) {
   EXPECT_EQ(r.index.Stats().entries[0], 1u);
 }
 
+// #25 with #21: a restart may lower the incarnation (a clock behind), so
+// one message numbered 1 with a low incarnation makes that its node's
+// current one. It cannot silence the node: the real process's next message
+// has a higher incarnation, which the table takes up again (failing closed:
+// its sources are cleared and resynced, never left stale).
+TEST(LogAuthorityTest, AForgedLowIncarnationCannotSilenceTheNode) {
+  Replica r;
+  r.NodeAStarts();  // incarnation kNow - 1000, msg_seq 1-2; (w0, 0) holds 1, 2
+  r.reader.Add(3, Header("node-a", 1, 5), {Heartbeat("node-a", {{"w0", 0}})}, false,
+               AgentSubject("node-a"), kNow);  // forged (or a stray restart)
+  r.reader.Add(4, Header("node-a", 3), {Stored("node-a", {"w0", 0}, {3})}, false,
+               EventsSubject("node-a"), kNow);  // the real process goes on
+  r.reader.Add(5, Header("node-a", 4), {Stored("node-a", {"w0", 0}, {4})}, false,
+               EventsSubject("node-a"), kNow);
+  r.Run();
+  EXPECT_EQ(r.Agent("node-a").incarnation, kNow - 1000);
+  EXPECT_EQ(r.Agent("node-a").last_msg_seq, 4u);
+  EXPECT_EQ(r.Agent("node-a").stale, 0u);
+  EXPECT_EQ(r.Agent("node-a").gaps, 1u);  // 1, 2 cleared: fail closed
+  EXPECT_TRUE(r.Holders(1).empty());
+  EXPECT_EQ(r.Holders(4), std::vector<std::string>{"w0"});
+}
+
 }  // namespace
 }  // namespace kvindex::consume
