@@ -78,6 +78,12 @@ for stage in "${stages[@]}"; do
     asan)
       # One clang tree for the sanitizer tests and the fuzz targets (the
       # fuzz stage runs them from here): the libraries are compiled once.
+      # A build-asan from before (gcc) is configured afresh: CMake drops the
+      # other -C settings when the compiler changes under an existing cache.
+      if [ -f build-asan/CMakeCache.txt ] &&
+        ! grep -q '^CMAKE_CXX_COMPILER:.*clang++$' build-asan/CMakeCache.txt; then
+        rm -rf build-asan/CMakeCache.txt build-asan/CMakeFiles
+      fi
       ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
         run_build_and_tests build-asan -C cmake/ci-asan.cmake ;;
     tsan) run_tsan ;;

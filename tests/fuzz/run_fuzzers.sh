@@ -35,6 +35,12 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 build="${KVINDEX_FUZZ_BUILD:-${root}/build-asan}"
 jobs="${KVINDEX_FUZZ_JOBS:-2}"
 
+# A tree configured before with another compiler is configured afresh
+# (CMake drops the other -C settings when the compiler changes).
+if [[ -f "${build}/CMakeCache.txt" ]] &&
+  ! grep -q '^CMAKE_CXX_COMPILER:.*clang++$' "${build}/CMakeCache.txt"; then
+  rm -rf "${build}/CMakeCache.txt" "${build}/CMakeFiles"
+fi
 # The unit tests are configured but not built here (the asan stage builds
 # them in the same tree).
 cmake -C "${root}/cmake/ci-asan.cmake" -S "${root}" -B "${build}" -G Ninja \
