@@ -7,7 +7,7 @@ set -euo pipefail
 PACKAGES=(
   # toolchain
   build-essential cmake ninja-build pkg-config ccache clang clang-format
-  libclang-rt-14-dev git
+  libclang-rt-14-dev llvm git
   # messaging and storage
   libnats-dev nats-server libssl-dev openssl libzmq3-dev cppzmq-dev libmsgpack-cxx-dev librocksdb-dev
   # libraries

@@ -1,34 +1,49 @@
 #!/usr/bin/env bash
-# Builds every libFuzzer target with clang (ASan + UBSan) into build-fuzz and
-# runs each binary found in build-fuzz/fuzz/ for N seconds (default 60).
+# Builds every libFuzzer target with clang (ASan + UBSan) in CI's sanitizer
+# tree, build-asan (cmake/ci-asan.cmake: the asan stage of scripts/test.sh
+# builds the same tree, so its libraries serve both), and runs each binary
+# found in build-asan/fuzz/ for N seconds (default 60).
 #
 #   tests/fuzz/run_fuzzers.sh [seconds]
+#
+# A new target needs only its kvindex_fuzzer(...) declaration in
+# tests/fuzz/CMakeLists.txt: every executable the build puts in <build>/fuzz/
+# is built and run, and everything it links carries coverage (KVINDEX_FUZZ).
 #
 # Seeds: the golden wire vectors (data/wire-vectors, their one copy) for
 # every target, <build>/fuzz-seeds/<fuzzer>/ (generated from them by the
 # build, see CMakeLists.txt) and tests/fuzz/seeds/<fuzzer>/ or
 # tests/fuzz/corpus/<fuzzer>/ when a target has small committed seeds. The growing corpus lives in
-# build-fuzz/fuzz-corpus/<fuzzer>/ and is reused by later runs. A dictionary
+# <build>/fuzz-corpus/<fuzzer>/ and is reused by later runs. A dictionary
 # tests/fuzz/<fuzzer>.dict is used when present. Crashes land in
-# build-fuzz/fuzz-artifacts/; the script exits non-zero when any fuzzer
-# finds one. One summary line per fuzzer goes to build-fuzz/fuzz-summary.txt
+# <build>/fuzz-artifacts/; the script exits non-zero when any fuzzer
+# finds one. One summary line per fuzzer goes to <build>/fuzz-summary.txt
 # (copy the figures into docs/fuzzing.md).
 #
-# Environment: KVINDEX_FUZZ_BUILD (build dir, default <repo>/build-fuzz),
-# KVINDEX_FUZZ_JOBS (parallel compile jobs, default 2), KVINDEX_FUZZ_BUILD_TESTS
+# Environment: KVINDEX_FUZZ_BUILD (build dir, default <repo>/build-asan),
+# KVINDEX_FUZZ_TOTAL_SECONDS (when set and no [seconds] argument is given:
+# one budget of fuzzing seconds shared by all targets, at least 10 s each;
+# CI's fixed budget),
+# KVINDEX_FUZZ_JOBS (parallel compile jobs, default 2), KVINDEX_FUZZ_PARALLEL
+# (targets fuzzed at once, default KVINDEX_FUZZ_JOBS), KVINDEX_FUZZ_BUILD_TESTS
 # (default ON, see below),
 # KVINDEX_FUZZ_ARGS (extra libFuzzer flags, e.g. "-max_len=65536").
 set -euo pipefail
 
-seconds="${1:-60}"
+seconds="${1:-}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-build="${KVINDEX_FUZZ_BUILD:-${root}/build-fuzz}"
+build="${KVINDEX_FUZZ_BUILD:-${root}/build-asan}"
 jobs="${KVINDEX_FUZZ_JOBS:-2}"
 
-# The top-level CMakeLists adds tests/ (and so tests/fuzz/) only with
-# KVINDEX_BUILD_TESTS=ON; the unit tests are configured but not built here.
-CC=clang CXX=clang++ cmake -S "${root}" -B "${build}" -G Ninja \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKVINDEX_FUZZ=ON -DKVINDEX_SANITIZE=ON \
+# A tree configured before with another compiler is configured afresh
+# (CMake drops the other -C settings when the compiler changes).
+if [[ -f "${build}/CMakeCache.txt" ]] &&
+  ! grep -q '^CMAKE_CXX_COMPILER:.*clang++$' "${build}/CMakeCache.txt"; then
+  rm -rf "${build}/CMakeCache.txt" "${build}/CMakeFiles"
+fi
+# The unit tests are configured but not built here (the asan stage builds
+# them in the same tree).
+cmake -C "${root}/cmake/ci-asan.cmake" -S "${root}" -B "${build}" -G Ninja \
   -DKVINDEX_BUILD_TESTS="${KVINDEX_FUZZ_BUILD_TESTS:-ON}" >/dev/null
 
 # Only the fuzz executables (whatever their names): every ninja output under fuzz/.
@@ -39,21 +54,35 @@ if [[ ${#targets[@]} -eq 0 ]]; then
 fi
 ninja -C "${build}" -j "${jobs}" "${targets[@]}"
 
+if [[ -z "${seconds}" ]]; then
+  if [[ -n "${KVINDEX_FUZZ_TOTAL_SECONDS:-}" ]]; then
+    seconds=$((KVINDEX_FUZZ_TOTAL_SECONDS / ${#targets[@]}))
+    ((seconds >= 10)) || seconds=10
+    echo "run_fuzzers: ${#targets[@]} targets share ${KVINDEX_FUZZ_TOTAL_SECONDS}s: ${seconds}s each"
+  else
+    seconds=60
+  fi
+fi
+
 mkdir -p "${build}/fuzz-corpus" "${build}/fuzz-artifacts"
 summary="${build}/fuzz-summary.txt"
 : >"${summary}"
-status=0
-for binary in "${build}"/fuzz/*; do
-  [[ -x "${binary}" && -f "${binary}" ]] || continue
+# One target per core at a time (KVINDEX_FUZZ_PARALLEL, default the compile
+# jobs): each still gets a whole core for its seconds, the stage takes
+# ceil(targets / parallel) x seconds of wall time.
+parallel="${KVINDEX_FUZZ_PARALLEL:-${jobs}}"
+
+run_one() {
+  local binary="$1" name corpus log result execs rate cov units line
   name="$(basename "${binary}")"
   corpus="${build}/fuzz-corpus/${name}"
   mkdir -p "${corpus}"
-  args=(-max_total_time="${seconds}" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048
-        -artifact_prefix="${build}/fuzz-artifacts/${name}-")
+  local args=(-max_total_time="${seconds}" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048
+              -artifact_prefix="${build}/fuzz-artifacts/${name}-")
   [[ -f "${root}/tests/fuzz/${name}.dict" ]] && args+=(-dict="${root}/tests/fuzz/${name}.dict")
   # shellcheck disable=SC2206
   args+=(${KVINDEX_FUZZ_ARGS:-})
-  dirs=("${corpus}")
+  local dirs=("${corpus}")
   [[ -d "${build}/fuzz-seeds/${name}" ]] && dirs+=("${build}/fuzz-seeds/${name}")
   [[ -d "${root}/tests/fuzz/seeds/${name}" ]] && dirs+=("${root}/tests/fuzz/seeds/${name}")
   [[ -d "${root}/tests/fuzz/corpus/${name}" ]] && dirs+=("${root}/tests/fuzz/corpus/${name}")
@@ -66,7 +95,6 @@ for binary in "${build}"/fuzz/*; do
     result="ok"
   else
     result="FAILED"
-    status=1
   fi
   execs="$(sed -n 's/^stat::number_of_executed_units: *//p' "${log}" | tail -1)"
   rate="$(sed -n 's/^stat::average_exec_per_sec: *//p' "${log}" | tail -1)"
@@ -75,5 +103,22 @@ for binary in "${build}"/fuzz/*; do
   line="${name}: ${result}, ${seconds}s, ${execs:-?} execs (${rate:-?}/s), cov ${cov:-?}, corpus ${units} files"
   echo "${line}" | tee -a "${summary}"
   [[ "${result}" == "ok" ]] || tail -40 "${log}" >&2
+  [[ "${result}" == "ok" ]]
+}
+
+status=0
+running=0
+for binary in "${build}"/fuzz/*; do
+  [[ -x "${binary}" && -f "${binary}" ]] || continue
+  if ((running >= parallel)); then
+    wait -n || status=1
+    running=$((running - 1))
+  fi
+  run_one "${binary}" &
+  running=$((running + 1))
+done
+while ((running > 0)); do
+  wait -n || status=1
+  running=$((running - 1))
 done
 exit "${status}"
