@@ -3,6 +3,7 @@
 #include <utf8proc.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "shared/tokenize/utf8.h"
 
@@ -63,6 +64,15 @@ void AddedTokenMatcher::Build(const std::vector<AddedToken>& tokens,
     // one id per content).
     if (nodes_[node].token < 0) nodes_[node].token = static_cast<int32_t>(t);
   }
+  shared_first_byte_ = -1;
+  for (int b = 0; b < 256; ++b) {
+    if (!first_byte_[b]) continue;
+    if (shared_first_byte_ >= 0) {
+      shared_first_byte_ = -1;
+      break;
+    }
+    shared_first_byte_ = b;
+  }
 }
 
 int32_t AddedTokenMatcher::Child(int32_t node, unsigned char b) const {
@@ -88,7 +98,11 @@ void AddedTokenMatcher::Split(std::string_view text, std::vector<Segment>* out) 
   size_t start_offset = 0;
   size_t pos = 0;
   while (pos < text.size()) {
-    if (!first_byte_[static_cast<unsigned char>(text[pos])]) {
+    if (shared_first_byte_ >= 0) {
+      const void* hit = std::memchr(text.data() + pos, shared_first_byte_, text.size() - pos);
+      if (hit == nullptr) break;
+      pos = static_cast<size_t>(static_cast<const char*>(hit) - text.data());
+    } else if (!first_byte_[static_cast<unsigned char>(text[pos])]) {
       ++pos;
       continue;
     }

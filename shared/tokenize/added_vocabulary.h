@@ -51,6 +51,9 @@ class AddedTokenMatcher {
   std::vector<Node> nodes_;
   std::vector<AddedToken> tokens_;
   bool first_byte_[256] = {};
+  // The first byte every pattern shares, if they share one (the "<" of
+  // "<|...|>" tokens): the scan is then a memchr.
+  int shared_first_byte_ = -1;
   size_t max_bytes_ = 0;
 };
 

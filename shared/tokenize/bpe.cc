@@ -1,10 +1,12 @@
 #include "shared/tokenize/bpe.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "shared/tokenize/internal/short_word_cache.h"
 #include "shared/tokenize/utf8.h"
 
 namespace kvindex::tokenize {
@@ -66,6 +68,10 @@ StatusOr<Bpe> Bpe::FromJson(const nlohmann::json& model, bool byte_level) {
     }
   }
   Bpe bpe;
+  // Not the object's address: a later Bpe may be built where a destroyed
+  // one was, and must not be served that one's cached words.
+  static std::atomic<uint64_t> next_cache_id{1};
+  bpe.cache_id_ = next_cache_id.fetch_add(1, std::memory_order_relaxed);
   bpe.byte_level_ = byte_level;
   bpe.ignore_merges_ = model.value("ignore_merges", false);
   bpe.byte_fallback_ = model.value("byte_fallback", false);
@@ -167,7 +173,8 @@ namespace {
 // too): most pre-tokens repeat. Per thread, so no locking; cleared when the
 // tokenizer changes or it holds kMaxWords words.
 struct WordCache {
-  const void* owner = nullptr;
+  uint64_t owner = 0;                    // Bpe::cache_id_ of the vocabulary the words belong to
+  internal::ShortWordCache short_words;  // the common case, checked first
   absl::flat_hash_map<std::string, std::vector<uint32_t>> words;
 };
 constexpr size_t kMaxWords = 1 << 16;
@@ -178,20 +185,24 @@ constexpr size_t kMaxCachedWordBytes = 64;
 void Bpe::Encode(std::string_view word, std::vector<uint32_t>* ids) const {
   if (word.empty()) return;
   thread_local WordCache cache;
+  if (cache.owner != cache_id_) {
+    cache.short_words.Clear();
+    cache.words.clear();
+    cache.owner = cache_id_;
+  }
+  if (cache.short_words.Find(word, ids)) return;
   const bool cacheable = word.size() <= kMaxCachedWordBytes;
   if (cacheable) {
-    if (cache.owner != this) {
-      cache.words.clear();
-      cache.owner = this;
-    }
     auto hit = cache.words.find(absl::string_view(word.data(), word.size()));
     if (hit != cache.words.end()) {
       ids->insert(ids->end(), hit->second.begin(), hit->second.end());
+      cache.short_words.Put(word, hit->second.data(), hit->second.size());
       return;
     }
   }
   const size_t first = ids->size();
   EncodeUncached(word, ids);
+  cache.short_words.Put(word, ids->data() + first, ids->size() - first);
   if (cacheable) {
     if (cache.words.size() >= kMaxWords) cache.words.clear();
     cache.words.emplace(std::string(word), std::vector<uint32_t>(ids->begin() + first, ids->end()));

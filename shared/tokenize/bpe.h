@@ -50,6 +50,7 @@ class Bpe {
     return it == merges_.end() ? nullptr : &it->second;
   }
 
+  uint64_t cache_id_ = 0;  // names this vocabulary in the per-thread word caches
   bool byte_level_ = false;
   bool ignore_merges_ = false;
   bool byte_fallback_ = false;

@@ -74,8 +74,10 @@ Status PreTokenizer::Add(const nlohmann::json& spec, std::vector<Step>* steps, b
     if (pattern.contains("String")) {
       step.literal = pattern.at("String").get<std::string>();
     } else if (pattern.contains("Regex")) {
-      KVINDEX_ASSIGN_OR_RETURN(auto regex, Regex::Compile(pattern.at("Regex").get<std::string>()));
+      const std::string source = pattern.at("Regex").get<std::string>();
+      KVINDEX_ASSIGN_OR_RETURN(auto regex, Regex::Compile(source));
       step.regex = std::move(regex);
+      step.fast = FastSplit::ForPattern(source);
     } else {
       return absl::InvalidArgumentError("Split pre_tokenizer without String or Regex pattern");
     }
@@ -130,6 +132,14 @@ Status PreTokenizer::Add(const nlohmann::json& spec, std::vector<Step>* steps, b
 Status PreTokenizer::SplitPiece(const Step& step, Piece piece, std::vector<Piece>* out) {
   std::string_view text = piece.text;
   if (text.empty()) return Status();
+  if (step.fast.has_value() && step.behavior == Behavior::kIsolated && !step.invert) {
+    // The pattern's matches tile the text: no gaps to keep or merge.
+    for (size_t pos = 0, end; pos < text.size(); pos = end) {
+      end = step.fast->MatchEnd(text, pos);
+      out->push_back({text.substr(pos, end - pos), piece.at_start && pos == 0});
+    }
+    return Status();
+  }
   // The matches and the gaps between them, in order (HF's Pattern::find_matches).
   std::vector<Span> spans;
   size_t prev = 0;

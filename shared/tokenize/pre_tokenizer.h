@@ -11,12 +11,14 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "nlohmann/json_fwd.hpp"
 #include "shared/base/status.h"
+#include "shared/tokenize/fast_split.h"
 #include "shared/tokenize/regex.h"
 
 namespace kvindex::tokenize {
@@ -53,6 +55,7 @@ class PreTokenizer {
   struct Step {
     Kind kind;
     std::shared_ptr<const Regex> regex;  // kSplit with a Regex; ByteLevel use_regex
+    std::optional<FastSplit> fast;       // the same pattern, hand-written (fast_split.h)
     std::string literal;                 // kSplit with a String
     Behavior behavior = Behavior::kIsolated;
     bool invert = false;

@@ -1,0 +1,129 @@
+#include "shared/tokenize/fast_split.h"
+
+#include "shared/tokenize/utf8.h"
+
+namespace kvindex::tokenize {
+namespace {
+
+constexpr std::string_view kLlama3Pattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+constexpr std::string_view kQwenPattern =
+    R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+// A code point's class and byte length at text[i] (valid UTF-8, i < size).
+struct At {
+  CharClass cls;
+  size_t len;
+};
+
+inline At ClassAt(const CodePointClasses& classes, std::string_view text, size_t i) {
+  auto b = static_cast<unsigned char>(text[i]);
+  if (b < 0x80) return {classes.Of(b), 1};
+  size_t len = 0;
+  char32_t cp = DecodeUtf8(text, i, &len);
+  return {classes.Of(cp), len};
+}
+
+// The lower-case ASCII letter a code point matches caselessly in the
+// contractions (PCRE2's simple case folding: ſ U+017F folds to s), or 0.
+inline char ContractionLetter(std::string_view text, size_t i, size_t* len) {
+  auto b = static_cast<unsigned char>(text[i]);
+  if (b < 0x80) {
+    *len = 1;
+    return static_cast<char>(b >= 'A' && b <= 'Z' ? b + ('a' - 'A') : b);
+  }
+  char32_t cp = DecodeUtf8(text, i, len);
+  return cp == 0x17F ? 's' : 0;  // LATIN SMALL LETTER LONG S
+}
+
+}  // namespace
+
+std::optional<FastSplit> FastSplit::ForPattern(std::string_view pattern) {
+  if (pattern == kLlama3Pattern) return FastSplit(3, &CodePointClasses::Get());
+  if (pattern == kQwenPattern) return FastSplit(1, &CodePointClasses::Get());
+  return std::nullopt;
+}
+
+size_t FastSplit::MatchEnd(std::string_view text, size_t pos) const {
+  const CodePointClasses& classes = *classes_;
+  const size_t n = text.size();
+  const auto first_byte = static_cast<unsigned char>(text[pos]);
+  const At first = ClassAt(classes, text, pos);
+  auto run_end = [&](size_t i, CharClass cls) {
+    while (i < n) {
+      // ASCII runs (most text) without decoding.
+      auto b = static_cast<unsigned char>(text[i]);
+      if (b < 0x80) {
+        if (classes.Of(b) != cls) break;
+        ++i;
+        continue;
+      }
+      At at = ClassAt(classes, text, i);
+      if (at.cls != cls) break;
+      i += at.len;
+    }
+    return i;
+  };
+
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d), alternatives in order.
+  if (first_byte == '\'' && pos + 1 < n) {
+    size_t len = 0;
+    const char c = ContractionLetter(text, pos + 1, &len);
+    const size_t after = pos + 1 + len;
+    if (c == 's' || c == 't') return after;
+    if ((c == 'r' || c == 'v') && after < n) {
+      size_t len2 = 0;
+      if (ContractionLetter(text, after, &len2) == 'e') return after + len2;
+    }
+    if (c == 'm') return after;
+    if (c == 'l' && after < n) {
+      size_t len2 = 0;
+      if (ContractionLetter(text, after, &len2) == 'l') return after + len2;
+    }
+    if (c == 'd') return after;
+  }
+  // [^\r\n\p{L}\p{N}]?\p{L}+
+  if (first.cls == CharClass::kLetter) return run_end(pos + first.len, CharClass::kLetter);
+  if (first.cls != CharClass::kNumber && first_byte != '\r' && first_byte != '\n' &&
+      pos + first.len < n && ClassAt(classes, text, pos + first.len).cls == CharClass::kLetter) {
+    return run_end(pos + first.len, CharClass::kLetter);
+  }
+  // \p{N}{1,max}
+  if (first.cls == CharClass::kNumber) {
+    size_t i = pos + first.len;
+    for (int count = 1; count < max_digits_ && i < n; ++count) {
+      At at = ClassAt(classes, text, i);
+      if (at.cls != CharClass::kNumber) break;
+      i += at.len;
+    }
+    return i;
+  }
+  //  ?[^\s\p{L}\p{N}]+[\r\n]*
+  size_t other = first.cls == CharClass::kOther ? pos : n;
+  if (first_byte == ' ' && pos + 1 < n &&
+      ClassAt(classes, text, pos + 1).cls == CharClass::kOther) {
+    other = pos + 1;
+  }
+  if (other < n) {
+    size_t i = run_end(other, CharClass::kOther);
+    while (i < n && (text[i] == '\r' || text[i] == '\n')) ++i;
+    return i;
+  }
+  // The first code point is White_Space: \s*[\r\n]+ | \s+(?!\S) | \s+ over
+  // the run of White_Space starting here.
+  size_t last_newline = n;  // none
+  size_t last_start = pos;  // start of the run's last code point
+  size_t i = pos;
+  while (i < n) {
+    At at = ClassAt(classes, text, i);
+    if (at.cls != CharClass::kSpace) break;
+    if (text[i] == '\r' || text[i] == '\n') last_newline = i;
+    last_start = i;
+    i += at.len;
+  }
+  if (last_newline != n) return last_newline + 1;  // \s* backs off to the last newline
+  if (i == n || last_start == pos) return i;       // (?!\S) holds at the end; else \s+
+  return last_start;                               // leave one space before the \S
+}
+
+}  // namespace kvindex::tokenize
