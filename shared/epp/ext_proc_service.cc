@@ -9,7 +9,7 @@ namespace kvindex::epp {
 namespace {
 
 namespace pb = envoy::service::ext_proc::v3;
-using Stream = grpc::ServerReaderWriter<pb::ProcessingResponse, pb::ProcessingRequest>;
+using Stream = grpc::ServerReaderWriterInterface<pb::ProcessingResponse, pb::ProcessingRequest>;
 
 std::string_view HeaderValue(const envoy::config::core::v3::HeaderValue& header) {
   return header.raw_value().empty() ? std::string_view(header.value())
@@ -88,7 +88,14 @@ struct StreamState {
 
 }  // namespace
 
-grpc::Status ExtProcService::Process(grpc::ServerContext* /*context*/, Stream* stream) {
+grpc::Status ExtProcService::Process(
+    grpc::ServerContext* /*context*/,
+    grpc::ServerReaderWriter<pb::ProcessingResponse, pb::ProcessingRequest>* stream) {
+  Serve(stream);
+  return grpc::Status::OK;
+}
+
+void ExtProcService::Serve(Stream* stream) {
   counters_.streams_open.fetch_add(1, std::memory_order_relaxed);
   StreamState st;
   ServiceCounters::End end = ServiceCounters::kComplete;
@@ -182,6 +189,9 @@ grpc::Status ExtProcService::Process(grpc::ServerContext* /*context*/, Stream* s
     }
     switch (request.request_case()) {
       case pb::ProcessingRequest::kRequestHeaders: {
+        // Headers again after the pick (Envoy sends them once): a second
+        // pick would leave the first one in flight for good.
+        if (st.decided) break;
         st.headers_seen = true;
         for (const auto& header : request.request_headers().headers().headers()) {
           if (header.key() == ":path") st.path = std::string(HeaderValue(header));
@@ -285,7 +295,6 @@ grpc::Status ExtProcService::Process(grpc::ServerContext* /*context*/, Stream* s
   if (!st.picked.empty()) picker_->Release(st.picked[0]);
   counters_.streams_ended[end].fetch_add(1, std::memory_order_relaxed);
   counters_.streams_open.fetch_sub(1, std::memory_order_relaxed);
-  return grpc::Status::OK;
 }
 
 }  // namespace kvindex::epp

@@ -73,6 +73,14 @@ class ExtProcService final : public envoy::service::ext_proc::v3::ExternalProces
       grpc::ServerReaderWriter<envoy::service::ext_proc::v3::ProcessingResponse,
                                envoy::service::ext_proc::v3::ProcessingRequest>* stream) override;
 
+  // The per-stream state machine behind Process, over any reader-writer:
+  // reads requests until the stream ends (or an immediate response ends the
+  // exchange) and writes the answers. Process is this over gRPC's stream;
+  // tests/fuzz/ext_proc_fuzz drives it without a network.
+  void Serve(
+      grpc::ServerReaderWriterInterface<envoy::service::ext_proc::v3::ProcessingResponse,
+                                        envoy::service::ext_proc::v3::ProcessingRequest>* stream);
+
   const ServiceCounters& counters() const { return counters_; }
 
  private:
