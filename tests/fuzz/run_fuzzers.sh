@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
 # Builds every libFuzzer target with clang (ASan + UBSan) into build-fuzz and
-# runs each binary found in build-fuzz/fuzz/ for N seconds (default 60).
+# runs each binary found in build-fuzz/fuzz/ for N seconds (default 60),
+# within a total budget: each target gets at most
+# KVINDEX_FUZZ_TOTAL_SECONDS / (number of targets) seconds (default total
+# 180, so CI's fuzz stage stays about 3 minutes however many targets there
+# are; 0 = no cap, for the long profile).
 #
 #   tests/fuzz/run_fuzzers.sh [seconds]
+#   KVINDEX_FUZZ_TOTAL_SECONDS=0 tests/fuzz/run_fuzzers.sh 1800   # long profile
 #
 # Seeds: the golden wire vectors (data/wire-vectors, their one copy) for
 # every target, <build>/fuzz-seeds/<fuzzer>/ (generated from them by the
@@ -17,7 +22,9 @@
 # Environment: KVINDEX_FUZZ_BUILD (build dir, default <repo>/build-fuzz),
 # KVINDEX_FUZZ_JOBS (parallel compile jobs, default 2), KVINDEX_FUZZ_BUILD_TESTS
 # (default ON, see below),
-# KVINDEX_FUZZ_ARGS (extra libFuzzer flags, e.g. "-max_len=65536").
+# KVINDEX_FUZZ_ARGS (extra libFuzzer flags, e.g. "-max_len=65536"),
+# KVINDEX_FUZZ_ONLY (an extended regex: run only the targets whose name
+# matches; the budget is shared among those).
 set -euo pipefail
 
 seconds="${1:-60}"
@@ -33,18 +40,42 @@ CC=clang CXX=clang++ cmake -S "${root}" -B "${build}" -G Ninja \
 
 # Only the fuzz executables (whatever their names): every ninja output under fuzz/.
 mapfile -t targets < <(ninja -C "${build}" -t targets all | sed -n 's|^\(fuzz/[^:]*\): .*|\1|p')
+if [[ -n "${KVINDEX_FUZZ_ONLY:-}" ]]; then
+  mapfile -t targets < <(printf '%s\n' "${targets[@]}" | sed 's|^fuzz/||' |
+    grep -E "${KVINDEX_FUZZ_ONLY}" | sed 's|^|fuzz/|' || true)
+fi
 if [[ ${#targets[@]} -eq 0 ]]; then
   echo "run_fuzzers: no fuzz targets in ${build}" >&2
   exit 1
 fi
 ninja -C "${build}" -j "${jobs}" "${targets[@]}"
 
+binaries=()
+for binary in "${build}"/fuzz/*; do
+  [[ -x "${binary}" && -f "${binary}" ]] || continue
+  [[ -z "${KVINDEX_FUZZ_ONLY:-}" || "$(basename "${binary}")" =~ ${KVINDEX_FUZZ_ONLY} ]] || continue
+  binaries+=("${binary}")
+done
+if [[ ${#binaries[@]} -eq 0 ]]; then
+  echo "run_fuzzers: no fuzz binary to run in ${build}/fuzz" >&2
+  exit 1
+fi
+total="${KVINDEX_FUZZ_TOTAL_SECONDS:-180}"
+if [[ "${total}" -gt 0 ]]; then
+  share=$((total / ${#binaries[@]}))
+  [[ "${share}" -ge 1 ]] || share=1
+  if [[ "${seconds}" -gt "${share}" ]]; then
+    echo "run_fuzzers: ${#binaries[@]} targets in a ${total} s budget: ${share} s each" \
+      "(KVINDEX_FUZZ_TOTAL_SECONDS=0 lifts the cap)"
+    seconds="${share}"
+  fi
+fi
+
 mkdir -p "${build}/fuzz-corpus" "${build}/fuzz-artifacts"
 summary="${build}/fuzz-summary.txt"
 : >"${summary}"
 status=0
-for binary in "${build}"/fuzz/*; do
-  [[ -x "${binary}" && -f "${binary}" ]] || continue
+for binary in "${binaries[@]}"; do
   name="$(basename "${binary}")"
   corpus="${build}/fuzz-corpus/${name}"
   mkdir -p "${corpus}"
