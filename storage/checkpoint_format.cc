@@ -317,7 +317,8 @@ Status DecodeChunk(std::string_view value, size_t models, size_t sources,
     const size_t offset = hashes->size();
     hashes->resize(offset + n);
     static_assert(std::endian::native == std::endian::little, "hashes are stored little-endian");
-    std::memcpy(hashes->data() + offset, bytes.data(), n * 8);
+    // An empty run may come first: no memcpy from or to a null pointer.
+    if (n > 0) std::memcpy(hashes->data() + offset, bytes.data(), n * 8);
     if (!runs->empty() && runs->back().model == run.model && runs->back().source == run.source &&
         runs->back().tier == run.tier && runs->back().end == run.begin) {
       runs->back().end = run.end;  // a run split across chunks

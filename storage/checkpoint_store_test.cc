@@ -626,6 +626,20 @@ TEST(CheckpointStoreTest, GarbledManifestAndChunksAreErrorsNotCrashes) {
   }
 }
 
+// A chunk whose first run is empty (model 0, source 0, tier 0, 0 hashes):
+// decoded into empty vectors it copied 0 bytes to a null pointer
+// (undefined behaviour, reported by UBSan in the asan stage; found by
+// tests/fuzz/checkpoint_reader_fuzz). It decodes to one empty run.
+TEST(CheckpointStoreTest, ChunkWithAnEmptyFirstRunDecodes) {
+  const std::string chunk("\x00\x00\x00\x00", 4);
+  std::vector<CheckpointRun> runs;
+  std::vector<uint64_t> hashes;
+  ASSERT_TRUE(format::DecodeChunk(chunk, 1, 1, &runs, &hashes).ok());
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].begin, runs[0].end);
+  EXPECT_TRUE(hashes.empty());
+}
+
 // A KvIndex whose captures hold their reader after the first run until
 // released: what a slow disk does to a checkpoint's write.
 class HeldCaptureIndex final : public index::IndexInterface {

@@ -189,6 +189,10 @@ void ExtProcExchange::Handle(Request* request, std::vector<Response>* out) {
   }
   switch (request->request_case()) {
     case pb::ProcessingRequest::kRequestHeaders: {
+      // Headers again after the pick (Envoy sends them once): a second pick
+      // would leave the first one in flight for good, and with
+      // max_inflight_per_endpoint shed that engine forever.
+      if (decided_) break;
       headers_seen_ = true;
       for (const auto& header : request->request_headers().headers().headers()) {
         if (header.key() == ":path") path_ = std::string(HeaderValue(header));

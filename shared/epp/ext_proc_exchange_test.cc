@@ -90,6 +90,26 @@ TEST_F(ExchangeTest, OneMessageBodyIsPickedThenEchoedWhole) {
   EXPECT_EQ(picker_->InFlight("10.0.0.1:8000"), 0) << "the pick is released at the end";
 }
 
+// A second request_headers after the pick (a protocol violation Envoy does
+// not commit, but a stream may carry) must not pick again: the first pick
+// would stay in flight forever. Found while writing the ext_proc fuzzer.
+TEST_F(ExchangeTest, RepeatedHeadersDoNotLeakAPick) {
+  for (int round = 0; round < 3; ++round) {
+    std::vector<pb::ProcessingResponse> out;
+    {
+      ExtProcExchange exchange(&options_, picker_.get(), tokens_.get(), &counters_);
+      for (int i = 0; i < 3; ++i) {
+        pb::ProcessingRequest headers = Headers();
+        headers.mutable_request_headers()->set_end_of_stream(true);
+        exchange.Handle(&headers, &out);
+      }
+      EXPECT_EQ(picker_->InFlight("10.0.0.1:8000"), 1) << "one pick, round " << round;
+    }
+    EXPECT_EQ(picker_->InFlight("10.0.0.1:8000"), 0) << "released, round " << round;
+    for (const auto& answer : out) EXPECT_FALSE(answer.has_immediate_response());
+  }
+}
+
 TEST_F(ExchangeTest, BodyInSeveralMessagesIsEchoedInChunksOfAtMost62000Bytes) {
   std::string body = R"({"model":"m","prompt":")" + std::string(150'000, 'x') + R"("})";
   std::vector<pb::ProcessingResponse> out;

@@ -27,7 +27,9 @@
 # KVINDEX_FUZZ_JOBS (parallel compile jobs, default 2), KVINDEX_FUZZ_PARALLEL
 # (targets fuzzed at once, default KVINDEX_FUZZ_JOBS), KVINDEX_FUZZ_BUILD_TESTS
 # (default ON, see below),
-# KVINDEX_FUZZ_ARGS (extra libFuzzer flags, e.g. "-max_len=65536").
+# KVINDEX_FUZZ_ARGS (extra libFuzzer flags, e.g. "-max_len=65536"),
+# KVINDEX_FUZZ_ONLY (an extended regex: run only the targets it matches).
+# Long profile: tests/fuzz/run_fuzzers.sh 1800 (30 minutes each).
 set -euo pipefail
 
 seconds="${1:-}"
@@ -110,6 +112,7 @@ status=0
 running=0
 for binary in "${build}"/fuzz/*; do
   [[ -x "${binary}" && -f "${binary}" ]] || continue
+  [[ -z "${KVINDEX_FUZZ_ONLY:-}" || "$(basename "${binary}")" =~ ${KVINDEX_FUZZ_ONLY} ]] || continue
   if ((running >= parallel)); then
     wait -n || status=1
     running=$((running - 1))
