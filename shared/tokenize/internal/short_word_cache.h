@@ -4,7 +4,8 @@
 // compares: no string hashing, no probing, no pointer to follow. Most
 // pre-tokens of real text are short and repeat; a miss falls back to the
 // general path (Bpe::Encode), which fills the slot. One per thread and
-// owner (no locking); a colliding word simply replaces the slot.
+// owner (no locking); a colliding word simply replaces the slot. The slots
+// (640 KB) are allocated on the heap when a thread first encodes.
 #pragma once
 
 #include <array>
@@ -81,7 +82,10 @@ class ShortWordCache {
   }
 
   uint32_t generation_ = 1;
-  std::array<Slot, size_t{1} << kSlotBits> slots_{};
+  // On the heap, not in the thread's static TLS (the cache lives in a
+  // thread_local): 640 KB of TLS would not fit the small stacks some
+  // libraries give their threads (civetweb's workers failed to start).
+  std::vector<Slot> slots_ = std::vector<Slot>(size_t{1} << kSlotBits);
 };
 
 }  // namespace kvindex::tokenize::internal
