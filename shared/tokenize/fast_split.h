@@ -19,6 +19,12 @@ namespace kvindex::tokenize {
 
 class FastSplit {
  public:
+  // The two patterns, as tokenizer.json writes them.
+  static constexpr std::string_view kLlama3Pattern =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+  static constexpr std::string_view kQwenPattern =
+      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
   // The matcher for `pattern` (as tokenizer.json writes it), if it is one of
   // the patterns above.
   static std::optional<FastSplit> ForPattern(std::string_view pattern);

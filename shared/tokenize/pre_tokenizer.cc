@@ -22,10 +22,8 @@ struct Span {
 
 bool PreTokenizer::LinesAreBoundaries() const {
   static constexpr std::string_view kKnown[] = {
-      // Llama 3 / 3.1
-      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
-      // Qwen 2 / 3
-      R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+)",
+      FastSplit::kLlama3Pattern,
+      FastSplit::kQwenPattern,
       // DeepSeek V3 (three splits)
       R"(\p{N}{1,3})",
       "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
@@ -74,10 +72,8 @@ Status PreTokenizer::Add(const nlohmann::json& spec, std::vector<Step>* steps, b
     if (pattern.contains("String")) {
       step.literal = pattern.at("String").get<std::string>();
     } else if (pattern.contains("Regex")) {
-      const std::string source = pattern.at("Regex").get<std::string>();
-      KVINDEX_ASSIGN_OR_RETURN(auto regex, Regex::Compile(source));
+      KVINDEX_ASSIGN_OR_RETURN(auto regex, Regex::Compile(pattern.at("Regex").get<std::string>()));
       step.regex = std::move(regex);
-      step.fast = FastSplit::ForPattern(source);
     } else {
       return absl::InvalidArgumentError("Split pre_tokenizer without String or Regex pattern");
     }
@@ -96,6 +92,11 @@ Status PreTokenizer::Add(const nlohmann::json& spec, std::vector<Step>* steps, b
       return absl::UnimplementedError(absl::StrCat("unsupported Split behavior ", behavior));
     }
     step.invert = spec.value("invert", false);
+    // The hand-written matcher serves only where the matches are kept as
+    // they are (they tile the text: no gaps to keep or merge).
+    if (step.regex != nullptr && step.behavior == Behavior::kIsolated && !step.invert) {
+      step.fast = FastSplit::ForPattern(step.regex->pattern());
+    }
   } else if (type == "ByteLevel") {
     step.kind = Kind::kByteLevel;
     *byte_level = true;
@@ -132,8 +133,7 @@ Status PreTokenizer::Add(const nlohmann::json& spec, std::vector<Step>* steps, b
 Status PreTokenizer::SplitPiece(const Step& step, Piece piece, std::vector<Piece>* out) {
   std::string_view text = piece.text;
   if (text.empty()) return Status();
-  if (step.fast.has_value() && step.behavior == Behavior::kIsolated && !step.invert) {
-    // The pattern's matches tile the text: no gaps to keep or merge.
+  if (step.fast.has_value()) {
     for (size_t pos = 0, end; pos < text.size(); pos = end) {
       end = step.fast->MatchEnd(text, pos);
       out->push_back({text.substr(pos, end - pos), piece.at_start && pos == 0});
