@@ -3,6 +3,7 @@
 // sfixed64 = our sequence hash), every error with SGLang's status code and
 // its counted reason, and the same answers through the real gRPC server.
 #include "shared/compat/sglang_indexer.h"
+#include "shared/consume/testing/wait_applied.h"
 
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -64,12 +65,7 @@ class SglangIndexerTest : public ::testing::Test {
 
   void Publish(std::vector<PlacementEvent> events) {
     ASSERT_TRUE(sink_.Publish(events).ok());
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while ((!loop_.CaughtUp() || loop_.Pending() != 0) &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ASSERT_TRUE(loop_.CaughtUp());
+    ASSERT_TRUE(consume::testing::WaitUntilApplied(loop_));
   }
 
   std::unique_ptr<SglangIndexer> MakeIndexer(std::string model) {

@@ -3,6 +3,7 @@
 // independently from /v1/match on the same state, and every error answered
 // with its status and counted reason.
 #include "shared/query/compat_api.h"
+#include "shared/consume/testing/wait_applied.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -52,12 +53,7 @@ class CompatApiTest : public ::testing::Test {
         Stored("w-x", 0, Tier::kDevice, {seq_[0]}),
     };
     ASSERT_TRUE(sink_.Publish(events).ok());
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while ((!loop_.CaughtUp() || loop_.Pending() != 0) &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ASSERT_TRUE(loop_.CaughtUp());
+    ASSERT_TRUE(consume::testing::WaitUntilApplied(loop_));
 
     ApiContext context;
     context.index = &index_;

@@ -1,4 +1,5 @@
 #include "shared/query/router_api.h"
+#include "shared/consume/testing/wait_applied.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -42,12 +43,7 @@ class RouterApiTest : public ::testing::Test {
     events.push_back(Stored("w1", 1, Tier::kDevice, {seq_[0]}));
     events.push_back(Stored("w1", 1, Tier::kHost, {seq_[0], seq_[1]}));
     ASSERT_TRUE(sink_.Publish(events).ok());
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while ((!loop_.CaughtUp() || loop_.Pending() != 0) &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    ASSERT_TRUE(loop_.CaughtUp());
+    ASSERT_TRUE(consume::testing::WaitUntilApplied(loop_));
 
     // Model m's tokenizer: byte-level BPE, letter a..m -> token 1..13.
     tokenizer_dir_ = std::filesystem::temp_directory_path() /

@@ -16,6 +16,7 @@
 #include "shared/consume/apply_loop.h"
 #include "shared/consume/in_process_log_reader.h"
 #include "shared/consume/router_probe.h"
+#include "shared/consume/testing/wait_applied.h"
 #include "shared/hashing/canonical_hash.h"
 #include "shared/index/kv_index.h"
 #include "shared/publish/in_process_sink.h"
@@ -55,12 +56,7 @@ struct Router {
       events.push_back(std::move(e));
     }
     FUZZ_CHECK(sink.Publish(events).ok(), "publish");
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while ((!loop.CaughtUp() || loop.Pending() != 0) &&
-           std::chrono::steady_clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-    FUZZ_CHECK(loop.CaughtUp(), "apply loop caught up");
+    FUZZ_CHECK(consume::testing::WaitUntilApplied(loop), "apply loop caught up");
     query::ApiContext context;
     context.index = &index;
     context.apply = &loop;
