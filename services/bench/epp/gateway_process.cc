@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "absl/synchronization/mutex.h"
+
 namespace kvindex::bench {
 namespace {
 
@@ -50,6 +52,9 @@ bool ReadAll(int fd, void* data, size_t n) {
 // The child: one cell per command until told to exit or the pipe closes.
 [[noreturn]] void ServeCommands(const std::vector<SizeRequests>& sizes, const std::string& client,
                                 uint32_t channel_count, int in, int out) {
+  // As in the picker (EppServer::Start): gRPC's absl mutexes without
+  // Debian's deadlock detection; a gateway (Envoy) does not pay for it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   std::vector<std::shared_ptr<grpc::Channel>> channels;
   int channels_port = 0;
   Command command;
