@@ -252,19 +252,26 @@ int RunEppBench(int argc, char** argv) {
     epp_options.static_endpoints.push_back(std::move(endpoint));
   }
   // The timed picker runs the router's defaults (predict on route on, with
-  // --speculative-ttl-ms); the checking one runs without speculation, so
-  // its picks must be exactly the index's best.
+  // --speculative-ttl-ms); the checking one runs without speculation and
+  // without the in-flight scorer, so its picks must be exactly the index's
+  // best.
   const std::string config_dir =
       std::filesystem::temp_directory_path() / ("kvindex-bench-epp-" + std::to_string(::getpid()));
   std::filesystem::create_directories(config_dir);
-  auto write_config = [&](const std::string& name, uint32_t ttl_ms) {
+  auto write_config = [&](const std::string& name, const std::string& text) {
     const std::string path = config_dir + "/" + name;
-    std::ofstream(path) << "speculative: {ttl_ms: " << ttl_ms << "}\n";
+    std::ofstream(path) << text;
     return path;
   };
-  epp_options.config_path = write_config("timed.yaml", o.speculative_ttl_ms);
+  epp_options.config_path = write_config(
+      "timed.yaml", "speculative: {ttl_ms: " + std::to_string(o.speculative_ttl_ms) + "}\n");
   epp::EppServer picker(epp_options, index.get(), [] { return true; });
-  epp_options.config_path = write_config("check.yaml", 0);
+  // The checker without the in-flight scorer either: the server releases a
+  // pick when its side of the stream ends, which may come after the
+  // client's, so the next check could see the last pick still in flight.
+  epp_options.config_path = write_config(
+      "check.yaml",
+      "speculative: {ttl_ms: 0}\nscorers: {prefix: 2, kv_cache: 1, queue: 1, inflight: 0}\n");
   epp::EppServer checker(epp_options, index.get(), [] { return true; });
   for (epp::EppServer* server : {&picker, &checker}) {
     if (Status status = server->Start(); !status.ok()) {
