@@ -52,6 +52,133 @@ Status ReadPrompt(simdjson::dom::element prompt, OpenAiRequest* out) {
   return absl::OkStatus();
 }
 
+namespace od = simdjson::ondemand;
+
+// Reads a value to its end, every scalar parsed and every string unescaped,
+// so that the on-demand path accepts only what the DOM parse accepts.
+bool Validate(od::value value) {
+  od::json_type type;
+  if (value.type().get(type) != simdjson::SUCCESS) return false;
+  switch (type) {
+    case od::json_type::object: {
+      od::object object;
+      if (value.get_object().get(object) != simdjson::SUCCESS) return false;
+      for (auto field : object) {
+        std::string_view key;
+        od::value inner;
+        if (field.unescaped_key().get(key) != simdjson::SUCCESS ||
+            field.value().get(inner) != simdjson::SUCCESS || !Validate(inner)) {
+          return false;
+        }
+      }
+      return true;
+    }
+    case od::json_type::array: {
+      od::array array;
+      if (value.get_array().get(array) != simdjson::SUCCESS) return false;
+      for (auto element : array) {
+        od::value inner;
+        if (element.get(inner) != simdjson::SUCCESS || !Validate(inner)) return false;
+      }
+      return true;
+    }
+    case od::json_type::string: {
+      std::string_view text;
+      return value.get_string().get(text) == simdjson::SUCCESS;
+    }
+    case od::json_type::number: {
+      od::number number;
+      return value.get_number().get(number) == simdjson::SUCCESS;
+    }
+    case od::json_type::boolean: {
+      bool b = false;
+      return value.get_bool().get(b) == simdjson::SUCCESS;
+    }
+    case od::json_type::null: {
+      bool null = false;
+      return value.is_null().get(null) == simdjson::SUCCESS && null;
+    }
+  }
+  return false;
+}
+
+// The common request, read once on demand (no DOM tape: each token id is
+// parsed once, straight into the output): a completions body whose prompt
+// is a non-empty array of token ids or a string, no "messages". Every other
+// value of the body is validated (Validate), the first of duplicate keys
+// counts, as in the DOM parse. Returns false for anything else, valid or
+// not (a batch, chat, errors): the DOM parse then decides, with its
+// messages.
+bool ParseCommonCompletions(std::string_view body, OpenAiRequest* out) {
+  thread_local od::parser parser;
+  thread_local std::string padded;
+  padded.reserve(body.size() + simdjson::SIMDJSON_PADDING);
+  padded.assign(body);
+  od::document doc;
+  if (parser.iterate(simdjson::padded_string_view(padded.data(), padded.size(), padded.capacity()))
+          .get(doc) != simdjson::SUCCESS) {
+    return false;
+  }
+  od::object object;
+  if (doc.get_object().get(object) != simdjson::SUCCESS) return false;
+  bool model_seen = false, salt_seen = false, prompt_seen = false;
+  for (auto field : object) {
+    std::string_view key;
+    od::value value;
+    if (field.unescaped_key().get(key) != simdjson::SUCCESS ||
+        field.value().get(value) != simdjson::SUCCESS) {
+      return false;
+    }
+    if (key == "messages") return false;
+    if (key == "model" && !model_seen) {
+      model_seen = true;
+      std::string_view model;
+      if (value.get_string().get(model) != simdjson::SUCCESS || model.empty()) return false;
+      out->model.assign(model);
+    } else if (key == "cache_salt" && !salt_seen) {
+      salt_seen = true;
+      od::json_type type;
+      if (value.type().get(type) != simdjson::SUCCESS) return false;
+      if (type == od::json_type::string) {
+        std::string_view salt;
+        if (value.get_string().get(salt) != simdjson::SUCCESS) return false;
+        out->cache_salt.assign(salt);
+      } else if (!Validate(value)) {
+        return false;
+      }
+    } else if (key == "prompt" && !prompt_seen) {
+      prompt_seen = true;
+      od::json_type type;
+      if (value.type().get(type) != simdjson::SUCCESS) return false;
+      if (type == od::json_type::string) {
+        std::string_view text;
+        if (value.get_string().get(text) != simdjson::SUCCESS) return false;
+        out->prompt_text.assign(text);
+        out->has_prompt_text = true;
+      } else if (type == od::json_type::array) {
+        od::array array;
+        if (value.get_array().get(array) != simdjson::SUCCESS) return false;
+        for (auto element : array) {
+          uint64_t id = 0;
+          if (element.get_uint64().get(id) != simdjson::SUCCESS || id > UINT32_MAX) return false;
+          out->prompt_tokens.push_back(static_cast<uint32_t>(id));
+        }
+        if (out->prompt_tokens.empty()) return false;
+        out->has_prompt_tokens = true;
+      } else {
+        return false;
+      }
+    } else if (!Validate(value)) {
+      return false;
+    }
+  }
+  // Nothing after the object (the DOM parse refuses trailing content).
+  if (doc.current_location().error() != simdjson::OUT_OF_BOUNDS) return false;
+  if (!model_seen || !prompt_seen) return false;
+  out->kind = OpenAiRequest::Kind::kCompletions;
+  return true;
+}
+
 }  // namespace
 
 void OpenAiRequest::Clear() {
@@ -67,6 +194,10 @@ Status ParseOpenAiRequest(std::string_view body, std::string_view path, OpenAiRe
   out->Clear();
   if (size_t q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
   const bool chat_path = path.ends_with("/chat/completions");
+  if (!chat_path) {
+    if (ParseCommonCompletions(body, out)) return absl::OkStatus();
+    out->Clear();
+  }
   thread_local simdjson::dom::parser parser;
   simdjson::dom::element root;
   // realloc_if_needed: the body is copied into padded storage when needed.

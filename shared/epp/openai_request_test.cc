@@ -47,6 +47,51 @@ TEST(OpenAiRequestTest, ChatAndErrors) {
       ParseOpenAiRequest(R"({"model":"m","prompt":[1]})", "/v1/chat/completions", &r).ok());
 }
 
+// The common body (a token-id or text prompt) is read on demand, anything
+// else by the DOM parse: both must give the same answers. These pass
+// with either path alone.
+TEST(OpenAiRequestTest, OnDemandAgreesWithDom) {
+  OpenAiRequest r;
+  for (const char* bad : {R"({"model":"m","prompt":[1,2]} x)",            // trailing content
+                          R"({"model":"m","prompt":[1,2]}{})",            // a second document
+                          R"({"model":"m","prompt":[1],"x":tru})",        // a bad atom elsewhere
+                          R"({"model":"m","prompt":[1],"x":"\q"})",       // a bad escape elsewhere
+                          R"({"model":"m","prompt":[1],"n":01})",         // a bad number elsewhere
+                          R"({"model":"m","prompt":[1],"o":{"a":[1,}})",  // a bad nested value
+                          R"({"model":"m","prompt":[1.0]})", R"({"model":"m","prompt":[1e2]})",
+                          R"({"model":"m","prompt":[1,"2"]})",
+                          R"({"model":"m","prompt":[1]})"
+                          "\xff",  // not UTF-8 after the object
+                          R"({"model":"","prompt":[1]})", R"({"model":7,"prompt":[1]})",
+                          R"({"model":"m","prompt":[1])", R"({"model":"m","prompt":{}})"}) {
+    EXPECT_FALSE(ParseOpenAiRequest(bad, "/v1/completions", &r).ok()) << bad;
+  }
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"a","model":"b","prompt":[1],"prompt":[2]})",
+                                 "/v1/completions", &r)
+                  .ok());
+  EXPECT_EQ(r.model, "a");  // the first of duplicate keys
+  EXPECT_EQ(r.prompt_tokens, (std::vector<uint32_t>{1}));
+  ASSERT_TRUE(ParseOpenAiRequest(R"({"model":"m","prompt":[-0,3]})", "/v1/completions", &r).ok());
+  EXPECT_EQ(r.prompt_tokens, (std::vector<uint32_t>{0, 3}));  // -0 is 0 to both
+  ASSERT_TRUE(ParseOpenAiRequest(
+                  R"( {"max_tokens":1,"o":{"a":[true,false,null,-1.5e3,"é"]},"cache_salt":5,)"
+                  R"("model":"m1","prompt":[4294967295,0]} )",
+                  "/v1/completions", &r)
+                  .ok());
+  EXPECT_EQ(r.model, "m1");
+  EXPECT_EQ(r.cache_salt, "");  // not a string: none
+  EXPECT_EQ(r.prompt_tokens, (std::vector<uint32_t>{4294967295u, 0}));
+  ASSERT_TRUE(
+      ParseOpenAiRequest(R"({"model":"m","prompt":[1],"messages":[]})", "/v1/completions", &r)
+          .ok());
+  EXPECT_EQ(r.kind, OpenAiRequest::Kind::kCompletions);
+  EXPECT_EQ(r.prompt_tokens, (std::vector<uint32_t>{1}));
+  ASSERT_TRUE(
+      ParseOpenAiRequest(R"({"model":"m","prompt":null,"messages":[]})", "/v1/completions", &r)
+          .ok());
+  EXPECT_EQ(r.kind, OpenAiRequest::Kind::kChat);
+}
+
 TEST(TokenChainTest, PromptFirstRenderFailsOver) {
   // A render URL nobody listens on: the render source fails, counted; a
   // token prompt never reaches it.

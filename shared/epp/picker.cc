@@ -5,6 +5,9 @@
 
 #include <algorithm>
 #include <span>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
 
 #include "shared/hashing/canonical_hash.h"
 
@@ -144,10 +147,41 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   for (const Endpoint& endpoint : set->endpoints) {
     if (!model.empty() && !endpoint.model.empty() && endpoint.model != model) continue;
     if (input.subset != nullptr && !InSubset(*input.subset, endpoint.address)) continue;
-    Candidate& c = candidates.emplace_back();
-    c.endpoint = &endpoint;
-    c.inflight = Counter(endpoint.address);
+    candidates.emplace_back().endpoint = &endpoint;
   }
+  {
+    // The in-flight counters under one lock for all candidates, not one each.
+    ReaderLock lock(&inflight_mu_);
+    for (Candidate& c : candidates) {
+      if (auto it = inflight_.find(c.endpoint->address); it != inflight_.end()) {
+        c.inflight = it->second.get();
+      }
+    }
+  }
+  for (Candidate& c : candidates) {
+    if (c.inflight == nullptr) c.inflight = Counter(c.endpoint->address);
+  }
+  // Candidates by source, for the index's and the speculative cache's rows
+  // (one hash lookup per row, not a scan of every candidate): the first
+  // candidate of a source, then the next of the same source.
+  thread_local absl::flat_hash_map<std::pair<std::string_view, uint32_t>, uint32_t> by_source;
+  thread_local std::vector<uint32_t> same_source;
+  by_source.clear();
+  same_source.assign(candidates.size(), UINT32_MAX);
+  for (uint32_t i = static_cast<uint32_t>(candidates.size()); i-- > 0;) {
+    const SourceKey& source = candidates[i].endpoint->source;
+    auto [it, inserted] = by_source.try_emplace({source.worker, source.dp_rank}, i);
+    if (!inserted) {
+      same_source[i] = it->second;
+      it->second = i;
+    }
+  }
+  // Calls f(candidate) for every candidate of `source`, in candidate order.
+  auto for_source = [&](const SourceKey& source, auto f) {
+    auto it = by_source.find(std::pair<std::string_view, uint32_t>(source.worker, source.dp_rank));
+    if (it == by_source.end()) return;
+    for (uint32_t i = it->second; i != UINT32_MAX; i = same_source[i]) f(candidates[i]);
+  };
   if (candidates.empty()) {
     return absl::UnavailableError(
         input.subset != nullptr ? "no eligible endpoint in the subset hint"
@@ -186,14 +220,13 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
       result.request_blocks = match->blocks;
       if (match->blocks > 0) {
         for (const index::WorkerMatch& row : match->workers) {
-          for (Candidate& c : candidates) {
-            if (c.endpoint->source != row.source) continue;
+          for_source(row.source, [&](Candidate& c) {
             c.matched = row.longest;
             c.prefix =
                 (config_.tier_weights[0] * row.device + config_.tier_weights[1] * row.host +
                  config_.tier_weights[2] * row.disk + config_.tier_weights[3] * row.external) /
                 match->blocks;
-          }
+          });
         }
       }
     }
@@ -217,11 +250,11 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
       thread_local std::vector<std::pair<SourceKey, uint32_t>> held;
       speculative_->Prefixes(model, seq_hashes, SpeculativeCache::Clock::now(), &held);
       for (const auto& [source, blocks] : held) {
-        for (Candidate& c : candidates) {
-          if (c.endpoint->source != source || blocks <= c.matched) continue;
+        for_source(source, [&, blocks = blocks](Candidate& c) {
+          if (blocks <= c.matched) return;
           c.speculative = blocks - c.matched;
           c.prefix = std::max(c.prefix, config_.tier_weights[0] * blocks / result.request_blocks);
-        }
+        });
       }
     }
   }

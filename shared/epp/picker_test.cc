@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "shared/hashing/canonical_hash.h"
 #include "shared/index/kv_index.h"
 
@@ -54,6 +56,31 @@ class PickerTest : public ::testing::Test {
   EndpointTable endpoints_;
   std::vector<uint32_t> tokens_ = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 };
+
+// Two endpoints of one source (the same engine behind two addresses): the
+// index's row scores both, not only the first.
+TEST_F(PickerTest, EverySourceEndpointScored) {
+  std::vector<Endpoint> endpoints;
+  for (const auto& [address, worker] : {std::pair{"10.0.0.1:8000", "w0"},
+                                        {"10.0.0.2:8000", "w1"},
+                                        {"10.0.0.3:8000", "w2"},
+                                        {"10.0.0.4:8000", "w1"}}) {
+    Endpoint e;
+    e.address = address;
+    e.source.worker = worker;
+    e.model = "m";
+    endpoints.push_back(std::move(e));
+  }
+  endpoints_.SetStatic(std::move(endpoints));
+  Store("w1", Tier::kDevice, SeqHashes(tokens_));
+  Picker picker({}, &index_, &endpoints_);
+  auto pick = picker.Pick(In("m", &tokens_));
+  ASSERT_TRUE(pick.ok()) << pick.status();
+  ASSERT_GE(pick->endpoints.size(), 2u);
+  std::vector<std::string> best(pick->endpoints.begin(), pick->endpoints.begin() + 2);
+  std::sort(best.begin(), best.end());
+  EXPECT_EQ(best, (std::vector<std::string>{"10.0.0.2:8000", "10.0.0.4:8000"}));
+}
 
 TEST_F(PickerTest, PrefixWinsWeightedByTier) {
   const std::vector<uint64_t> seq = SeqHashes(tokens_);

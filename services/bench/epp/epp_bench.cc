@@ -3,8 +3,12 @@
 #include <grpcpp/create_channel.h>
 #include <grpcpp/security/credentials.h>
 
-#include <sys/resource.h>
 #include <unistd.h>
+
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>  // per-cell instruction counts under callgrind; no-ops otherwise
+#define KVINDEX_CALLGRIND 1
+#endif
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -20,9 +24,11 @@
 #include <thread>
 #include <vector>
 
+#include "services/bench/epp/gateway_process.h"
 #include "services/bench/epp/match_client.h"
 #include "services/bench/epp/pick_client.h"
 #include "services/bench/epp/pick_loop.h"
+#include "services/bench/epp/pick_run.h"
 #include "services/bench/http/synthetic_index.h"
 #include "shared/base/percentile.h"
 #include "shared/config/cli.h"
@@ -54,6 +60,7 @@ struct Options {
   uint64_t seed = 42;
   bool json = false;
   std::string client = "callback";  // or "threads": a blocking client thread per stream
+  std::string gateway = "process";  // or "inline": the gateways in the picker's process
   bool http = true;  // also time /v1/match (--no-http: the picks alone, e.g. under a profiler)
 };
 
@@ -81,20 +88,12 @@ std::string TokenList(const std::vector<uint32_t>& tokens, size_t n) {
 struct Cell {
   uint32_t tokens = 0, streams = 0;
   double picks_per_s = 0, pick_p50_ms = 0, pick_p99_ms = 0, stream_p50_ms = 0;
-  double cpu_us_per_pick = 0;  // the process's CPU time (servers and clients) per pick
+  double cpu_us_per_pick = 0;          // CPU time per pick, picker and gateways together
+  double server_cpu_us_per_pick = 0;   // the picker's process (--gateway process)
+  double gateway_cpu_us_per_pick = 0;  // the gateways' process (--gateway process)
   double match_per_s = 0, match_p50_ms = 0, match_p99_ms = 0;
   uint64_t pick_errors = 0, match_errors = 0;
 };
-
-// CPU time of the whole process so far (user + system), in seconds: per
-// pick, it bounds the picks per second two cores can give whatever else
-// the machine runs.
-double ProcessCpuSeconds() {
-  rusage usage{};
-  ::getrusage(RUSAGE_SELF, &usage);
-  auto seconds = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec * 1e-6; };
-  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
 
 struct Sampled {
   double per_s = 0, p50_ms = 0, p99_ms = 0, other_p50_ms = 0;
@@ -169,6 +168,11 @@ int RunEppBench(int argc, char** argv) {
                  "(a blocking client thread per stream, as before)")
       ->check(CLI::IsMember({"callback", "threads"}))
       ->capture_default_str();
+  app.add_option("--gateway", o.gateway,
+                 "Where the gateways run: process (a forked process of their own: the picker's "
+                 "and the gateways' CPU per pick apart) or inline (in the picker's process)")
+      ->check(CLI::IsMember({"process", "inline"}))
+      ->capture_default_str();
   app.add_flag("--json", o.json, "Print one JSON object");
   app.add_flag("--http-match,!--no-http-match", o.http, "Also time /v1/match over HTTP")
       ->capture_default_str();
@@ -213,7 +217,31 @@ int RunEppBench(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  // 2. The picker (the router's EppServer) and /v1/match over the same index.
+  // 2. Every size's requests, then the gateways' process (forked before
+  // this process starts gRPC), then the picker (the router's EppServer) and
+  // /v1/match over the same index.
+  std::vector<SizeRequests> size_requests(o.sizes.size());
+  std::vector<std::vector<std::string>> match_bodies(o.sizes.size());
+  for (size_t s = 0; s < o.sizes.size(); ++s) {
+    for (const auto& prompt : prompts) {
+      const std::string list = TokenList(prompt, o.sizes[s]);
+      size_requests[s].bodies.push_back(std::string("{\"model\":\"") + kModel +
+                                        "\",\"prompt\":" + list + ",\"max_tokens\":1}");
+      size_requests[s].requests.push_back(BuildPickRequests(size_requests[s].bodies.back()));
+      match_bodies[s].push_back(std::string("{\"model\":\"") + kModel + "\",\"tokens\":" + list +
+                                "}");
+    }
+  }
+  std::unique_ptr<GatewayProcess> gateway;
+  if (o.gateway == "process") {
+    std::fflush(stdout);
+    auto forked = GatewayProcess::Fork(&size_requests, o.client, o.channels);
+    if (!forked.ok()) {
+      std::fprintf(stderr, "kvindex-bench epp: %s\n", forked.status().ToString().c_str());
+      return 1;
+    }
+    gateway = std::move(*forked);
+  }
   epp::EppOptions epp_options;
   epp_options.listen = "127.0.0.1:0";
   for (uint32_t w = 0; w < o.workers; ++w) {
@@ -224,19 +252,26 @@ int RunEppBench(int argc, char** argv) {
     epp_options.static_endpoints.push_back(std::move(endpoint));
   }
   // The timed picker runs the router's defaults (predict on route on, with
-  // --speculative-ttl-ms); the checking one runs without speculation, so
-  // its picks must be exactly the index's best.
+  // --speculative-ttl-ms); the checking one runs without speculation and
+  // without the in-flight scorer, so its picks must be exactly the index's
+  // best.
   const std::string config_dir =
       std::filesystem::temp_directory_path() / ("kvindex-bench-epp-" + std::to_string(::getpid()));
   std::filesystem::create_directories(config_dir);
-  auto write_config = [&](const std::string& name, uint32_t ttl_ms) {
+  auto write_config = [&](const std::string& name, const std::string& text) {
     const std::string path = config_dir + "/" + name;
-    std::ofstream(path) << "speculative: {ttl_ms: " << ttl_ms << "}\n";
+    std::ofstream(path) << text;
     return path;
   };
-  epp_options.config_path = write_config("timed.yaml", o.speculative_ttl_ms);
+  epp_options.config_path = write_config(
+      "timed.yaml", "speculative: {ttl_ms: " + std::to_string(o.speculative_ttl_ms) + "}\n");
   epp::EppServer picker(epp_options, index.get(), [] { return true; });
-  epp_options.config_path = write_config("check.yaml", 0);
+  // The checker without the in-flight scorer either: the server releases a
+  // pick when its side of the stream ends, which may come after the
+  // client's, so the next check could see the last pick still in flight.
+  epp_options.config_path = write_config(
+      "check.yaml",
+      "speculative: {ttl_ms: 0}\nscorers: {prefix: 2, kv_cache: 1, queue: 1, inflight: 0}\n");
   epp::EppServer checker(epp_options, index.get(), [] { return true; });
   for (epp::EppServer* server : {&picker, &checker}) {
     if (Status status = server->Start(); !status.ok()) {
@@ -265,27 +300,14 @@ int RunEppBench(int argc, char** argv) {
     return 1;
   }
   std::vector<std::shared_ptr<grpc::Channel>> channels;
-  for (uint32_t c = 0; c < o.channels; ++c) {
-    grpc::ChannelArguments args;
-    args.SetInt("kvindex.bench.channel", static_cast<int>(c));  // a connection each
-    args.SetMaxReceiveMessageSize(64 << 20);
-    channels.push_back(grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(picker.port()),
-                                                 grpc::InsecureChannelCredentials(), args));
-  }
+  if (gateway == nullptr) channels = PickChannels(picker.port(), o.channels);
 
   // 3. Every size x stream count: picks, then /v1/match.
   std::vector<Cell> cells;
   uint64_t wrong_picks = 0, checked = 0;
-  for (const uint32_t size : o.sizes) {
-    std::vector<std::string> pick_bodies, match_bodies;
-    std::vector<PickRequests> pick_requests;
-    for (const auto& prompt : prompts) {
-      const std::string list = TokenList(prompt, size);
-      pick_bodies.push_back(std::string("{\"model\":\"") + kModel + "\",\"prompt\":" + list +
-                            ",\"max_tokens\":1}");
-      pick_requests.push_back(BuildPickRequests(pick_bodies.back()));
-      match_bodies.push_back(std::string("{\"model\":\"") + kModel + "\",\"tokens\":" + list + "}");
-    }
+  for (uint32_t size_index = 0; size_index < o.sizes.size(); ++size_index) {
+    const uint32_t size = o.sizes[size_index];
+    const std::vector<std::string>& pick_bodies = size_requests[size_index].bodies;
     // The pick is a real one: the worker with the best tier-weighted prefix.
     {
       PickClient client(check_channel);
@@ -312,40 +334,48 @@ int RunEppBench(int argc, char** argv) {
       Cell cell;
       cell.tokens = size;
       cell.streams = streams;
-      Sampled picks;
-      const double cpu_before = ProcessCpuSeconds();
-      if (o.client == "threads") {
-        picks = RunClients(streams, seconds, [&](uint32_t t) {
-          auto client = std::make_shared<PickClient>(channels[t % channels.size()]);
-          return [&, client](size_t i, std::vector<double>* latency, std::vector<double>* whole) {
-            auto pick = client->Pick(pick_bodies[i % pick_bodies.size()]);
-            if (!pick.ok()) return false;
-            latency->push_back(pick->latency_s);
-            whole->push_back(pick->stream_s);
-            return true;
-          };
-        });
-      } else {
-        // The gateways: callback-API streams, no thread per stream.
-        PickLoop loop(channels, &pick_requests, streams);
-        const auto start = Clock::now();
-        std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
-        PickLoop::Result r = loop.Stop();
-        const double wall = std::chrono::duration<double>(Clock::now() - start).count();
-        picks.errors = r.errors;
-        picks.per_s = static_cast<double>(r.latency_s.size()) / wall;
-        picks.p50_ms = Percentile(r.latency_s, 0.50) * 1e3;
-        picks.p99_ms = Percentile(r.latency_s, 0.99) * 1e3;
-        picks.other_p50_ms = Percentile(std::move(r.stream_s), 0.50) * 1e3;
+      const double server_cpu_before = ProcessCpuSeconds();
+#ifdef KVINDEX_CALLGRIND
+      CALLGRIND_ZERO_STATS;  // under callgrind: this cell's instructions alone
+#endif
+      StatusOr<PickSample> run =
+          gateway != nullptr ? gateway->Run(picker.port(), size_index, streams, seconds)
+                             : RunPicks(o.client, channels, pick_bodies,
+                                        size_requests[size_index].requests, streams, seconds);
+#ifdef KVINDEX_CALLGRIND
+      CALLGRIND_DUMP_STATS_AT(("epp picks, " + std::to_string(size) + " tokens, " +
+                               std::to_string(streams) + " streams")
+                                  .c_str());
+#endif
+      const double server_cpu_s = ProcessCpuSeconds() - server_cpu_before;
+      if (!run.ok()) {
+        std::fprintf(stderr, "kvindex-bench epp: %s\n", run.status().ToString().c_str());
+        return 1;
       }
-      const double cpu_after = ProcessCpuSeconds();
+      Sampled picks;
+      const double completed = static_cast<double>(run->latency_s.size());
+      picks.errors = run->errors;
+      picks.per_s = completed / run->wall_s;
+      picks.p50_ms = Percentile(run->latency_s, 0.50) * 1e3;
+      picks.p99_ms = Percentile(run->latency_s, 0.99) * 1e3;
+      picks.other_p50_ms = Percentile(std::move(run->stream_s), 0.50) * 1e3;
+      if (completed > 0) {
+        if (gateway != nullptr) {
+          cell.server_cpu_us_per_pick = server_cpu_s * 1e6 / completed;
+          cell.gateway_cpu_us_per_pick = run->cpu_s * 1e6 / completed;
+          cell.cpu_us_per_pick = cell.server_cpu_us_per_pick + cell.gateway_cpu_us_per_pick;
+        } else {
+          cell.cpu_us_per_pick = run->cpu_s * 1e6 / completed;
+        }
+      }
       Sampled matches;
       if (o.http)
         matches = RunClients(streams, seconds, [&](uint32_t) {
           auto client = std::make_shared<MatchClient>(static_cast<uint16_t>(server.port()));
           return [&, client](size_t i, std::vector<double>* latency, std::vector<double>*) {
             const auto t0 = Clock::now();
-            auto status = client->Post(match_bodies[i % match_bodies.size()]);
+            const auto& bodies = match_bodies[size_index];
+            auto status = client->Post(bodies[i % bodies.size()]);
             if (!status.ok() || *status != 200) return false;
             latency->push_back(std::chrono::duration<double>(Clock::now() - t0).count());
             return true;
@@ -355,8 +385,6 @@ int RunEppBench(int argc, char** argv) {
       cell.pick_p50_ms = picks.p50_ms;
       cell.pick_p99_ms = picks.p99_ms;
       cell.stream_p50_ms = picks.other_p50_ms;
-      cell.cpu_us_per_pick =
-          picks.per_s > 0 ? (cpu_after - cpu_before) * 1e6 / (picks.per_s * seconds) : 0;
       cell.pick_errors = picks.errors;
       cell.match_per_s = matches.per_s;
       cell.match_p50_ms = matches.p50_ms;
@@ -366,13 +394,12 @@ int RunEppBench(int argc, char** argv) {
       if (!o.json) {
         std::printf(
             "%6u tokens %3u streams: picks %8.0f/s p50 %6.3f ms p99 %6.3f ms (stream p50 %6.3f "
-            "ms, %.0f us CPU/pick, %llu errors) | /v1/match %8.0f/s p50 %6.3f ms p99 %6.3f ms "
-            "(%llu "
-            "errors)\n",
+            "ms, CPU/pick %.0f us = picker %.0f + gateways %.0f, %llu errors) | /v1/match %8.0f/s "
+            "p50 %6.3f ms p99 %6.3f ms (%llu errors)\n",
             size, streams, cell.picks_per_s, cell.pick_p50_ms, cell.pick_p99_ms, cell.stream_p50_ms,
-            cell.cpu_us_per_pick, static_cast<unsigned long long>(cell.pick_errors),
-            cell.match_per_s, cell.match_p50_ms, cell.match_p99_ms,
-            static_cast<unsigned long long>(cell.match_errors));
+            cell.cpu_us_per_pick, cell.server_cpu_us_per_pick, cell.gateway_cpu_us_per_pick,
+            static_cast<unsigned long long>(cell.pick_errors), cell.match_per_s, cell.match_p50_ms,
+            cell.match_p99_ms, static_cast<unsigned long long>(cell.match_errors));
         std::fflush(stdout);
       }
     }
@@ -406,6 +433,7 @@ int RunEppBench(int argc, char** argv) {
         {"build_seconds", build_s},
         {"channels", o.channels},
         {"client", o.client},
+        {"gateway", o.gateway},
         {"speculative_ttl_ms", o.speculative_ttl_ms},
         {"seconds_per_cell", seconds},
         {"picks_checked", checked},
@@ -427,6 +455,8 @@ int RunEppBench(int argc, char** argv) {
                       {"pick_p99_ms", c.pick_p99_ms},
                       {"stream_p50_ms", c.stream_p50_ms},
                       {"cpu_us_per_pick", c.cpu_us_per_pick},
+                      {"server_cpu_us_per_pick", c.server_cpu_us_per_pick},
+                      {"gateway_cpu_us_per_pick", c.gateway_cpu_us_per_pick},
                       {"pick_errors", c.pick_errors},
                       {"http_match_per_s", c.match_per_s},
                       {"http_match_p50_ms", c.match_p50_ms},

@@ -11,7 +11,10 @@
 // (EppServer, the router's own) and /v1/match (RouterApi on the event-loop
 // HTTP server) run in this process on loopback ports over the same index.
 // For each prompt size and each number of concurrent streams, clients that
-// behave as Envoy's ext_proc filter (pick_client.h) open one stream per
+// behave as Envoy's ext_proc filter (pick_loop.h, pick_client.h), in a
+// forked process of their own (gateway_process.h; --gateway inline: in
+// this one), so that the picker's and the gateways' CPU time per pick are
+// measured apart, open one stream per
 // request: request headers, the body (FULL_DUPLEX_STREAMED), the pick
 // (timed: pick latency), the echoed body, end. The same number of
 // keep-alive HTTP connections then post the same prompts to /v1/match
@@ -22,7 +25,9 @@
 //
 // JSON: picks_per_s_1k (the best of the stream counts at 1k tokens),
 // pick_p50_ms_8k / pick_p99_ms_8k (one stream, 8k tokens),
-// http_match_p99_ms_8k (one connection, 8k tokens), every cell, targets.
+// http_match_p99_ms_8k (one connection, 8k tokens), every cell (with the
+// CPU time per pick: picker, gateways, both), targets. Under callgrind,
+// each cell's instructions are dumped apart (callgrind.out.<pid>.<n>).
 #pragma once
 
 namespace kvindex::bench {
