@@ -169,6 +169,11 @@ int main(int argc, char** argv) {
                  "(refused on the command line), or use --auth-token-file");
   app.add_flag("--metrics-auth", options.metrics_auth,
                "Require the bearer token on /metrics too (/healthz and /readyz stay open)");
+  app.add_option("--max-registrations", options.max_registrations,
+                 "Embedded: engines registered over HTTP (Mooncake POST /register; "
+                 "docs/compat.md) followed at once, besides --source; kept in "
+                 "DATA_DIR/registrations.json across restarts; 0 = /register refused")
+      ->capture_default_str();
   // SGLang's KV indexer gRPC (docs/compat.md).
   app.add_option("--sglang-indexer", options.sglang_listen,
                  "host:port: serve SGLang's KV indexer gRPC (kv_indexer.v1.KVIndexer, for "
@@ -255,8 +260,14 @@ int main(int argc, char** argv) {
       return Fail("--max-lease: must be a positive duration", 2);
     }
     options.max_lease = *lease;
-  } else if (sources.empty()) {
-    return Fail("--embedded needs at least one --source", 2);
+  } else if (sources.empty() &&
+             (app.count("--max-registrations") == 0 || options.max_registrations == 0)) {
+    // A router that follows nothing is a typo unless it says it waits for
+    // engines registered over HTTP.
+    return Fail(
+        "--embedded needs at least one --source, or --max-registrations N (N > 0) to follow "
+        "only engines registered over HTTP (POST /register)",
+        2);
   }
   if (auto d = config::ParseDuration(checkpoint_interval); !d.ok() || d->count() < 0) {
     return Fail("--checkpoint-interval: " + (d.ok() ? std::string("must not be negative")
