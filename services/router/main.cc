@@ -179,6 +179,10 @@ int main(int argc, char** argv) {
                  "host:port: serve SGLang's KV indexer gRPC (kv_indexer.v1.KVIndexer, for "
                  "sgl-router --kv-indexer-endpoint http://HOST:PORT) from this index; off unless "
                  "given");
+  app.add_flag("--sglang-ingest", options.sglang_ingest,
+               "--embedded --sglang-indexer: take ApplyExternalKvBatch (SGLang's KV-event bridge) "
+               "into this router's index, each worker_id a source (docs/compat.md); off = "
+               "UNIMPLEMENTED");
   app.add_option("--sglang-model", options.sglang_model,
                  "--sglang-indexer: the model SGLang's hash-only requests mean (default: the one "
                  "model the router knows)");
@@ -292,6 +296,15 @@ int main(int argc, char** argv) {
   options.epp.service.fail_open = epp_failure_mode == "open";
   if (options.epp.tls_cert.empty() != options.epp.tls_key.empty()) {
     return Fail("--epp-tls-cert and --epp-tls-key go together", 2);
+  }
+  if (options.sglang_ingest && !options.embedded) {
+    return Fail(
+        "--sglang-ingest is for an embedded router: with --nats, engines' events reach routers "
+        "through kvindex-agent --nats URL --node NODE --source ...",
+        2);
+  }
+  if (options.sglang_ingest && options.sglang_listen.empty()) {
+    return Fail("--sglang-ingest is for --sglang-indexer, which is not given", 2);
   }
   if (!options.sglang_model.empty() && options.sglang_listen.empty()) {
     return Fail("--sglang-model is for --sglang-indexer, which is not given", 2);

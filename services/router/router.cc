@@ -30,6 +30,11 @@ Status RouterOptions::Validate() const {
         "--max-registrations > 0)");
   }
   KVINDEX_RETURN_IF_ERROR(HttpOptions().Validate());
+  if (sglang_ingest && (!embedded || sglang_listen.empty())) {
+    return absl::InvalidArgumentError(
+        "--sglang-ingest needs --embedded and --sglang-indexer (with --nats, engines' events "
+        "reach routers through kvindex-agent --source ...)");
+  }
   if (log_capacity == 0) return absl::InvalidArgumentError("log capacity must be > 0");
   if (max_nodes < 1 || max_nodes > kMaxNodesLimit) {
     return absl::InvalidArgumentError(
@@ -108,6 +113,8 @@ Status Router::Start() {
   // Tear down the previous run's components in reverse order first (they
   // point at each other).
   server_.reset();
+  sglang_.reset();
+  sglang_bridge_.reset();
   api_.reset();
   registered_.reset();
   ingest_.reset();
@@ -301,11 +308,44 @@ Status Router::Start() {
   api_options.ready_max_lag = options_.ready_max_lag;
   api_ = std::make_unique<query::RouterApi>(api_options, std::move(context));
   if (!options_.sglang_listen.empty()) {
+    if (options_.sglang_ingest) {
+      // ApplyExternalKvBatch into the in-process log, for the model the
+      // SGLang service answers for.
+      SglangBridgeOptions bridge;
+      bridge.node = options_.agent.node + "/sglang-bridge";
+      bridge.model = [api = api_.get(), model = options_.sglang_model](
+                         std::string* why) -> std::optional<std::pair<std::string, uint32_t>> {
+        const query::ApiContext& context = api->context();
+        std::vector<std::string> models = context.index->Models();
+        for (const auto& [name, unused] : context.configured_models) models.push_back(name);
+        std::sort(models.begin(), models.end());
+        models.erase(std::unique(models.begin(), models.end()), models.end());
+        std::string name = model;
+        if (name.empty() && models.size() == 1) name = models.front();
+        if (name.empty()) {
+          *why =
+              "ApplyExternalKvBatch names no model: start the router with --sglang-model "
+              "MODEL (or with one model known)";
+          return std::nullopt;
+        }
+        std::optional<uint32_t> block_size = context.index->BlockSize(name);
+        for (const auto& [configured, size] : context.configured_models) {
+          if (!block_size && configured == name) block_size = size;
+        }
+        if (!block_size) {
+          *why = strings::Cat("the block size of '", name,
+                              "' is not known yet (no event, no --source of it)");
+          return std::nullopt;
+        }
+        return std::pair<std::string, uint32_t>(name, *block_size);
+      };
+      sglang_bridge_ = std::make_unique<SglangBridgeIngest>(std::move(bridge), sink_.get());
+    }
     // SGLang's KV indexer (--sglang-indexer): the same lookup as the API.
     sglang_ = std::make_unique<SglangService>(
         api_.get(), options_.sglang_listen, options_.sglang_model,
         epp::EndpointsFromSources(options_.agent.sources),
-        options_.embedded ? nullptr : AnnouncedEndpoints(apply_.get()));
+        options_.embedded ? nullptr : AnnouncedEndpoints(apply_.get()), sglang_bridge_.get());
   }
 
   // The picker listens before /readyz can answer 200.

@@ -163,6 +163,10 @@ struct RouterOptions {
   // the one model the router knows.
   std::string sglang_listen;
   std::string sglang_model;
+  // --sglang-ingest: ApplyExternalKvBatch (SGLang's bridge) feeds this
+  // embedded router's log; off = UNIMPLEMENTED. Needs embedded and
+  // sglang_listen. Default: off.
+  bool sglang_ingest = false;
   // Embedded: engines registered over HTTP (Mooncake POST /register) followed
   // at once, besides --source; 0 = /register refused. Saved in
   // <data_dir>/registrations.json across restarts. Default: 64.
@@ -228,7 +232,8 @@ class Router {
   // Predict on route: fed by the apply loop, read by the picker.
   std::shared_ptr<epp::SpeculativeCache> speculative_;
   std::unique_ptr<query::RouterApi> api_;
-  std::unique_ptr<SglangService> sglang_;  // after api_: it reads api_'s context
+  std::unique_ptr<SglangBridgeIngest> sglang_bridge_;  // --sglang-ingest
+  std::unique_ptr<SglangService> sglang_;              // after api_ and the bridge: it uses both
   std::unique_ptr<http::Server> server_;
   storage::RestoreResult restored_;
   bool running_ = false;
