@@ -169,11 +169,20 @@ int main(int argc, char** argv) {
                  "(refused on the command line), or use --auth-token-file");
   app.add_flag("--metrics-auth", options.metrics_auth,
                "Require the bearer token on /metrics too (/healthz and /readyz stay open)");
+  app.add_option("--max-registrations", options.max_registrations,
+                 "Embedded: engines registered over HTTP (Mooncake POST /register; "
+                 "docs/compat.md) followed at once, besides --source; kept in "
+                 "DATA_DIR/registrations.json across restarts; 0 = /register refused")
+      ->capture_default_str();
   // SGLang's KV indexer gRPC (docs/compat.md).
   app.add_option("--sglang-indexer", options.sglang_listen,
                  "host:port: serve SGLang's KV indexer gRPC (kv_indexer.v1.KVIndexer, for "
                  "sgl-router --kv-indexer-endpoint http://HOST:PORT) from this index; off unless "
                  "given");
+  app.add_flag("--sglang-ingest", options.sglang_ingest,
+               "--embedded --sglang-indexer: take ApplyExternalKvBatch (SGLang's KV-event bridge) "
+               "into this router's index, each worker_id a source (docs/compat.md); off = "
+               "UNIMPLEMENTED");
   app.add_option("--sglang-model", options.sglang_model,
                  "--sglang-indexer: the model SGLang's hash-only requests mean (default: the one "
                  "model the router knows)");
@@ -255,8 +264,14 @@ int main(int argc, char** argv) {
       return Fail("--max-lease: must be a positive duration", 2);
     }
     options.max_lease = *lease;
-  } else if (sources.empty()) {
-    return Fail("--embedded needs at least one --source", 2);
+  } else if (sources.empty() &&
+             (app.count("--max-registrations") == 0 || options.max_registrations == 0)) {
+    // A router that follows nothing is a typo unless it says it waits for
+    // engines registered over HTTP.
+    return Fail(
+        "--embedded needs at least one --source, or --max-registrations N (N > 0) to follow "
+        "only engines registered over HTTP (POST /register)",
+        2);
   }
   if (auto d = config::ParseDuration(checkpoint_interval); !d.ok() || d->count() < 0) {
     return Fail("--checkpoint-interval: " + (d.ok() ? std::string("must not be negative")
@@ -281,6 +296,15 @@ int main(int argc, char** argv) {
   options.epp.service.fail_open = epp_failure_mode == "open";
   if (options.epp.tls_cert.empty() != options.epp.tls_key.empty()) {
     return Fail("--epp-tls-cert and --epp-tls-key go together", 2);
+  }
+  if (options.sglang_ingest && !options.embedded) {
+    return Fail(
+        "--sglang-ingest is for an embedded router: with --nats, engines' events reach routers "
+        "through kvindex-agent --nats URL --node NODE --source ...",
+        2);
+  }
+  if (options.sglang_ingest && options.sglang_listen.empty()) {
+    return Fail("--sglang-ingest is for --sglang-indexer, which is not given", 2);
   }
   if (!options.sglang_model.empty() && options.sglang_listen.empty()) {
     return Fail("--sglang-model is for --sglang-indexer, which is not given", 2);

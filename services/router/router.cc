@@ -24,15 +24,31 @@ Status RouterOptions::Validate() const {
     }
     KVINDEX_RETURN_IF_ERROR(nats.Validate());
     KVINDEX_RETURN_IF_ERROR(stream.Validate());
-  } else if (agent.sources.empty()) {
-    return absl::InvalidArgumentError("--embedded needs at least one --source");
+  } else if (agent.sources.empty() && max_registrations == 0) {
+    return absl::InvalidArgumentError(
+        "--embedded needs at least one --source (or engines registered over HTTP: "
+        "--max-registrations > 0)");
   }
   KVINDEX_RETURN_IF_ERROR(HttpOptions().Validate());
+  if (sglang_ingest && (!embedded || sglang_listen.empty())) {
+    return absl::InvalidArgumentError(
+        "--sglang-ingest needs --embedded and --sglang-indexer (with --nats, engines' events "
+        "reach routers through kvindex-agent --source ...)");
+  }
   if (log_capacity == 0) return absl::InvalidArgumentError("log capacity must be > 0");
   if (max_nodes < 1 || max_nodes > kMaxNodesLimit) {
     return absl::InvalidArgumentError(
         strings::Cat("--max-nodes: must be between 1 and ", kMaxNodesLimit, " (got ", max_nodes,
                      "): each live node is guaranteed a share of a model's 4096 sources"));
+  }
+  if (embedded && agent.sources.empty()) {
+    // Only registered engines: the rest of the agent options still apply.
+    ingest::AgentOptions checked = agent;
+    ingest::SourceSpec& placeholder = checked.sources.emplace_back();
+    placeholder.worker = placeholder.model = "-";
+    placeholder.block_size = 1;
+    placeholder.pub_endpoint = "tcp://127.0.0.1:1";
+    return checked.Validate();
   }
   return embedded ? agent.Validate() : absl::OkStatus();
 }
@@ -97,7 +113,10 @@ Status Router::Start() {
   // Tear down the previous run's components in reverse order first (they
   // point at each other).
   server_.reset();
+  sglang_.reset();
+  sglang_bridge_.reset();
   api_.reset();
+  registered_.reset();
   ingest_.reset();
   liveness_.reset();
   checkpointer_.reset();
@@ -172,10 +191,22 @@ Status Router::Start() {
   KVINDEX_ASSIGN_OR_RETURN(restored_, checkpointer_->Restore(&apply_->agents()));
   if (options_.embedded) {
     ingest_ = std::make_unique<EmbeddedIngest>(options_.agent, sink_.get(), registry_.get());
+    RegisteredEnginesOptions registered;
+    registered.base = options_.agent;
+    registered.configured = options_.agent.sources;
+    registered.max_registrations = options_.max_registrations;
+    registered.state_file =
+        (std::filesystem::path(options_.data_dir) / "registrations.json").string();
+    registered.model_block_size = [index = index_.get()](const std::string& model) {
+      return index->BlockSize(model);
+    };
+    registered_ =
+        std::make_unique<RegisteredEngines>(std::move(registered), sink_.get(), registry_.get());
     // The sources continue where the checkpoint left them (their placements
     // up to its position are in the restored index).
     if (!restored_.ingest.empty()) {
-      ingest_->SetResumeStates(std::move(restored_.ingest), index_.get());
+      ingest_->SetResumeStates(std::move(restored_.ingest), index_.get(),
+                               registered_->SavedInstances());
       restored_.ingest.clear();
     }
     checkpointer_->SetIngest(ingest_.get());
@@ -184,7 +215,11 @@ Status Router::Start() {
   checkpointer_->Start();
 
   if (options_.embedded) {
-    if (Status status = ingest_->Start(); !status.ok()) {
+    Status status = ingest_->Start();
+    if (status.ok()) status = registered_->Start();
+    if (!status.ok()) {
+      registered_->Stop();
+      ingest_->Stop();
       checkpointer_->Stop();
       apply_->Stop();
       return status;
@@ -225,8 +260,14 @@ Status Router::Start() {
   context.registry = registry_.get();
   context.tokenizers = tokenizers_.get();
   if (EmbeddedIngest* ingest = ingest_.get()) {
-    context.ingest_ready = [ingest] { return ingest->Ready(); };
-    context.ingest_sources = [ingest] { return ingest->Sources(); };
+    RegisteredEngines* registered = registered_.get();
+    context.ingest_ready = [ingest, registered] { return ingest->Ready() && registered->Ready(); };
+    context.ingest_sources = [ingest, registered] {
+      std::vector<IngestSourceStatus> sources = ingest->Sources();
+      for (IngestSourceStatus& s : registered->Sources()) sources.push_back(std::move(s));
+      return sources;
+    };
+    context.registrations = registered;
   }
   for (const ingest::SourceSpec& spec : options_.agent.sources) {
     bool seen = false;
@@ -267,11 +308,44 @@ Status Router::Start() {
   api_options.ready_max_lag = options_.ready_max_lag;
   api_ = std::make_unique<query::RouterApi>(api_options, std::move(context));
   if (!options_.sglang_listen.empty()) {
+    if (options_.sglang_ingest) {
+      // ApplyExternalKvBatch into the in-process log, for the model the
+      // SGLang service answers for.
+      SglangBridgeOptions bridge;
+      bridge.node = options_.agent.node + "/sglang-bridge";
+      bridge.model = [api = api_.get(), model = options_.sglang_model](
+                         std::string* why) -> std::optional<std::pair<std::string, uint32_t>> {
+        const query::ApiContext& context = api->context();
+        std::vector<std::string> models = context.index->Models();
+        for (const auto& [name, unused] : context.configured_models) models.push_back(name);
+        std::sort(models.begin(), models.end());
+        models.erase(std::unique(models.begin(), models.end()), models.end());
+        std::string name = model;
+        if (name.empty() && models.size() == 1) name = models.front();
+        if (name.empty()) {
+          *why =
+              "ApplyExternalKvBatch names no model: start the router with --sglang-model "
+              "MODEL (or with one model known)";
+          return std::nullopt;
+        }
+        std::optional<uint32_t> block_size = context.index->BlockSize(name);
+        for (const auto& [configured, size] : context.configured_models) {
+          if (!block_size && configured == name) block_size = size;
+        }
+        if (!block_size) {
+          *why = strings::Cat("the block size of '", name,
+                              "' is not known yet (no event, no --source of it)");
+          return std::nullopt;
+        }
+        return std::pair<std::string, uint32_t>(name, *block_size);
+      };
+      sglang_bridge_ = std::make_unique<SglangBridgeIngest>(std::move(bridge), sink_.get());
+    }
     // SGLang's KV indexer (--sglang-indexer): the same lookup as the API.
     sglang_ = std::make_unique<SglangService>(
         api_.get(), options_.sglang_listen, options_.sglang_model,
         epp::EndpointsFromSources(options_.agent.sources),
-        options_.embedded ? nullptr : AnnouncedEndpoints(apply_.get()));
+        options_.embedded ? nullptr : AnnouncedEndpoints(apply_.get()), sglang_bridge_.get());
   }
 
   // The picker listens before /readyz can answer 200.
@@ -283,6 +357,7 @@ Status Router::Start() {
       StopLoadSignals();
       if (sglang_) sglang_->Stop();
       if (epp_) epp_->Stop();
+      if (registered_) registered_->Stop();
       if (ingest_) ingest_->Stop();
       if (liveness_) liveness_->Stop();
       checkpointer_->Stop();
@@ -296,6 +371,7 @@ Status Router::Start() {
     StopLoadSignals();
     if (sglang_) sglang_->Stop();
     if (epp_) epp_->Stop();
+    if (registered_) registered_->Stop();
     if (ingest_) ingest_->Stop();
     if (liveness_) liveness_->Stop();
     checkpointer_->Stop();
@@ -442,6 +518,8 @@ void Router::Stop() {
     stream_watch_.join();
   }
   if (liveness_) liveness_->Stop();
+  // Registered engines stop first (the file keeps them for the next start).
+  if (registered_) registered_->Stop();
   checkpointer_->Stop();
   if (ingest_) {
     // The last checkpoint with the sources parked and the log applied, so a

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "services/router/embedded/embedded_ingest.h"
+#include "services/router/embedded/registered_engines.h"
 #include "services/router/epp_wiring.h"
 #include "services/router/sglang_wiring.h"
 #include "shared/base/status.h"
@@ -162,6 +163,14 @@ struct RouterOptions {
   // the one model the router knows.
   std::string sglang_listen;
   std::string sglang_model;
+  // --sglang-ingest: ApplyExternalKvBatch (SGLang's bridge) feeds this
+  // embedded router's log; off = UNIMPLEMENTED. Needs embedded and
+  // sglang_listen. Default: off.
+  bool sglang_ingest = false;
+  // Embedded: engines registered over HTTP (Mooncake POST /register) followed
+  // at once, besides --source; 0 = /register refused. Saved in
+  // <data_dir>/registrations.json across restarts. Default: 64.
+  uint32_t max_registrations = 64;
 
   Status Validate() const;
   // The HTTP server's options (listen address, limits, timeouts, token).
@@ -214,6 +223,7 @@ class Router {
   std::unique_ptr<storage::Checkpointer> checkpointer_;
   std::unique_ptr<consume::LivenessMonitor> liveness_;
   std::unique_ptr<EmbeddedIngest> ingest_;
+  std::unique_ptr<RegisteredEngines> registered_;            // embedded: POST /register
   std::unique_ptr<tokenize::TokenizerRegistry> tokenizers_;  // before api_: it points here
   std::unique_ptr<epp::EppServer> epp_;
   // The picker's load signals: core NATS (--nats) or its own scrapes.
@@ -222,7 +232,8 @@ class Router {
   // Predict on route: fed by the apply loop, read by the picker.
   std::shared_ptr<epp::SpeculativeCache> speculative_;
   std::unique_ptr<query::RouterApi> api_;
-  std::unique_ptr<SglangService> sglang_;  // after api_: it reads api_'s context
+  std::unique_ptr<SglangBridgeIngest> sglang_bridge_;  // --sglang-ingest
+  std::unique_ptr<SglangService> sglang_;              // after api_ and the bridge: it uses both
   std::unique_ptr<http::Server> server_;
   storage::RestoreResult restored_;
   bool running_ = false;

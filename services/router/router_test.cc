@@ -70,7 +70,9 @@ TEST(RouterTest, Validate) {
   options.data_dir.clear();
   EXPECT_EQ(options.Validate().code(), absl::StatusCode::kInvalidArgument);
   options = TestOptions();
-  options.agent.sources.clear();
+  options.agent.sources.clear();  // only engines registered over HTTP
+  EXPECT_TRUE(options.Validate().ok()) << options.Validate();
+  options.max_registrations = 0;  // and none accepted: follows nothing
   EXPECT_EQ(options.Validate().code(), absl::StatusCode::kInvalidArgument);
   options = TestOptions();
   options.http = "bad";

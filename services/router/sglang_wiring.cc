@@ -33,13 +33,25 @@ std::string SglangAddressBook::Address(const SourceKey& source) {
 
 SglangService::SglangService(const query::RouterApi* api, std::string listen, std::string model,
                              std::vector<epp::Endpoint> static_endpoints,
-                             std::function<std::vector<epp::Endpoint>()> announced)
+                             std::function<std::vector<epp::Endpoint>()> announced,
+                             SglangBridgeIngest* bridge)
     : addresses_(std::move(static_endpoints), std::move(announced)),
-      indexer_(
-          &api->context(),
-          compat::SglangOptions{
-              .model = std::move(model),
-              .address = [this](const SourceKey& source) { return addresses_.Address(source); }}),
+      indexer_(&api->context(),
+               compat::SglangOptions{
+                   .model = std::move(model),
+                   .address =
+                       [this, bridge](const SourceKey& source) {
+                         std::string address = addresses_.Address(source);
+                         if (address.empty() && bridge != nullptr) {
+                           address = bridge->Address(source);
+                         }
+                         return address;
+                       },
+                   .apply_batch = bridge == nullptr
+                                      ? std::function<compat::SglangStatus(
+                                            const compat::pb::ApplyExternalKvBatchRequest&)>()
+                                      : [bridge](const compat::pb::ApplyExternalKvBatchRequest&
+                                                     r) { return bridge->Apply(r); }}),
       server_(compat::SglangServerOptions{.listen = std::move(listen)}, &indexer_, &api->compat()) {
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "services/router/embedded/sglang_bridge_ingest.h"
 #include "shared/base/mutex.h"
 #include "shared/base/status.h"
 #include "shared/compat/sglang_indexer.h"
@@ -42,10 +43,12 @@ class SglangAddressBook {
 
 class SglangService {
  public:
-  // `api` must outlive the service.
+  // `api` must outlive the service, and `bridge` (ApplyExternalKvBatch,
+  // --sglang-ingest; null = UNIMPLEMENTED) too.
   SglangService(const query::RouterApi* api, std::string listen, std::string model,
                 std::vector<epp::Endpoint> static_endpoints,
-                std::function<std::vector<epp::Endpoint>()> announced);
+                std::function<std::vector<epp::Endpoint>()> announced,
+                SglangBridgeIngest* bridge = nullptr);
   Status Start() { return server_.Start(); }
   void Stop() { server_.Stop(); }
   int port() const { return server_.port(); }

@@ -232,13 +232,14 @@ SglangStatus SglangIndexer::HitCounts(const pb::GetExternalKvHitCountsRequest& r
 }
 
 SglangStatus SglangIndexer::ApplyBatch(const pb::ApplyExternalKvBatchRequest& request) const {
+  if (options_.apply_batch) return options_.apply_batch(request);
   return Error(
       SglangCode::kUnimplemented, Outcome::kUnimplemented,
       strings::Cat("kvindex does not take ApplyExternalKvBatch (worker '", request.worker_id(),
                    "'): have kvindex follow the engine's KV events itself, with "
                    "kvindex-router --embedded --source 'worker=W,engine=sglang,model=M,"
-                   "block_size=B,pub=tcp://HOST:PORT' or kvindex-agent --source ... "
-                   "(docs/compat.md)"));
+                   "block_size=B,pub=tcp://HOST:PORT' or kvindex-agent --source ..., or an "
+                   "embedded router started with --sglang-ingest (docs/compat.md)"));
 }
 
 }  // namespace kvindex::compat

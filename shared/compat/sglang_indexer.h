@@ -73,6 +73,9 @@ struct SglangOptions {
   // registered, e.g. "http://10.0.0.1:30000"); "" = unroutable, the row is
   // left out (as SGLang leaves out workers without an address). Required.
   std::function<std::string(const SourceKey&)> address;
+  // ApplyExternalKvBatch (their bridge's ingest) when the router takes it
+  // (--sglang-ingest, an embedded router); null = UNIMPLEMENTED.
+  std::function<SglangStatus(const pb::ApplyExternalKvBatchRequest&)> apply_batch;
 };
 
 class SglangIndexer {
@@ -86,8 +89,8 @@ class SglangIndexer {
                      pb::MatchExternalKvResponse* response);
   SglangStatus HitCounts(const pb::GetExternalKvHitCountsRequest& request,
                          pb::GetExternalKvHitCountsResponse* response) const;
-  // Their bridge's ingest: not served (engines reach kvindex through
-  // --source or kvindex-agent); UNIMPLEMENTED naming them.
+  // Their bridge's ingest: options.apply_batch when set (--sglang-ingest);
+  // otherwise UNIMPLEMENTED naming --source and kvindex-agent.
   SglangStatus ApplyBatch(const pb::ApplyExternalKvBatchRequest& request) const;
 
   // The worker_id kvindex reports for a source: the worker, with ":dpN"

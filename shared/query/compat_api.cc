@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <charconv>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,7 +43,11 @@ int HttpStatus(Outcome outcome) {
       return 404;
     case Outcome::kBlockSizeUnknown:
     case Outcome::kRegistrationRefused:
+    case Outcome::kRegistrationConflict:
+    case Outcome::kTooManyRegistrations:
       return 409;
+    case Outcome::kNotRegistered:
+      return 404;
     case Outcome::kUnavailable:
       return 503;
     default:
@@ -360,6 +365,12 @@ std::string_view CompatApi::OutcomeLabel(Outcome outcome) {
       return "model_ambiguous";
     case Outcome::kUnimplemented:
       return "unimplemented";
+    case Outcome::kRegistrationConflict:
+      return "registration_conflict";
+    case Outcome::kTooManyRegistrations:
+      return "too_many_registrations";
+    case Outcome::kNotRegistered:
+      return "not_registered";
     case Outcome::kCount:
       break;
   }
@@ -632,12 +643,15 @@ void CompatApi::MooncakeQueryByHash(const http::Request& request, http::Response
         AnswerMooncake(*context_, parsed, scope, std::move(failure), response));
 }
 
-// GET /workers: one row per (model, instance) the index or the ingest side
-// knows, with its DP ranks and entries.
+// GET /workers: one row per (model, instance) the index, the ingest side or
+// a registration knows, with its DP ranks and entries; "source" says where
+// the instance comes from: "register" (POST /register, with its fields) or
+// "configured" (--source, an agent, or only the index).
 void CompatApi::MooncakeWorkers(const http::Request&, http::Response& response) const {
   struct Row {
     std::vector<uint32_t> ranks;
     uint64_t entries = 0;
+    const EngineRegistration* registration = nullptr;
   };
   std::map<std::pair<std::string, std::string>, Row> rows;  // (instance, model)
   for (const index::SourceInfo& info : context_->index->Sources()) {
@@ -650,6 +664,13 @@ void CompatApi::MooncakeWorkers(const http::Request&, http::Response& response) 
       rows[{s.worker, s.model}].ranks.push_back(s.dp_rank);
     }
   }
+  std::vector<EngineRegistration> registered;
+  if (context_->registrations != nullptr) registered = context_->registrations->Registered();
+  for (const EngineRegistration& r : registered) {
+    Row& row = rows[{r.instance_id, r.model}];
+    row.ranks.push_back(r.dp_rank);
+    row.registration = &r;
+  }
   JsonWriter w(&response.body);
   w.BeginArray();
   for (auto& [key, row] : rows) {
@@ -658,12 +679,21 @@ void CompatApi::MooncakeWorkers(const http::Request&, http::Response& response) 
     w.BeginObject();
     w.Field("instance_id", key.first);
     w.Field("modelname", key.second);
-    w.Field("tenant_id", "default");
+    w.Field("tenant_id", row.registration ? row.registration->tenant_id : "default");
     w.Key("dp_ranks");
     w.BeginArray();
     for (uint32_t r : row.ranks) w.UInt(r);
     w.EndArray();
     w.Field("entries", row.entries);
+    w.Field("source", row.registration ? "register" : "configured");
+    if (const EngineRegistration* r = row.registration) {
+      w.Field("endpoint", r->endpoint);
+      w.Field("replay_endpoint", r->replay_endpoint);
+      w.Field("type", r->type);
+      w.Field("block_size", r->block_size);
+      w.Field("lora_name", r->lora_name);
+      w.Field("additionalsalt", r->additional_salt);
+    }
     w.EndObject();
   }
   w.EndArray();
@@ -672,43 +702,161 @@ void CompatApi::MooncakeWorkers(const http::Request&, http::Response& response) 
 
 namespace {
 
-std::string RegistrationRefusal(const ApiContext& context, std::string_view verb) {
-  const bool embedded = static_cast<bool>(context.ingest_sources);
-  std::string message = std::string(verb) + " is not accepted over HTTP: kvindex follows engines ";
-  if (embedded) {
-    message +=
-        "given to this embedded router at start (kvindex-router --embedded --source "
-        "'worker=INSTANCE,engine=vllm|sglang,model=M,block_size=B,pub=tcp://HOST:PORT,"
-        "replay=tcp://HOST:PORT'); restart it with the source added or removed";
-  } else {
-    message +=
-        "through the kvindex-agent beside them (kvindex-agent --nats URL --node NODE --source "
-        "'worker=INSTANCE,engine=vllm|sglang,model=M,block_size=B,pub=tcp://HOST:PORT,"
-        "replay=tcp://HOST:PORT'); this router only reads the replicated log";
+std::string RegistrationRefusal(std::string_view verb) {
+  return std::string(verb) +
+         " is not accepted by a replicated (--nats) router: it follows what the kvindex-agents "
+         "publish, and engines are registered with the agent beside them (kvindex-agent --nats "
+         "URL --node NODE --source 'worker=INSTANCE,engine=vllm|sglang,model=M,block_size=B,"
+         "pub=tcp://HOST:PORT,replay=tcp://HOST:PORT'); an embedded router (kvindex-router "
+         "--embedded) accepts it";
+}
+
+// Longest string field of a registration (a model name, an endpoint, an id).
+constexpr size_t kMaxRegistrationField = 1024;
+
+Failure ReadBoundedString(od::value& value, std::string_view key, std::string* out) {
+  if (Failure f = ReadString(value, key, out); f.outcome != Outcome::kOk) return f;
+  if (out->size() > kMaxRegistrationField) {
+    return Fail(Outcome::kInvalidRequest, "field '" + std::string(key) + "' is longer than " +
+                                              std::to_string(kMaxRegistrationField) + " bytes");
   }
-  return message;
+  return {};
+}
+
+// The fields of /register and /unregister (RFC #1403); unknown fields are
+// ignored, as the other Mooncake codecs do. `seen_rank` says dp_rank was given.
+Failure ReadRegistration(std::string_view body, EngineRegistration* out, bool* seen_block_size,
+                         bool* seen_rank) {
+  *seen_block_size = *seen_rank = false;
+  return ForEachField(body, [&](std::string_view key, od::value& value) -> Failure {
+    if (key == "endpoint") return ReadBoundedString(value, key, &out->endpoint);
+    if (key == "replay_endpoint") return ReadBoundedString(value, key, &out->replay_endpoint);
+    if (key == "type") return ReadBoundedString(value, key, &out->type);
+    if (key == "modelname" || key == "model_name" || key == "model") {
+      return ReadBoundedString(value, key, &out->model);
+    }
+    if (key == "lora_name") return ReadBoundedString(value, key, &out->lora_name);
+    if (key == "tenant_id") {
+      Failure f = ReadBoundedString(value, key, &out->tenant_id);
+      if (out->tenant_id.empty()) out->tenant_id = "default";
+      return f;
+    }
+    if (key == "instance_id") return ReadBoundedString(value, key, &out->instance_id);
+    if (key == "additionalsalt" || key == "additional_salt") {
+      return ReadBoundedString(value, key, &out->additional_salt);
+    }
+    if (key == "block_size") {
+      if (IsNull(value)) return {};
+      uint64_t n = 0;
+      if (Failure f = ReadU64(value, key, UINT32_MAX, &n); f.outcome != Outcome::kOk) return f;
+      out->block_size = static_cast<uint32_t>(n);
+      *seen_block_size = true;
+      return {};
+    }
+    if (key == "dp_rank") {
+      if (IsNull(value)) return {};
+      uint64_t n = 0;
+      if (Failure f = ReadU64(value, key, UINT32_MAX, &n); f.outcome != Outcome::kOk) return f;
+      out->dp_rank = static_cast<uint32_t>(n);
+      *seen_rank = true;
+      return {};
+    }
+    return {};
+  });
+}
+
+Outcome RegistryOutcome(const Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return Outcome::kOk;
+    case absl::StatusCode::kInvalidArgument:
+      return Outcome::kInvalidRequest;
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kFailedPrecondition:
+      return Outcome::kRegistrationConflict;
+    case absl::StatusCode::kResourceExhausted:
+      return Outcome::kTooManyRegistrations;
+    case absl::StatusCode::kNotFound:
+      return Outcome::kNotRegistered;
+    default:
+      return Outcome::kUnavailable;
+  }
 }
 
 }  // namespace
 
+// {"status": "registered successfully", "instance_id": ...} (201 when it
+// started following the engine, 200 when the same registration was running).
 void CompatApi::MooncakeRegister(const http::Request& request, http::Response& response) const {
-  // The body must still be a JSON object (a malformed one is reported as such).
-  Failure failure =
-      ForEachField(request.body, [](std::string_view, od::value&) { return Failure{}; });
-  if (failure.outcome == Outcome::kOk) {
-    failure = Fail(Outcome::kRegistrationRefused, RegistrationRefusal(*context_, "/register"));
+  EngineRegistration registration;
+  bool seen_block_size = false, seen_rank = false;
+  Failure failure = ReadRegistration(request.body, &registration, &seen_block_size, &seen_rank);
+  if (failure.outcome == Outcome::kOk && context_->registrations == nullptr) {
+    failure = Fail(Outcome::kRegistrationRefused, RegistrationRefusal("/register"));
   }
-  http::SetError(response, HttpStatus(failure.outcome), failure.message);
+  if (failure.outcome == Outcome::kOk) {
+    const char* missing = registration.endpoint.empty()      ? "endpoint"
+                          : registration.type.empty()        ? "type"
+                          : registration.model.empty()       ? "modelname"
+                          : registration.instance_id.empty() ? "instance_id"
+                          : !seen_block_size                 ? "block_size"
+                                                             : nullptr;
+    if (missing != nullptr) {
+      failure = Fail(Outcome::kMissingField, std::string("missing field '") + missing + "'");
+    }
+  }
+  bool created = false;
+  if (failure.outcome == Outcome::kOk) {
+    if (Status s = context_->registrations->Register(registration, &created); !s.ok()) {
+      failure = Fail(RegistryOutcome(s), std::string(s.message()));
+    }
+  }
+  if (failure.outcome != Outcome::kOk) {
+    http::SetError(response, HttpStatus(failure.outcome), failure.message);
+  } else {
+    response.status = created ? 201 : 200;
+    JsonWriter w(&response.body);
+    w.BeginObject();
+    w.Field("status", created ? "registered successfully" : "already registered");
+    w.Field("instance_id", registration.instance_id);
+    w.EndObject();
+  }
   Count(Api::kMooncakeRegister, failure.outcome);
 }
 
+// {"status": "unregistered successfully", "removed_instances":
+// ["instance|tenant|rank", ...]}; without dp_rank every rank of the instance.
 void CompatApi::MooncakeUnregister(const http::Request& request, http::Response& response) const {
-  Failure failure =
-      ForEachField(request.body, [](std::string_view, od::value&) { return Failure{}; });
-  if (failure.outcome == Outcome::kOk) {
-    failure = Fail(Outcome::kRegistrationRefused, RegistrationRefusal(*context_, "/unregister"));
+  EngineRegistration registration;
+  bool seen_block_size = false, seen_rank = false;
+  Failure failure = ReadRegistration(request.body, &registration, &seen_block_size, &seen_rank);
+  if (failure.outcome == Outcome::kOk && context_->registrations == nullptr) {
+    failure = Fail(Outcome::kRegistrationRefused, RegistrationRefusal("/unregister"));
   }
-  http::SetError(response, HttpStatus(failure.outcome), failure.message);
+  if (failure.outcome == Outcome::kOk && registration.instance_id.empty()) {
+    failure = Fail(Outcome::kMissingField, "missing field 'instance_id'");
+  }
+  std::vector<std::string> removed;
+  if (failure.outcome == Outcome::kOk) {
+    const std::optional<uint32_t> rank =
+        seen_rank ? std::optional<uint32_t>(registration.dp_rank) : std::nullopt;
+    if (Status s = context_->registrations->Unregister(registration.instance_id, rank, &removed);
+        !s.ok()) {
+      failure = Fail(RegistryOutcome(s), std::string(s.message()));
+    }
+  }
+  if (failure.outcome != Outcome::kOk) {
+    http::SetError(response, HttpStatus(failure.outcome), failure.message);
+  } else {
+    JsonWriter w(&response.body);
+    w.BeginObject();
+    w.Field("status", "unregistered successfully");
+    w.Key("removed_instances");
+    w.BeginArray();
+    for (const std::string& id : removed) w.String(id);
+    w.EndArray();
+    w.EndObject();
+  }
   Count(Api::kMooncakeUnregister, failure.outcome);
 }
 

@@ -10,9 +10,11 @@
 //                           block_size, cache_salt} -> {tenant: {instance: {...}}}
 //     POST /query_by_hash  the same with seq_hashes (rolling XXH3-64, seed 1337)
 //     GET  /workers        the sources the index knows, per instance
-//     POST /register, /unregister: engines are followed through --source (an
-//                          embedded router) or kvindex-agent (--nats); a
-//                          registration is refused with a 409 naming them.
+//     POST /register      an embedded router starts following the engine (as a
+//                          --source would; ApiContext::registrations);
+//                          a --nats router refuses it (409) naming the
+//                          agent's flags: registration belongs to agents.
+//     POST /unregister     stops following it and clears what it held.
 //
 // Every answer is counted under kvindex_router_compat_requests_total{api,
 // outcome}: "ok" or the reason of the error (docs/metrics.md).
@@ -53,17 +55,20 @@ class CompatApi {
   };
   enum class Outcome : uint8_t {
     kOk,
-    kInvalidRequest,       // malformed JSON or a field of the wrong type (400)
-    kMissingField,         // a required field absent (400)
-    kTooManyHashes,        // more hashes or tokens than the limit (400)
-    kUnknownModel,         // 404
-    kBlockSizeMismatch,    // the request's block_size is not the model's (400)
-    kUnsupportedSeed,      // Mooncake hashes with a seed we cannot map (400)
-    kBlockSizeUnknown,     // model known, block size not yet (409)
-    kRegistrationRefused,  // /register, /unregister: engines come from --source or agents (409)
-    kUnavailable,          // anything else from the lookup (5xx)
-    kModelAmbiguous,       // SGLang: several models and no --sglang-model (FAILED_PRECONDITION)
-    kUnimplemented,        // SGLang: an RPC kvindex does not serve (UNIMPLEMENTED)
+    kInvalidRequest,        // malformed JSON or a field of the wrong type (400)
+    kMissingField,          // a required field absent (400)
+    kTooManyHashes,         // more hashes or tokens than the limit (400)
+    kUnknownModel,          // 404
+    kBlockSizeMismatch,     // the request's block_size is not the model's (400)
+    kUnsupportedSeed,       // Mooncake hashes with a seed we cannot map (400)
+    kBlockSizeUnknown,      // model known, block size not yet (409)
+    kRegistrationRefused,   // /register, /unregister: engines come from --source or agents (409)
+    kUnavailable,           // anything else from the lookup (5xx)
+    kModelAmbiguous,        // SGLang: several models and no --sglang-model (FAILED_PRECONDITION)
+    kUnimplemented,         // SGLang: an RPC kvindex does not serve (UNIMPLEMENTED)
+    kRegistrationConflict,  // /register: instance and rank taken with other fields (409)
+    kTooManyRegistrations,  // /register: --max-registrations reached (409)
+    kNotRegistered,         // /unregister: nothing registered under the instance (404)
     kCount
   };
   static std::string_view ApiLabel(Api api);

@@ -326,10 +326,14 @@ TEST_F(CompatApiTest, Workers) {
   auto r = Call("GET", "/workers");
   ASSERT_EQ(r.status, 200);
   json want = json::parse(R"([
-    {"instance_id":"101","modelname":"m","tenant_id":"default","dp_ranks":[0],"entries":3},
-    {"instance_id":"202","modelname":"m","tenant_id":"default","dp_ranks":[0,1],"entries":5},
-    {"instance_id":"303","modelname":"m","tenant_id":"default","dp_ranks":[0],"entries":3},
-    {"instance_id":"w-x","modelname":"m","tenant_id":"default","dp_ranks":[0],"entries":1}])");
+    {"instance_id":"101","modelname":"m","tenant_id":"default","dp_ranks":[0],"entries":3,
+     "source":"configured"},
+    {"instance_id":"202","modelname":"m","tenant_id":"default","dp_ranks":[0,1],"entries":5,
+     "source":"configured"},
+    {"instance_id":"303","modelname":"m","tenant_id":"default","dp_ranks":[0],"entries":3,
+     "source":"configured"},
+    {"instance_id":"w-x","modelname":"m","tenant_id":"default","dp_ranks":[0],"entries":1,
+     "source":"configured"}])");
   EXPECT_EQ(json::parse(r.body), want) << r.body;
 }
 

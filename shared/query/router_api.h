@@ -30,6 +30,7 @@
 #include "shared/index/index_interface.h"
 #include "shared/model/ingest_status.h"
 #include "shared/query/compat_api.h"
+#include "shared/query/engine_registry.h"
 #include "shared/query/match_request.h"
 #include "shared/tokenize/registry.h"
 
@@ -97,6 +98,9 @@ struct ApiContext {
   const tokenize::TokenizerRegistry* tokenizers = nullptr;
   // Predict on route's entries (--epp), shown apart in /v1/match; unset = none.
   SpeculativeHook speculative;
+  // Mooncake /register and /unregister (an embedded router's registered
+  // engines); null = refused with 409 naming the flags (--nats routers).
+  EngineRegistry* registrations = nullptr;
 };
 
 // Runs the lookup of a parsed request: the one match path behind /v1/match

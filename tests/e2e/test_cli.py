@@ -52,6 +52,9 @@ def main():
 
         out = run([router, "--embedded", "--data-dir", tmp])
         assert out.returncode == 2 and "--source" in out.stderr, out
+        assert "--max-registrations" in out.stderr, out
+        out = run([router, "--embedded", "--data-dir", tmp, "--max-registrations", "0"])
+        assert out.returncode == 2 and "--source" in out.stderr, out
         out = run([router, "--embedded", "--data-dir", tmp, "--source", "worker=w0,engine=nope"])
         assert out.returncode == 2 and "--source" in out.stderr, out
         out = run([router, "--embedded", "--data-dir", tmp, "--checkpoint-interval", "soon",

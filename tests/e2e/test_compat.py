@@ -136,9 +136,11 @@ def main(bin_dir):
         workers = router.json("GET", "/workers")
         assert {w["instance_id"] for w in workers} == \
             {"%d" % (1000 + i) for i in range(6)} | {"w6", "w7"}, workers
+        # An instance named by --source cannot be registered over HTTP
+        # (test_register.py covers registration itself).
         status, _, body = router.request("POST", "/register", {
             "endpoint": "tcp://127.0.0.1:1", "type": "vLLM", "modelname": "sim-a",
-            "instance_id": "x", "block_size": B, "dp_rank": 0})
+            "instance_id": "1000", "block_size": B, "dp_rank": 0})
         assert status == 409 and "--source" in body, (status, body)
         assert sim.stop() == 0, sim.logs()
         print("compat: %d prompts compared (%d with hits) on /query, /query_by_hash, "

@@ -148,7 +148,11 @@ int StatusOf(CompatApi::Outcome outcome) {
       return 404;
     case CompatApi::Outcome::kBlockSizeUnknown:
     case CompatApi::Outcome::kRegistrationRefused:
+    case CompatApi::Outcome::kRegistrationConflict:
+    case CompatApi::Outcome::kTooManyRegistrations:
       return 409;
+    case CompatApi::Outcome::kNotRegistered:
+      return 404;
     case CompatApi::Outcome::kUnavailable:
       return 503;
     default:

@@ -17,6 +17,9 @@
 // sequence (the engine's replay buffer serves what came meanwhile) instead of
 // clearing it and replaying from seq 0.
 //
+// With no --source (options.sources empty) it runs no pipeline: the router
+// follows only the engines registered over HTTP (registered_engines.h).
+//
 // Thread safety: Start/Stop/SetResumeStates from one controlling thread
 // (idempotent); Ready/Sources from any thread; Hold/Save/Release from the
 // checkpointer (Save on the apply thread while held).
@@ -24,6 +27,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "shared/base/mutex.h"
@@ -44,9 +48,11 @@ class EmbeddedIngest final : public storage::IngestCheckpoint {
 
   // Before Start: continue the sources from a restored checkpoint's states,
   // unless `index` (the restored index) holds blocks for a source that its
-  // state does not (then every source starts afresh: fail closed).
+  // state does not (then every source starts afresh: fail closed); the
+  // `registered` workers (POST /register, started cleared) are not checked.
   void SetResumeStates(std::vector<storage::CheckpointIngestSource> states,
-                       const index::IndexInterface* index);
+                       const index::IndexInterface* index,
+                       std::vector<std::string> registered = {});
   Status Start();
   void Stop();
   bool Ready() const;

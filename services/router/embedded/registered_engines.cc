@@ -1,0 +1,378 @@
+#include "services/router/embedded/registered_engines.h"
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string_view>
+
+#include <unistd.h>
+
+#include "shared/base/strings.h"
+#include "shared/log/log.h"
+#include "shared/wire/engine_kind.h"
+
+namespace kvindex::router {
+namespace {
+
+using query::EngineRegistration;
+
+uint64_t WallClockNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count());
+}
+
+std::string Lower(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
+// A field that goes into --source text must not bring its own keys, nor
+// control characters (log lines, metric labels).
+Status CheckText(std::string_view field, std::string_view value, bool printable_only) {
+  for (char c : value) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == ',' || c == '=' || byte < 0x20 || byte == 0x7f ||
+        (printable_only && (byte <= 0x20 || byte > 0x7e))) {
+      return absl::InvalidArgumentError(strings::Cat(
+          "field '", field, "' has a character kvindex does not accept there (',', '=', ",
+          printable_only ? "space, non-ASCII or " : "", "a control character)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+Status CheckEndpoint(std::string_view field, std::string_view value) {
+  if (!value.starts_with("tcp://")) {
+    return absl::InvalidArgumentError(strings::Cat(
+        "field '", field, "' must be a ZMQ tcp:// endpoint the engine binds (tcp://HOST:PORT)"));
+  }
+  return CheckText(field, value, /*printable_only=*/true);
+}
+
+std::string RegistrationId(const EngineRegistration& r) {
+  return strings::Cat(r.instance_id, "|", r.tenant_id, "|", r.dp_rank);
+}
+
+nlohmann::json ToJson(const EngineRegistration& r) {
+  return {{"endpoint", r.endpoint},
+          {"replay_endpoint", r.replay_endpoint},
+          {"type", r.type},
+          {"modelname", r.model},
+          {"lora_name", r.lora_name},
+          {"tenant_id", r.tenant_id},
+          {"instance_id", r.instance_id},
+          {"block_size", r.block_size},
+          {"dp_rank", r.dp_rank},
+          {"additionalsalt", r.additional_salt}};
+}
+
+EngineRegistration FromJson(const nlohmann::json& j) {
+  EngineRegistration r;
+  r.endpoint = j.at("endpoint").get<std::string>();
+  r.replay_endpoint = j.at("replay_endpoint").get<std::string>();
+  r.type = j.at("type").get<std::string>();
+  r.model = j.at("modelname").get<std::string>();
+  r.lora_name = j.at("lora_name").get<std::string>();
+  r.tenant_id = j.at("tenant_id").get<std::string>();
+  r.instance_id = j.at("instance_id").get<std::string>();
+  r.block_size = j.at("block_size").get<uint32_t>();
+  r.dp_rank = j.at("dp_rank").get<uint32_t>();
+  r.additional_salt = j.at("additionalsalt").get<std::string>();
+  return r;
+}
+
+// The registrations saved in `path`; a missing file = none.
+StatusOr<std::vector<EngineRegistration>> ReadSaved(const std::string& path) {
+  std::vector<EngineRegistration> saved;
+  if (path.empty() || !std::filesystem::exists(path)) return saved;
+  try {
+    std::ifstream in(path);
+    const nlohmann::json j = nlohmann::json::parse(in);
+    for (const nlohmann::json& entry : j.at("registrations")) saved.push_back(FromJson(entry));
+  } catch (const std::exception& error) {
+    return absl::DataLossError(strings::Cat("registrations file '", path, "': ", error.what()));
+  }
+  return saved;
+}
+
+}  // namespace
+
+RegisteredEngines::RegisteredEngines(RegisteredEnginesOptions options, InProcessSink* sink,
+                                     prometheus::Registry* registry)
+    : options_(std::move(options)), sink_(sink), registry_(registry) {}
+
+RegisteredEngines::~RegisteredEngines() { Stop(); }
+
+Status RegisteredEngines::Start() {
+  MutexLock lock(&mu_);
+  stopping_ = false;
+  auto logger = log::Get("router");
+  StatusOr<std::vector<EngineRegistration>> saved = ReadSaved(options_.state_file);
+  if (!saved.ok()) {
+    // Not fatal: the engines can be registered again. The file stays as it
+    // is until the next registration replaces it.
+    logger->error("{}: no registered engine followed", saved.status().ToString());
+    return absl::OkStatus();
+  }
+  if (saved->empty()) return absl::OkStatus();
+  for (const EngineRegistration& r : *saved) {
+    if (Status s = StartLocked(r, /*persist=*/false); !s.ok()) {
+      logger->error("registration {} not restored: {}", RegistrationId(r), s.ToString());
+    }
+  }
+  logger->info("{} registered engine(s) restored from '{}'", entries_.size(), options_.state_file);
+  // The file now says what runs.
+  return Save();
+}
+
+std::vector<std::string> RegisteredEngines::SavedInstances() const {
+  std::vector<std::string> out;
+  StatusOr<std::vector<EngineRegistration>> saved = ReadSaved(options_.state_file);
+  if (saved.ok()) {
+    for (const EngineRegistration& r : *saved) out.push_back(r.instance_id);
+  }
+  return out;
+}
+
+void RegisteredEngines::Stop() {
+  MutexLock lock(&mu_);
+  stopping_ = true;
+  for (auto& [key, entry] : entries_) entry.pipeline->Stop();
+  entries_.clear();
+}
+
+StatusOr<ingest::SourceSpec> RegisteredEngines::Validate(const EngineRegistration& r) const {
+  const std::string type = Lower(r.type);
+  if (type == "mooncake") {
+    return absl::InvalidArgumentError(
+        "type 'Mooncake' (mooncake_master's RFC #1527 events) is not decoded by kvindex: register "
+        "the engines' own vLLM or SGLang KV-event publishers");
+  }
+  const std::optional<wire::EngineKind> engine = wire::EngineKindFromName(type);
+  if (!engine.has_value()) {
+    return absl::InvalidArgumentError(
+        strings::Cat("field 'type' must be vLLM or SGLang (got '", r.type, "')"));
+  }
+  KVINDEX_RETURN_IF_ERROR(CheckEndpoint("endpoint", r.endpoint));
+  if (!r.replay_endpoint.empty()) {
+    KVINDEX_RETURN_IF_ERROR(CheckEndpoint("replay_endpoint", r.replay_endpoint));
+  }
+  KVINDEX_RETURN_IF_ERROR(CheckText("instance_id", r.instance_id, /*printable_only=*/true));
+  KVINDEX_RETURN_IF_ERROR(CheckText("modelname", r.model, /*printable_only=*/false));
+  KVINDEX_RETURN_IF_ERROR(CheckText("tenant_id", r.tenant_id, /*printable_only=*/false));
+  KVINDEX_RETURN_IF_ERROR(CheckText("lora_name", r.lora_name, /*printable_only=*/false));
+  KVINDEX_RETURN_IF_ERROR(CheckText("additionalsalt", r.additional_salt, false));
+  // The same checks as --source.
+  std::string text = strings::Cat(
+      "worker=", r.instance_id, ",engine=", wire::EngineKindName(*engine), ",model=", r.model,
+      ",block_size=", r.block_size, ",pub=", r.endpoint, ",dp_rank=", r.dp_rank);
+  if (!r.replay_endpoint.empty()) text += ",replay=" + r.replay_endpoint;
+  StatusOr<std::vector<ingest::SourceSpec>> specs = ingest::ParseSourceSpec(text);
+  if (!specs.ok()) {
+    return absl::InvalidArgumentError(strings::Cat("registration: ", specs.status().message()));
+  }
+  if (specs->size() != 1) return absl::InvalidArgumentError("registration: one rank expected");
+  ingest::SourceSpec spec = std::move(specs->front());
+
+  for (const ingest::SourceSpec& c : options_.configured) {
+    if (c.worker == r.instance_id) {
+      return absl::AlreadyExistsError(strings::Cat(
+          "instance '", r.instance_id, "' is followed through --source; it cannot be registered"));
+    }
+    if (c.pub_endpoint == spec.pub_endpoint) {
+      return absl::AlreadyExistsError(
+          strings::Cat("endpoint ", r.endpoint, " is followed through --source"));
+    }
+  }
+  std::optional<uint32_t> known;
+  if (options_.model_block_size) known = options_.model_block_size(r.model);
+  for (const auto& [key, entry] : entries_) {
+    if (entry.spec.pub_endpoint == spec.pub_endpoint && key != Key{r.instance_id, r.dp_rank}) {
+      return absl::AlreadyExistsError(strings::Cat("endpoint ", r.endpoint,
+                                                   " is registered for instance '",
+                                                   entry.registration.instance_id, "'"));
+    }
+    if (entry.spec.model == spec.model && !known.has_value()) known = entry.spec.block_size;
+  }
+  if (known.has_value() && *known != spec.block_size) {
+    return absl::InvalidArgumentError(strings::Cat("block_size ", spec.block_size,
+                                                   " is not the block size of '", r.model, "' (",
+                                                   *known, "): a model has one block size"));
+  }
+  return spec;
+}
+
+Status RegisteredEngines::StartLocked(const EngineRegistration& registration, bool persist) {
+  KVINDEX_ASSIGN_OR_RETURN(ingest::SourceSpec spec, Validate(registration));
+  if (entries_.size() >= options_.max_registrations) {
+    return absl::ResourceExhaustedError(
+        strings::Cat("already ", entries_.size(), " registered engines (--max-registrations ",
+                     options_.max_registrations, "): unregister one first"));
+  }
+  Entry entry;
+  entry.registration = registration;
+  entry.spec = spec;
+  entry.node = strings::Cat(options_.base.node, "/register/", registration.instance_id, "/",
+                            registration.dp_rank);
+  ingest::AgentOptions agent = options_.base;
+  agent.node = entry.node;
+  agent.sources = {spec};
+  entry.pipeline = std::make_unique<ingest::AgentPipeline>(std::move(agent), sink_, registry_);
+  KVINDEX_RETURN_IF_ERROR(entry.pipeline->Start());
+  auto [it, inserted] =
+      entries_.emplace(Key{registration.instance_id, registration.dp_rank}, std::move(entry));
+  if (persist) {
+    if (Status saved = Save(); !saved.ok()) {
+      // Fail closed: not followed rather than followed until the next restart.
+      StopAndClear(it);
+      entries_.erase(it);
+      return absl::UnavailableError(
+          strings::Cat("cannot save the registration: ", saved.message()));
+    }
+  }
+  log::Get("router")->info("registered engine {} ({}, {})", RegistrationId(registration),
+                           registration.endpoint, registration.model);
+  return absl::OkStatus();
+}
+
+Status RegisteredEngines::Register(const EngineRegistration& registration, bool* created) {
+  MutexLock lock(&mu_);
+  *created = false;
+  if (stopping_) return absl::UnavailableError("the router is stopping");
+  if (options_.max_registrations == 0) {
+    return absl::ResourceExhaustedError(
+        "registration is off on this router (--max-registrations 0): use --source");
+  }
+  if (auto it = entries_.find(Key{registration.instance_id, registration.dp_rank});
+      it != entries_.end()) {
+    if (it->second.registration == registration) return absl::OkStatus();  // idempotent
+    return absl::AlreadyExistsError(
+        strings::Cat("instance '", registration.instance_id, "' rank ", registration.dp_rank,
+                     " is registered with other fields (", it->second.registration.endpoint, ", ",
+                     it->second.registration.model, "): unregister it first"));
+  }
+  KVINDEX_RETURN_IF_ERROR(StartLocked(registration, /*persist=*/true));
+  *created = true;
+  return absl::OkStatus();
+}
+
+void RegisteredEngines::StopAndClear(std::map<Key, Entry>::iterator it) {
+  Entry& entry = it->second;
+  entry.pipeline->Stop();
+  // The ranks this source's envelopes could name (SourceSpec::dp_rank_limit:
+  // 0..dp_rank), less those another registration of the instance serves.
+  std::vector<PlacementEvent> clears;
+  const uint64_t now = WallClockNs();
+  for (uint32_t rank = 0; rank <= entry.spec.dp_rank; ++rank) {
+    const Key other{entry.registration.instance_id, rank};
+    if (rank != entry.spec.dp_rank && entries_.count(other) != 0) continue;
+    PlacementEvent& clear = clears.emplace_back();
+    clear.kind = PlacementKind::kCleared;  // empty model: every model
+    clear.source = SourceKey{entry.registration.instance_id, rank};
+    clear.agent = entry.node;
+    clear.event_id = now + rank;
+    clear.timestamp_ns = now;
+  }
+  if (Status s = sink_->Publish(clears); !s.ok()) {
+    log::Get("router")->warn("unregister {}: clear not published: {}",
+                             RegistrationId(entry.registration), s.ToString());
+  }
+}
+
+Status RegisteredEngines::Unregister(const std::string& instance_id,
+                                     std::optional<uint32_t> dp_rank,
+                                     std::vector<std::string>* removed) {
+  MutexLock lock(&mu_);
+  if (stopping_) return absl::UnavailableError("the router is stopping");
+  std::vector<std::map<Key, Entry>::iterator> found;
+  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+    if (it->first.first == instance_id && (!dp_rank || it->first.second == *dp_rank)) {
+      found.push_back(it);
+    }
+  }
+  if (found.empty()) {
+    for (const ingest::SourceSpec& c : options_.configured) {
+      if (c.worker == instance_id) {
+        return absl::FailedPreconditionError(
+            strings::Cat("instance '", instance_id,
+                         "' is followed through --source: restart the router without it"));
+      }
+    }
+    return absl::NotFoundError(strings::Cat("no engine registered as instance '", instance_id, "'",
+                                            dp_rank ? strings::Cat(" rank ", *dp_rank) : ""));
+  }
+  for (auto it : found) removed->push_back(RegistrationId(it->second.registration));
+  // Highest rank first: a lower rank still registered clears itself after.
+  std::reverse(found.begin(), found.end());
+  for (auto it : found) {
+    StopAndClear(it);
+    entries_.erase(it);
+  }
+  log::Get("router")->info("unregistered {} engine(s) of instance {}", found.size(), instance_id);
+  if (Status saved = Save(); !saved.ok()) {
+    return absl::UnavailableError(
+        strings::Cat("stopped, but the registrations file was not updated: ", saved.message()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<EngineRegistration> RegisteredEngines::Registered() const {
+  MutexLock lock(&mu_);
+  std::vector<EngineRegistration> out;
+  out.reserve(entries_.size());
+  for (const auto& [key, entry] : entries_) out.push_back(entry.registration);
+  return out;
+}
+
+std::vector<IngestSourceStatus> RegisteredEngines::Sources() const {
+  MutexLock lock(&mu_);
+  std::vector<IngestSourceStatus> out;
+  for (const auto& [key, entry] : entries_) {
+    for (IngestSourceStatus& s : entry.pipeline->Sources()) out.push_back(std::move(s));
+  }
+  return out;
+}
+
+bool RegisteredEngines::Ready() const {
+  MutexLock lock(&mu_);
+  for (const auto& [key, entry] : entries_) {
+    if (!entry.pipeline->Ready()) return false;
+  }
+  return true;
+}
+
+size_t RegisteredEngines::size() const {
+  MutexLock lock(&mu_);
+  return entries_.size();
+}
+
+Status RegisteredEngines::Save() const {
+  if (options_.state_file.empty()) return absl::OkStatus();
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& [key, entry] : entries_) list.push_back(ToJson(entry.registration));
+  const std::string text = nlohmann::json{{"registrations", list}}.dump(2) + "\n";
+  const std::string temporary = options_.state_file + ".tmp";
+  std::FILE* file = std::fopen(temporary.c_str(), "wb");
+  if (file == nullptr) {
+    return absl::UnavailableError(strings::Cat("cannot write '", temporary, "'"));
+  }
+  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size() &&
+                       std::fflush(file) == 0 && ::fsync(fileno(file)) == 0;
+  const bool closed = std::fclose(file) == 0;
+  std::error_code ec;
+  if (written && closed) std::filesystem::rename(temporary, options_.state_file, ec);
+  if (!written || !closed || ec) {
+    std::filesystem::remove(temporary, ec);
+    return absl::UnavailableError(strings::Cat("cannot write '", options_.state_file, "'"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvindex::router

@@ -1,0 +1,120 @@
+// RegisteredEngines: the engines an embedded router follows because a
+// client registered them (Mooncake's POST /register, RFC #1403;
+// docs/compat.md), beside the ones given with --source.
+//
+//   RegisteredEnginesOptions options;
+//   options.base = agent_options;             // node, replay timeouts, caps
+//   options.state_file = data_dir + "/registrations.json";
+//   RegisteredEngines engines(options, &sink, registry.get());
+//   KVINDEX_RETURN_IF_ERROR(engines.Start());  // runs the saved registrations
+//   context.registrations = &engines;          // /register, /unregister
+//   engines.Stop();                            // stops them, keeps the file
+//
+// A registration is validated as a --source (ParseSourceSpec, plus: tcp://
+// endpoints only, no field that would inject --source keys, one block size
+// per model, no instance named by --source, no pub endpoint used twice) and
+// runs as its own AgentPipeline of one source, publishing into the router's
+// in-process log under its own node id ("<node>/register/<instance>/<rank>").
+// Registering the same fields again is idempotent; other fields under a
+// taken (instance, dp_rank) are refused (AlreadyExists). At most
+// max_registrations run at once (ResourceExhausted past it).
+// Unregistering stops the pipeline, then publishes "cleared" for the ranks
+// it could have filled (those not held by another registration of the
+// instance): what it held leaves the index as an expired source's would.
+//
+// Restarts: the registrations are saved to `state_file` (JSON, written to a
+// temporary file and renamed) on every change and run again by Start; each
+// starts cleared and replays its engine from seq 0 (its sequence state is
+// not checkpointed, unlike a --source's).
+//
+// Thread safety: Start/Stop from the controlling thread; Register,
+// Unregister, Registered, Sources, Ready from any thread.
+#pragma once
+
+#include <prometheus/registry.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "shared/base/mutex.h"
+#include "shared/base/status.h"
+#include "shared/ingest/agent_pipeline.h"
+#include "shared/model/ingest_status.h"
+#include "shared/publish/in_process_sink.h"
+#include "shared/query/engine_registry.h"
+
+namespace kvindex::router {
+
+struct RegisteredEnginesOptions {
+  // Node id prefix, replay timeouts, caps of every registration's pipeline
+  // (its `sources` are ignored).
+  ingest::AgentOptions base;
+  // The --source entries: their workers and pub endpoints cannot be registered.
+  std::vector<ingest::SourceSpec> configured;
+  // Registrations running at once; 0 = /register refused. Default: 64.
+  uint32_t max_registrations = 64;
+  // Where the registrations are saved; "" = not saved (lost on restart).
+  std::string state_file;
+  // The block size the index already knows for a model (nullopt: none).
+  std::function<std::optional<uint32_t>(const std::string& model)> model_block_size;
+};
+
+class RegisteredEngines final : public query::EngineRegistry {
+ public:
+  // `sink` must outlive this object; `registry` is nullable.
+  RegisteredEngines(RegisteredEnginesOptions options, InProcessSink* sink,
+                    prometheus::Registry* registry);
+  ~RegisteredEngines() override;
+
+  // Runs the registrations saved in state_file (a missing file = none; an
+  // unreadable one or an entry no longer valid is logged and skipped).
+  Status Start();
+  // The instances state_file names (before Start: the checkpoint's resume
+  // check leaves them out, they start cleared).
+  std::vector<std::string> SavedInstances() const;
+  // Stops every pipeline (the file keeps them for the next Start).
+  void Stop();
+
+  Status Register(const query::EngineRegistration& registration, bool* created) override;
+  Status Unregister(const std::string& instance_id, std::optional<uint32_t> dp_rank,
+                    std::vector<std::string>* removed) override;
+  std::vector<query::EngineRegistration> Registered() const override;
+
+  // Every registration's source status; ready once each finished its
+  // start-up replay attempt.
+  std::vector<IngestSourceStatus> Sources() const;
+  bool Ready() const;
+  size_t size() const;
+
+ private:
+  struct Entry {
+    query::EngineRegistration registration;
+    ingest::SourceSpec spec;
+    std::string node;
+    std::unique_ptr<ingest::AgentPipeline> pipeline;
+  };
+  using Key = std::pair<std::string, uint32_t>;  // (instance, dp_rank)
+
+  StatusOr<ingest::SourceSpec> Validate(const query::EngineRegistration& registration) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status StartLocked(const query::EngineRegistration& registration, bool persist)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the entry's pipeline and clears what it could have filled.
+  void StopAndClear(std::map<Key, Entry>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Status Save() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const RegisteredEnginesOptions options_;
+  InProcessSink* const sink_;
+  prometheus::Registry* const registry_;
+  mutable Mutex mu_;
+  std::map<Key, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace kvindex::router
