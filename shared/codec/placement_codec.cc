@@ -141,6 +141,18 @@ StatusOr<std::string_view> AsString(const msgpack::object& object, std::string_v
   return internal::AsString(object, kWhat, field);
 }
 
+// An array of uints (hashes), appended to *out.
+Status DecodeHashes(const msgpack::object& value, std::string_view field,
+                    std::vector<uint64_t>* out) {
+  if (value.type != msgpack::type::ARRAY) return FieldError(field, "must be an array");
+  out->reserve(out->size() + value.via.array.size);
+  for (uint32_t j = 0; j < value.via.array.size; ++j) {
+    KVINDEX_ASSIGN_OR_RETURN(uint64_t hash, AsUint(value.via.array.ptr[j], field));
+    out->push_back(hash);
+  }
+  return Status();
+}
+
 std::optional<PlacementKind> KindFromName(std::string_view name) {
   for (int i = 0; i < kNumPlacementKinds; ++i) {
     const auto kind = static_cast<PlacementKind>(i);
@@ -221,21 +233,11 @@ StatusOr<std::optional<PlacementEvent>> DecodeEvent(const msgpack::object& objec
         KVINDEX_ASSIGN_OR_RETURN(event.parent_hash, AsUint(value, key));
       }
     } else if (key == kHashes) {
-      if (value.type != msgpack::type::ARRAY) return FieldError(key, "must be an array");
-      event.block_hashes.reserve(value.via.array.size);
-      for (uint32_t j = 0; j < value.via.array.size; ++j) {
-        KVINDEX_ASSIGN_OR_RETURN(uint64_t hash, AsUint(value.via.array.ptr[j], key));
-        event.block_hashes.push_back(hash);
-      }
+      KVINDEX_RETURN_IF_ERROR(DecodeHashes(value, key, &event.block_hashes));
     } else if (key == kSglangHashes) {
       // Checked here for its type; its count against `hashes` by its user
       // (compat::SglangAliasMap), which counts and ignores a mismatch.
-      if (value.type != msgpack::type::ARRAY) return FieldError(key, "must be an array");
-      event.sglang_hashes.reserve(value.via.array.size);
-      for (uint32_t j = 0; j < value.via.array.size; ++j) {
-        KVINDEX_ASSIGN_OR_RETURN(uint64_t hash, AsUint(value.via.array.ptr[j], key));
-        event.sglang_hashes.push_back(hash);
-      }
+      KVINDEX_RETURN_IF_ERROR(DecodeHashes(value, key, &event.sglang_hashes));
     } else if (key == kHeartbeatSeq) {
       KVINDEX_ASSIGN_OR_RETURN(event.heartbeat_seq, AsUint(value, key));
     } else if (key == kLeaseMs) {
