@@ -6,8 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "shared/compat/sglang_alias_reference.h"
@@ -140,6 +142,42 @@ TEST(SglangAliasMapTest, HostileCountsConflictsAndTheCapAreCountedAndLeftOut) {
   EXPECT_EQ(f.aliases.Stats().entries, 8u);
   EXPECT_EQ(f.aliases.Stats().refused_full, 3u);
   EXPECT_GT(f.aliases.Stats().bytes, 0u);
+}
+
+// Readers translate while the writer adds, removes and sweeps (TSan's
+// case): every translation is either none or the block's canonical hash.
+TEST(SglangAliasMapTest, ReadersTranslateWhileTheWriterApplies) {
+  index::KvIndex index;
+  SglangAliasMap aliases(&index);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> wrong{0}, translated{0};
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&] {
+      std::vector<uint64_t> query(8);
+      while (!stop.load()) {
+        for (uint64_t i = 0; i < query.size(); ++i) query[i] = 500 + i;
+        translated += aliases.Translate("m", query);
+        for (uint64_t i = 0; i < query.size(); ++i) {
+          if (query[i] != 500 + i && query[i] != 100 + i) ++wrong;
+        }
+      }
+    });
+  }
+  uint64_t position = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::vector<PlacementEvent> message = {Stored("m", "a", Tier::kDevice,
+                                                  {100, 101, 102, 103, 104, 105, 106, 107},
+                                                  {500, 501, 502, 503, 504, 505, 506, 507})};
+    if (round % 3 == 1) message.push_back(Removed("m", "a", Tier::kDevice, {104, 105, 106, 107}));
+    if (round % 3 == 2) message.push_back(Cleared("m", "a"));
+    index.ApplyMessage(message, ++position);
+    aliases.OnApplied(message);
+  }
+  stop = true;
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(aliases.Stats().entries, 0u);  // the last round cleared
 }
 
 // --- differential ---------------------------------------------------------
