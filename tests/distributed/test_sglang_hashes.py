@@ -51,6 +51,25 @@ def prefix(client, hashes):
             for m in got["matches"]}, got["best_prefix_blocks"]
 
 
+def embedded_router(bin_dir, ctx, hashes, tokens):
+    """The same through kvindex-router --embedded following the engine itself."""
+    engine = e2e.Engine(ctx)
+    port = e2e.free_port()
+    router = e2e.Router(bin_dir, [engine.source("w9", MODEL, B, engine="sglang") +
+                                  ",endpoint=127.0.0.1:30009"],
+                        ["--sglang-indexer", "127.0.0.1:%d" % port, "--sglang-model", MODEL])
+    try:
+        router.start().wait_ready()
+        engine.publish([engine.stored(hashes, tokens, B)])
+        client = wire.Client(port)
+        want = ({"w9": (len(hashes), "http://127.0.0.1:30009")}, len(hashes))
+        e2e.wait_for(lambda: prefix(client, hashes) == want, 30,
+                     "the embedded router answers sgl-router's hashes", on_retry=engine.nudge)
+    finally:
+        router.cleanup()
+        engine.close()
+
+
 def main(bin_dir):
     ctx = zmq.Context()
     engines = {"w0": e2e.Engine(ctx), "w1": e2e.Engine(ctx)}
@@ -130,7 +149,9 @@ def main(bin_dir):
             assert r.metric("kvindex_router_sglang_aliases") >= 2, r.metric(
                 "kvindex_router_sglang_aliases")
         assert agent.stop() == 0, agent.logs()
-        print("ok: sgl-router's SHA-256 hashes answered on both replicas from the log")
+        embedded_router(bin_dir, ctx, a, prompt_a)
+        print("ok: sgl-router's SHA-256 hashes answered on both replicas from the log, "
+              "and by an embedded router")
     except AssertionError:
         for r in routers:
             sys.stderr.write(r.logs()[-3000:])
