@@ -39,8 +39,11 @@
 //
 // Cost: OnApplied O(blocks) flat-hash-map operations per stored event (no
 // allocation per block once the tables have grown), one one-block index
-// lookup per removed block that has an alias, and O(aliases of the model)
-// lookups per message with a clear. Translate: one shared lock and one
+// lookup per removed block that has an alias (through
+// IndexInterface::MatchSequenceHashes: its result allocates a row when
+// another source still holds the block; a cheaper "is it held" query of
+// the index would remove that), and O(aliases of the model) lookups per
+// message with a clear. Translate: one shared lock and one
 // flat-hash-map lookup per hash. Memory: two slots of 16 bytes (+1 control
 // byte) per alias, counted in Stats().bytes.
 //
