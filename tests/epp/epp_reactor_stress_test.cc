@@ -1,5 +1,4 @@
-// The endpoint picker's callback reactor under concurrency (ctest label
-// `concurrent`: the CI's tsan stage runs it under ThreadSanitizer). A real
+// The endpoint picker's callback reactor under concurrency. A real
 // EppServer (gRPC on loopback) over a real KvIndex, driven by many gateway
 // threads at once, each stream one of: a whole pick (the index decides it:
 // checked), a client that cancels mid-body, a body past --epp-max-body-bytes
