@@ -395,6 +395,20 @@ def scenario_nats(bin_dir):
         server.cleanup()
 
 
+def cleanup(probe, *procs):
+    """Stops the processes (by pid) and removes the probe's directory."""
+    for p in procs:
+        if p is not None:
+            p.cleanup()
+    probe.cleanup()
+
+
+def engine_metrics(port):
+    """A simulated engine's /metrics text."""
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=10) as answer:
+        return answer.read().decode()
+
+
 def metric_samples(text, name):
     """{labels text: value} of one metric in a Prometheus exposition."""
     out = {}
@@ -466,9 +480,7 @@ def scenario_epp(bin_dir):
         # The engines' view: each served what the report placed on it.
         per_worker = []
         for i in range(workers):
-            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % (engine_base + i),
-                                        timeout=10) as answer:
-                text = answer.read().decode()
+            text = engine_metrics(engine_base + i)
             per_worker.append(int(metric_samples(text, "vllm:request_success_total")[
                 '{model_name="sim-epp"}']))
             assert "vllm:kv_cache_usage_perc" in text and "vllm:num_requests_waiting" in text
@@ -489,10 +501,7 @@ def scenario_epp(bin_dir):
         dump_logs(router=router, mockengine=sim)
         raise
     finally:
-        for p in (sim, router):
-            if p is not None:
-                p.cleanup()
-        probe.cleanup()
+        cleanup(probe, sim, router)
 
 
 def scenario_epp_queue(bin_dir):
@@ -536,9 +545,7 @@ def scenario_epp_queue(bin_dir):
         # The engines' gauges after the burst (they hold until the next arrival).
         waiting = []
         for i in range(workers):
-            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % (engine_base + i),
-                                        timeout=10) as answer:
-                text = answer.read().decode()
+            text = engine_metrics(engine_base + i)
             label = '{model_name="sim-q"}'
             waiting.append(metric_samples(text, "vllm:num_requests_waiting")[label])
             running = metric_samples(text, "vllm:num_requests_running")[label]
@@ -559,10 +566,7 @@ def scenario_epp_queue(bin_dir):
         dump_logs(router=router, mockengine=sim)
         raise
     finally:
-        for p in (sim, router):
-            if p is not None:
-                p.cleanup()
-        probe.cleanup()
+        cleanup(probe, sim, router)
 
 
 def scenario_quickstart(bin_dir):
