@@ -40,7 +40,8 @@ def engines_args(trace, workers, limit, args):
            "--block-size", "16", "--device-capacity", str(args.device_capacity),
            "--host-capacity", str(args.host_capacity), "--seed", "1",
            "--pub-base-port", str(args.port_base),
-           "--replay-base-port", str(args.port_base + 200)]
+           "--replay-base-port", str(args.port_base + 200),
+           "--max-running", str(args.max_running)]
     if limit:
         out += ["--limit", str(limit)]
     return out
@@ -105,8 +106,11 @@ def write_markdown(path, results, args, started, command, load):
         (load[0][0], load[1][0]),
         "of the simulated cluster (`kvindex-mockengine`, services/mockengine/README.md) on a",
         "bundled Mooncake trace (data/mooncake/), all policies on the same engines:",
-        "%d GPU blocks and %d CPU offload blocks per engine, block size 16." %
-        (args.device_capacity, args.host_capacity),
+        "%d GPU blocks and %d CPU offload blocks per engine, block size 16, %s." %
+        (args.device_capacity, args.host_capacity,
+         "at most %d requests running per engine (`--max-running`), the rest queued" %
+         args.max_running if args.max_running else "no limit on the requests an engine runs "
+         "at once (`--max-running 0`: nothing queues)"),
         "round-robin, random and least-loaded never look at caches (simulated with",
         "`--dry-run`); kv-aware asks a real `kvindex-router --embedded`, fed by the engines'",
         "real KV events over ZMQ, `POST /v1/match` for every request (at %d requests/s)" %
@@ -216,6 +220,8 @@ def main():
     parser.add_argument("--rate", type=int, default=200, help="kv-aware requests/s")
     parser.add_argument("--device-capacity", type=int, default=8192)
     parser.add_argument("--host-capacity", type=int, default=32768)
+    parser.add_argument("--max-running", type=int, default=0,
+                        help="requests an engine runs at once, the rest queue (0 = no limit)")
     parser.add_argument("--http-port", type=int, default=18480)
     parser.add_argument("--port-base", type=int, default=27000)
     parser.add_argument("--policies", default=",".join(POLICIES))

@@ -71,7 +71,9 @@ Cluster::Cluster(ClusterOptions options, std::vector<trace::TraceRequest> reques
       sources_.push_back(std::move(s));
     }
   }
-  load_ = LoadModel(options_.load, sources_.size());
+  std::vector<uint32_t> max_running;
+  for (const Source& s : sources_) max_running.push_back(s.config->max_running);
+  load_ = LoadModel(options_.load, sources_.size(), std::move(max_running));
   arrivals_us_ = ArrivalTimesUs(requests_, options_.rate);
   requests_per_worker_.assign(options_.workers.size(), 0);
   engine_load_.assign(options_.workers.size(), EngineLoad{});
@@ -290,12 +292,13 @@ void Cluster::UpdateEngineLoad(size_t model, double now_us) {
   for (size_t k : by_model_[model]) engine_load_[sources_[k].worker] = EngineLoad{};
   for (size_t k : by_model_[model]) {
     EngineLoad& load = engine_load_[sources_[k].worker];
-    load.running += load_.InFlight(k, now_us);
+    const SourceLoad now = load_.Load(k, now_us);
+    load.running += now.running;
+    load.waiting += now.waiting;
     const double capacity = static_cast<double>(sources_[k].config->device);
-    load.kv_use = std::max(
-        load.kv_use,
-        std::min(1.0,
-                 capacity > 0 ? static_cast<double>(load_.InFlightBlocks(k)) / capacity : 0.0));
+    load.kv_use =
+        std::max(load.kv_use,
+                 std::min(1.0, capacity > 0 ? static_cast<double>(now.blocks) / capacity : 0.0));
   }
 }
 
@@ -353,8 +356,10 @@ void Cluster::ServeRequest(size_t r) {
   events_.clear();
   const PrefixHit hit = source.engine->ServePrompt(tokens, &events_);
   const uint64_t saved = uint64_t{hit.total()} * options_.block_size;
+  const uint32_t waiting = load_.Load(chosen, arrival).waiting;  // ahead of it
+  double wait_us = 0;
   load_.Start(chosen, arrival, tokens.size() - std::min<uint64_t>(saved, tokens.size()),
-              requests_[r].output_length, source.config->speed, hit.prompt_blocks);
+              requests_[r].output_length, source.config->speed, hit.prompt_blocks, &wait_us);
   UpdateEngineLoad(model, arrival);
   if (!events_.empty()) PublishBatch(source, r);
 
@@ -366,6 +371,9 @@ void Cluster::ServeRequest(size_t r) {
   prefill_tokens_ += tokens.size() - std::min<uint64_t>(saved, tokens.size());
   ++requests_per_worker_[source.worker];
   in_flight_sum_ += in_flight;
+  // The queue right after this arrival: the requests ahead, and this one if it waits too.
+  max_waiting_ = std::max(max_waiting_, waiting + (wait_us > 0 ? 1u : 0u));
+  wait_us_.push_back(wait_us);
   ++requests_done_;
   if (options_.record_requests) {
     query::JsonWriter w(&requests_jsonl_);
@@ -379,6 +387,9 @@ void Cluster::ServeRequest(size_t r) {
     w.Field("host", hit.host);
     w.Field("disk", hit.disk);
     w.Field("in_flight", in_flight);
+    w.Field("waiting", waiting);
+    w.Key("wait_us");
+    w.Double(wait_us);
     w.Key("match_us");
     if (exchange_us) {
       w.Double(*exchange_us);
@@ -609,6 +620,16 @@ void Cluster::WriteReport(std::string* out) const {
   w.Double(ratio(std::sqrt(var), mean));
   w.Key("mean_in_flight_at_arrival");
   w.Double(ratio(in_flight_sum_, static_cast<double>(requests_done_)));
+  w.Field("max_waiting", max_waiting_);
+  w.Key("wait_us");
+  w.BeginObject();
+  double wait_sum = 0;
+  for (double us : wait_us_) wait_sum += us;
+  w.Key("mean");
+  w.Double(ratio(wait_sum, static_cast<double>(wait_us_.size())));
+  w.Key("p99");
+  w.Double(Percentile(wait_us_, 0.99));
+  w.EndObject();
   w.EndObject();
   w.Key("match_latency_us");
   w.BeginObject();

@@ -147,6 +147,10 @@ class Cluster {
   uint64_t saved_tokens_ ABSL_GUARDED_BY(mutex_) = 0;
   std::vector<uint64_t> requests_per_worker_ ABSL_GUARDED_BY(mutex_);
   double in_flight_sum_ ABSL_GUARDED_BY(mutex_) = 0;
+  // The engines' queues: the most requests waiting on one source at once;
+  // each request's wait for a slot (simulated us).
+  uint32_t max_waiting_ ABSL_GUARDED_BY(mutex_) = 0;
+  std::vector<double> wait_us_ ABSL_GUARDED_BY(mutex_);
   std::vector<double> match_latency_us_ ABSL_GUARDED_BY(mutex_);
   uint64_t match_errors_ ABSL_GUARDED_BY(mutex_) = 0;
   uint64_t match_unknown_model_ ABSL_GUARDED_BY(mutex_) = 0;

@@ -65,6 +65,8 @@ Status ApplyEngineOverride(std::string_view text, ClusterOptions* options) {
       ok = ParseNumber(value, &worker->dp_ranks) && worker->dp_ranks >= 1;
     } else if (key == "speed") {
       ok = ParseNumber(value, &worker->speed) && worker->speed > 0;
+    } else if (key == "max_running") {
+      ok = ParseNumber(value, &worker->max_running);
     } else if (key == "model") {
       worker->model = std::string(value);
       ok =

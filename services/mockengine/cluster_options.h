@@ -1,5 +1,5 @@
 // ClusterOptions: the simulated fleet as configured by kvindex-mockengine's
-// flags: per-worker engines (wire form, tier capacities, dp ranks, speed,
+// flags: per-worker engines (wire form, tier capacities, dp ranks, speed, max running,
 // model, offload event style), placement, load model and fault knobs.
 //
 //   ClusterOptions o = ...;  // from flags
@@ -31,6 +31,7 @@ struct WorkerConfig {
   size_t disk = 0;
   uint32_t dp_ranks = 1;
   double speed = 1.0;
+  uint32_t max_running = 0;        // requests a rank runs at once (0 = no limit); the rest wait
   std::string model;               // one of ClusterOptions::models
   bool cpu_events_tokens = false;  // self-describing offload events
 };
@@ -62,8 +63,8 @@ struct ClusterOptions {
   bool record_requests = false;  // keep one JSON line per request (RequestsJsonl)
 };
 
-// "index=I,wire=W,device=N,host=N,disk=N,dp_ranks=N,speed=F,model=NAME,
-// cpu_events=placeholder|tokens": overrides worker I. InvalidArgument names
+// "index=I,wire=W,device=N,host=N,disk=N,dp_ranks=N,speed=F,max_running=N,
+// model=NAME,cpu_events=placeholder|tokens": overrides worker I. InvalidArgument names
 // the bad key or value.
 Status ApplyEngineOverride(std::string_view text, ClusterOptions* options);
 

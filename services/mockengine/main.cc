@@ -35,6 +35,7 @@ struct Flags {
   size_t disk_capacity = 0;
   uint32_t dp_ranks = 1;
   double speed = 1.0;
+  uint32_t max_running = 0;
   std::string cpu_events = "placeholder";
   std::vector<std::string> models{"demo-model"};
   std::vector<std::string> engines;
@@ -105,6 +106,10 @@ int main(int argc, char** argv) {
   app.add_option("--speed", f.speed, "Speed factor of the engines (service time / F)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  app.add_option("--max-running", f.max_running,
+                 "Requests an engine (rank) runs at once, as vLLM's max_num_seqs; later ones "
+                 "wait in its queue (0 = no limit)")
+      ->capture_default_str();
   app.add_option("--cpu-events", f.cpu_events,
                  "Offload stores: placeholder (engine hash only) or tokens (self-describing)")
       ->check(CLI::IsMember({"placeholder", "tokens"}))
@@ -113,7 +118,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--engine", f.engines,
                  "Per-worker override (repeatable): 'index=I,wire=W,device=N,host=N,disk=N,"
-                 "dp_ranks=N,speed=F,model=NAME,cpu_events=placeholder|tokens'");
+                 "dp_ranks=N,speed=F,max_running=N,model=NAME,cpu_events=placeholder|tokens'");
   app.add_option("--policy", f.policy,
                  "Placement: round-robin, kv-aware, random, least-loaded, epp")
       ->check(CLI::IsMember({"round-robin", "kv-aware", "random", "least-loaded", "epp"}))
@@ -182,6 +187,7 @@ int main(int argc, char** argv) {
                                      .disk = f.disk_capacity,
                                      .dp_ranks = f.dp_ranks,
                                      .speed = f.speed,
+                                     .max_running = f.max_running,
                                      .model = o.models[static_cast<size_t>(i) % o.models.size()],
                                      .cpu_events_tokens = f.cpu_events == "tokens"});
   }

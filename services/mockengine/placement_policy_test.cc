@@ -93,6 +93,45 @@ TEST(LoadModelTest, InFlightFollowsTheSimulatedClock) {
   EXPECT_EQ(load.InFlight(0, 2000), 0u);
 }
 
+TEST(LoadModelTest, MaxRunningQueuesFirstComeFirstServed) {
+  // Source 0 runs 2 at once; source 1 has no limit. Service 1000 us each
+  // (10 output tokens x 100 us), each request holding 5 device blocks.
+  LoadModel load({.prefill_us_per_token = 10, .decode_us_per_token = 100}, 2, {2});
+  double wait = -1;
+  for (int i = 0; i < 4; ++i) {
+    load.Start(0, 0, 0, 10, 1.0, 5, &wait);
+    EXPECT_DOUBLE_EQ(wait, i < 2 ? 0 : 1000) << i;
+    load.Start(1, 0, 0, 10, 1.0, 5);
+  }
+  SourceLoad at0 = load.Load(0, 0);
+  EXPECT_EQ(at0.running, 2u);
+  EXPECT_EQ(at0.waiting, 2u);
+  EXPECT_EQ(at0.blocks, 10u);  // a waiting request holds no blocks yet
+  EXPECT_EQ(load.InFlight(0, 0), 4u);
+  SourceLoad at1 = load.Load(1, 0);
+  EXPECT_EQ(at1.running, 4u);
+  EXPECT_EQ(at1.waiting, 0u);
+  EXPECT_EQ(at1.blocks, 20u);
+  // A fifth arrives at 500: both slots free at 2000 (the third and fourth
+  // run 1000..2000), so it starts at 2000.
+  load.Start(0, 500, 0, 10, 1.0, 5, &wait);
+  EXPECT_DOUBLE_EQ(wait, 1500);
+  at0 = load.Load(0, 1000);  // the first two finished, the next two started
+  EXPECT_EQ(at0.running, 2u);
+  EXPECT_EQ(at0.waiting, 1u);
+  EXPECT_EQ(at0.blocks, 10u);
+  at0 = load.Load(0, 2500);
+  EXPECT_EQ(at0.running, 1u);
+  EXPECT_EQ(at0.waiting, 0u);
+  EXPECT_EQ(at0.blocks, 5u);
+  at0 = load.Load(0, 3000);
+  EXPECT_EQ(at0.running + at0.waiting, 0u);
+  EXPECT_EQ(at0.blocks, 0u);
+  // Idle again: the next one starts at once.
+  load.Start(0, 3000, 0, 10, 1.0, 5, &wait);
+  EXPECT_DOUBLE_EQ(wait, 0);
+}
+
 TEST(LoadModelTest, ArrivalsFromTimestampsElseRate) {
   std::vector<trace::TraceRequest> r(3);
   EXPECT_EQ(ArrivalTimesUs(r, 100), (std::vector<double>{0, 10000, 20000}));
@@ -113,6 +152,9 @@ TEST(ClusterOptionsTest, OverridesAndSourceStrings) {
   EXPECT_FALSE(ApplyEngineOverride("index=1,wire=tgi", &o).ok());
   EXPECT_FALSE(ApplyEngineOverride("index=1,model=c", &o).ok());
   EXPECT_FALSE(ApplyEngineOverride("index=1,colour=red", &o).ok());
+  ASSERT_TRUE(ApplyEngineOverride("index=1,max_running=4", &o).ok());
+  EXPECT_EQ(o.workers[1].max_running, 4u);
+  EXPECT_FALSE(ApplyEngineOverride("index=1,max_running=-1", &o).ok());
   const auto s = SourceStrings(o);
   ASSERT_EQ(s.size(), 2u);
   EXPECT_EQ(s[0],
