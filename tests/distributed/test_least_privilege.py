@@ -25,12 +25,10 @@ equal the embedded reference router. Then, speaking raw NATS protocol:
 Usage: test_least_privilege.py BIN_DIR SCENARIO   (scenario: least_privilege)
 """
 
-import http.server
 import json
 import os
 import socket
 import sys
-import threading
 
 import msgpack
 
@@ -135,35 +133,6 @@ class RawNats:
         self.sock.close()
 
 
-class EngineMetrics:
-    """w0's engine port: GET /metrics in vLLM's names (docs/epp.md, "Load signals")."""
-
-    BODY = (b"vllm:num_requests_waiting{model_name=\"m\"} 3\n"
-            b"vllm:num_requests_running{model_name=\"m\"} 2\n"
-            b"vllm:kv_cache_usage_perc{model_name=\"m\"} 0.25\n")
-
-    def __init__(self):
-        body = self.BODY
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                self.send_response(200 if self.path == "/metrics" else 404)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = "127.0.0.1:%d" % self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
-
-
 def sample(router, series):
     """The value of one exact series (name and labels) in /metrics, 0 if absent."""
     for line in router.request("GET", "/metrics")[2].splitlines():
@@ -194,7 +163,8 @@ def scenario_least_privilege(bin_dir):
                    lease="1s")
     # w0 announces its engine's port: the agent scrapes it and publishes
     # node-a's load on core NATS, under node-a's rights.
-    engine = EngineMetrics()
+    engine = ne.MetricsServer()
+    engine.waiting, engine.kv = 3, 0.25
     c.agent.args = [a + ",endpoint=" + engine.address if a.startswith("worker=w0,") else a
                     for a in c.agent.args]
     raw = []

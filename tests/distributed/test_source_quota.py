@@ -58,17 +58,22 @@ def flood(raw, node, count, rng):
     return ack["seq"]
 
 
+def start_routers(c, server):
+    """Starts the cluster's routers; a raw client of `server` once they are ready."""
+    for r in c.routers:
+        r.start()
+    for r in c.routers:
+        r.wait_ready(60)
+    return tlp.RawNats(server.port, "any", "any")
+
+
 def scenario_flood(bin_dir):
     server = ne.NatsServer().start()
     c = td.Cluster(bin_dir, [server], router_extra=["--max-nodes", str(MAX_NODES)], routers=2)
     rng = random.Random(21)
     raw = None
     try:
-        for r in c.routers:
-            r.start()
-        for r in c.routers:
-            r.wait_ready(60)
-        raw = tlp.RawNats(server.port, "any", "any")
+        raw = start_routers(c, server)
         for n in range(1, 20):
             last = flood(raw, "flood-%02d" % n, 256, rng)
         # The honest node starts on a model the flood tried to fill.
@@ -148,11 +153,7 @@ def scenario_silent(bin_dir):
                       if sum(w.get("entries", {}).values()) > 0)
 
     try:
-        for r in c.routers:
-            r.start()
-        for r in c.routers:
-            r.wait_ready(60)
-        raw = tlp.RawNats(server.port, "any", "any")
+        raw = start_routers(c, server)
         for n in range(1, 4):
             flood(raw, "silent-%d" % n, 1, rng)
         last = flood(raw, "silent-4", 1, rng)
