@@ -291,8 +291,9 @@ std::vector<AgentTable::Lease> AgentTable::Leases() const {
   std::vector<Lease> out;
   MutexLock lock(&mu_);
   for (const auto& [name, agent] : agents_) {
-    if (agent.lease_ms == 0 || (agent.expired && agent.sources.empty())) continue;
-    out.push_back({name, agent.last_heartbeat_position, agent.lease_ms, agent.heartbeat_seen});
+    if (!Live(agent)) continue;
+    out.push_back({name, agent.last_heartbeat_position, agent.lease_ms, agent.heartbeat_seen,
+                   agent.incarnation, agent.last_msg_seq});
   }
   return out;
 }

@@ -145,12 +145,19 @@ class AgentTable {
 
   std::vector<AgentView> Agents() const;  // sorted by agent
 
-  // What the LivenessMonitor needs of each live agent with a lease.
+  // What the LivenessMonitor needs of each live agent. A node that never
+  // heartbeated (lease_ms 0: it only published events or headers) is listed
+  // too, so it cannot keep its --max-nodes slot for good: the monitor grants
+  // it the router's max_lease from when it first saw it.
   struct Lease {
     std::string agent;
     uint64_t heartbeat_position = 0;  // 0: none of the current incarnation yet
-    uint32_t lease_ms = 0;
+    uint32_t lease_ms = 0;            // 0: never heartbeated
     std::chrono::steady_clock::time_point heartbeat_seen{};
+    // The agent's numbering now (names the expiry of a node that never
+    // heartbeated, so each of its lives gets a fresh message id).
+    uint64_t incarnation = 0;
+    uint64_t msg_seq = 0;
   };
   std::vector<Lease> Leases() const;
 

@@ -55,13 +55,25 @@ void LivenessMonitor::CheckOnce(std::chrono::steady_clock::time_point now) {
   }
   resync_.clear();
   absl::flat_hash_map<std::string, Proposal> proposed;
+  absl::flat_hash_map<std::string, std::chrono::steady_clock::time_point> unannounced;
   for (const AgentTable::Lease& agent : loop_->agents().Leases()) {
-    const auto lease = std::min<std::chrono::milliseconds>(
-        std::chrono::milliseconds(agent.lease_ms), options_.max_lease);
-    if (now - agent.heartbeat_seen < lease) continue;
-    Proposal proposal{.heartbeat_position = agent.heartbeat_position, .at = now};
+    auto lease = std::min<std::chrono::milliseconds>(std::chrono::milliseconds(agent.lease_ms),
+                                                     options_.max_lease);
+    auto since = agent.heartbeat_seen;
     std::string id =
         "kvindex-expire:" + agent.agent + ":" + std::to_string(agent.heartbeat_position);
+    if (agent.lease_ms == 0) {
+      // Never heartbeated: the router's longest lease, from when this router
+      // first saw the node live (a restarted router grants a full one).
+      auto it = unannounced_.find(agent.agent);
+      since = it == unannounced_.end() ? now : it->second;
+      unannounced.emplace(agent.agent, since);
+      lease = options_.max_lease;
+      id = strings::Cat("kvindex-expire:", agent.agent, ":0:", agent.incarnation, ":",
+                        agent.msg_seq);
+    }
+    if (now - since < lease) continue;
+    Proposal proposal{.heartbeat_position = agent.heartbeat_position, .at = now};
     if (auto it = proposed_.find(agent.agent);
         it != proposed_.end() && it->second.heartbeat_position == agent.heartbeat_position) {
       proposal = it->second;
@@ -99,9 +111,10 @@ void LivenessMonitor::CheckOnce(std::chrono::steady_clock::time_point now) {
     }
     logger->warn(
         "agent {} silent for longer than its lease ({} ms, at most {} ms): expiry {} appended",
-        agent.agent, agent.lease_ms, options_.max_lease.count(), id);
+        agent.agent, lease.count(), options_.max_lease.count(), id);
   }
   proposed_.swap(proposed);
+  unannounced_.swap(unannounced);
 }
 
 }  // namespace kvindex::consume

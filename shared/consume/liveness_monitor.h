@@ -8,7 +8,10 @@
 // LivenessOptions::max_lease (router configuration, not the sender's). An
 // expiry that did not take effect within a lease of being proposed (its id
 // taken in advance by another message, or lost) is proposed again under a
-// fresh, unpredictable id (docs/security.md). It also appends the
+// fresh, unpredictable id (docs/security.md). A node that never heartbeated
+// (it only published) is granted max_lease from when this monitor first saw
+// it, then expired the same way, so it cannot keep a --max-nodes slot
+// (AgentTableOptions::max_nodes) for good. It also appends the
 // AgentTable's resync requests (an agent whose messages were lost), so the
 // agent republishes snapshots. Nothing is proposed while the router is
 // still catching up with the log. It reads only the table's leases
@@ -72,6 +75,8 @@ class LivenessMonitor {
     uint32_t attempts = 0;
   };
   absl::flat_hash_map<std::string, Proposal> proposed_;
+  // Live nodes that never heartbeated: when this monitor first saw each.
+  absl::flat_hash_map<std::string, std::chrono::steady_clock::time_point> unannounced_;
   // Makes this router's re-proposal ids unpredictable to other clients.
   const std::string nonce_;
   std::vector<AgentTable::ResyncRequest> resync_;  // not appended yet (this thread)

@@ -156,5 +156,64 @@ TEST(LivenessMonitorTest, ReproposalIdsDifferPerRouter) {
   loop.Stop();
 }
 
+// #21: a node that announced a source (or published anything) but never
+// heartbeated had no lease, so it never expired and kept its --max-nodes
+// slot for good. It is granted the router's --max-lease, then expired by the
+// log like any silent node, and its slot goes to the next node.
+TEST(LivenessMonitorTest, ANodeThatNeverHeartbeatsLosesItsSlotAfterTheMaxLease) {
+  Log log;
+  // node-a only stores; node-b, a second node past --max-nodes 1, is
+  // refused whole.
+  log.reader.Add(log.next_position++, {.agent = "node-a", .incarnation = 5, .msg_seq = 1},
+                 {Stored()}, false, "kvindex.events.m.node-a", kNow);
+  PlacementEvent b_stored = Stored();
+  b_stored.agent = "node-b";
+  b_stored.source = {"w1", 0};
+  log.reader.Add(log.next_position++, {.agent = "node-b", .incarnation = 6, .msg_seq = 1},
+                 {b_stored}, false, "kvindex.events.m.node-b", kNow);
+  index::KvIndex index;
+  ApplyOptions options;
+  options.agents.max_nodes = 1;
+  ApplyLoop loop(&log.reader, &index, nullptr, options);
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(WaitApplied(loop, 2));
+  EXPECT_EQ(index.Stats().entries[0], 2u);  // node-a's; node-b's refused (too_many_nodes)
+  LivenessMonitor monitor(
+      &loop, nullptr, log.Appender(),
+      {.interval = std::chrono::hours(1), .max_lease = std::chrono::seconds(2)});
+  const auto t0 = std::chrono::steady_clock::now();
+  monitor.CheckOnce(t0);  // first seen: the lease starts
+  monitor.CheckOnce(t0 + std::chrono::seconds(1));
+  EXPECT_TRUE(log.proposed.empty());
+  monitor.CheckOnce(t0 + std::chrono::milliseconds(2100));
+  ASSERT_EQ(log.proposed.size(), 1u);
+  EXPECT_EQ(log.proposed[0], "kvindex-expire:node-a:0:5:1");
+  ASSERT_TRUE(WaitApplied(loop, 3));
+  EXPECT_TRUE(loop.agents().Agents().at(0).expired);
+  EXPECT_EQ(index.Stats().entries[0], 0u);
+  // The slot is free: node-b's next message applies.
+  b_stored.block_hashes = {7};
+  log.reader.Add(log.next_position++, {.agent = "node-b", .incarnation = 6, .msg_seq = 2},
+                 {b_stored}, false, "kvindex.events.m.node-b", kNow);
+  ASSERT_TRUE(WaitApplied(loop, 4));
+  EXPECT_EQ(index.Stats().entries[0], 1u);
+  // node-b never heartbeats either: a monitor first seeing it now waits a
+  // full lease for it too (its first message after a refusal also asked it
+  // for snapshots).
+  auto expiries = [&] {
+    std::vector<std::string> ids;
+    for (const std::string& id : log.proposed) {
+      if (id.rfind("kvindex-expire:", 0) == 0) ids.push_back(id);
+    }
+    return ids;
+  };
+  monitor.CheckOnce(t0 + std::chrono::seconds(3));
+  EXPECT_EQ(expiries().size(), 1u);
+  monitor.CheckOnce(t0 + std::chrono::milliseconds(5200));
+  ASSERT_EQ(expiries().size(), 2u);
+  EXPECT_EQ(expiries()[1], "kvindex-expire:node-b:0:6:2");
+  loop.Stop();
+}
+
 }  // namespace
 }  // namespace kvindex::consume

@@ -6,7 +6,8 @@
 // Under memory limits (a tight cap, or injected allocation failures) the
 // oracle is given what KvIndex reports it applied (a stored event's head; a
 // removal followed by a clear of its source), and a second oracle fed the
-// whole stream proves KvIndex never holds an entry it was not given.
+// whole stream proves KvIndex never holds an entry it was not given. At a
+// low source limit both refuse the same stores.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -24,12 +25,16 @@
 namespace kvindex::index {
 namespace {
 
+constexpr uint32_t kMaxSourcesPerModel = 4096;
+
 struct StreamShape {
   int models = 3;
   int workers = 6;  // x ranks = sources
   int ranks = 3;
   int steps = 2500;
   int extend = 6;  // a store adds fewer than this many new blocks to its chain
+  // Both indexes' source limit per model (KvIndexOptions::max_sources_per_model).
+  uint32_t max_sources = kMaxSourcesPerModel;
 };
 
 // Memory limits in a stream: `a` (a KvIndex) may leave entries out.
@@ -131,6 +136,14 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
         if (shape_of_removal == 2) std::reverse(e.block_hashes.begin(), e.block_hashes.end());
       }
       if (rng() % 10 == 0) e.block_hashes.push_back(rng());  // never stored
+      if (shape.max_sources < kMaxSourcesPerModel && rng() % 3 == 0) {
+        // Everything the source holds in the tier (from the oracle): often
+        // its last entries, which free its source slot.
+        e.block_hashes.clear();
+        b.ForEachEntry([&](std::string_view mm, const SourceKey& s, Tier t, uint64_t h) {
+          if (mm == e.model && s == e.source && t == e.tier) e.block_hashes.push_back(h);
+        });
+      }
     } else if (dice < 91) {
       e.kind = PlacementKind::kCleared;
       if (rng() % 4 == 0) e.model.clear();  // every model
@@ -203,10 +216,17 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
       } else {
         return where.str() + "exhaustion does not fit the event: " + result_a.status.ToString();
       }
-    } else if (!result_a.status.ok()) {
+    } else if (!result_a.status.ok() && result_a.events_over_source_limit == 0) {
       return where.str() + "status without exhaustion: " + result_a.status.ToString();
     }
     const ApplyResult result_b = b.ApplyMessage(applied, at);
+    // Past the source limit both refuse the same stored events: a source
+    // holds a slot exactly while it holds an entry.
+    if (result_a.events_over_source_limit != result_b.events_over_source_limit) {
+      return where.str() +
+             "source limit refusals differ: " + std::to_string(result_a.events_over_source_limit) +
+             " vs " + std::to_string(result_b.events_over_source_limit);
+    }
     if (exhaustion != nullptr && exhaustion->full != nullptr)
       exhaustion->full->ApplyMessage(message, at);
     if (result_a.applied != result_b.applied) return where.str() + "Apply result differs";
@@ -254,7 +274,9 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
       }
       if (EntryRows(a) != EntryRows(b)) return where.str() + "ForEachEntry differs";
       // A restore from the entries (the checkpoint seam) reproduces the state.
-      KvIndex restored;
+      KvIndexOptions restored_options;
+      restored_options.max_sources_per_model = shape.max_sources;
+      KvIndex restored(restored_options);
       a.ForEachEntry([&](std::string_view mm, const SourceKey& s, Tier t, uint64_t h) {
         restored.RestoreEntry(mm, s, t, h, 16);
       });
@@ -334,6 +356,28 @@ TEST(DifferentialTest, MatchesOracleUnderATightMemoryCap) {
     const std::optional<std::string> failure = RunStream(index, oracle, seed, shape, &exhaustion);
     EXPECT_FALSE(failure.has_value()) << *failure << "\nreplay: KVINDEX_SEED=" << seed;
     EXPECT_GT(index.Stats().blocks_not_indexed, 0u) << seed;
+  }
+}
+
+// Few source slots per model for the stream's 150 sources: stores, removals
+// and clears keep taking and freeing them, and KvIndex must refuse exactly
+// the stores the oracle refuses (a source holds a slot while it holds an
+// entry; the old index kept the id of a source emptied by removals).
+TEST(DifferentialTest, MatchesOracleAtASourceLimit) {
+  std::vector<uint64_t> seeds = {31, 32, 33};
+  if (auto seed = EnvU64("KVINDEX_SEED")) seeds = {*seed};
+  for (uint64_t seed : seeds) {
+    StreamShape shape;
+    shape.workers = 50;
+    shape.max_sources = 24;
+    if (auto steps = EnvU64("KVINDEX_STEPS")) shape.steps = static_cast<int>(*steps);
+    KvIndexOptions options;
+    options.max_sources_per_model = shape.max_sources;
+    KvIndex index(options);
+    ReferenceIndex oracle(shape.max_sources);
+    const std::optional<std::string> failure = RunStream(index, oracle, seed, shape);
+    EXPECT_FALSE(failure.has_value()) << *failure << "\nreplay: KVINDEX_SEED=" << seed;
+    EXPECT_GT(index.Stats().events_over_source_limit, 0u) << seed;
   }
 }
 

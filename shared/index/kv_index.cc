@@ -119,6 +119,7 @@ ModelIndex* KvIndex::GetOrCreateModel(std::string_view model, bool* over_limit) 
   internal::ModelLimits limits;
   limits.max_bytes = options_.max_model_bytes;
   limits.max_chunks = options_.max_arena_chunks;
+  limits.max_sources = options_.max_sources_per_model;
   std::unique_ptr<ModelIndex> created =
       ModelIndex::Create(std::string(model), memory_.get(), limits);
   if (created == nullptr) return nullptr;

@@ -71,6 +71,10 @@ struct KvIndexOptions {
   // Testing: node arena chunks (2 MiB) per model, the hard limit; at most
   // and by default 4096.
   uint32_t max_arena_chunks = 4096;
+  // Testing: source ids per model (sources holding entries); at most and by
+  // default 4096. A new source past it is not indexed (counted in
+  // IndexStats::events_over_source_limit).
+  uint32_t max_sources_per_model = 4096;
   // Models the index creates, in log order; stored events of further models
   // are not indexed (counted in IndexStats::events_over_model_limit and
   // reported by ApplyMessage as ResourceExhausted). 0 = no cap. A model

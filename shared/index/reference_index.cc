@@ -12,17 +12,44 @@ ApplyResult ReferenceIndex::ApplyMessage(std::span<const PlacementEvent> events,
                                          uint64_t log_position) {
   if (log_position <= applied_seq_) return {};
   applied_seq_ = log_position;
-  for (const PlacementEvent& event : events) ApplyEvent(event);
   ApplyResult result;
   result.applied = true;
+  for (const PlacementEvent& event : events) ApplyEvent(event, &result);
+  if (result.events_over_source_limit != 0) {
+    result.status = absl::ResourceExhaustedError("source limit of a model reached");
+  }
   return result;
 }
 
-void ReferenceIndex::ApplyEvent(const PlacementEvent& event) {
+bool ReferenceIndex::HoldsAny(const Model& model, const SourceKey& source) {
+  auto it = model.entries.lower_bound({source, kAllTiers[0], 0});
+  return it != model.entries.end() && std::get<0>(*it) == source;
+}
+
+size_t ReferenceIndex::SourcesWithEntries(const Model& model) {
+  // Entries are ordered by source first: count where the source changes.
+  size_t n = 0;
+  const SourceKey* last = nullptr;
+  for (const Entry& e : model.entries) {
+    if (last == nullptr || *last != std::get<0>(e)) ++n;
+    last = &std::get<0>(e);
+  }
+  return n;
+}
+
+void ReferenceIndex::ApplyEvent(const PlacementEvent& event, ApplyResult* result) {
   switch (event.kind) {
     case PlacementKind::kStored: {
       Model& model = models_[event.model];
       if (event.block_size != 0) model.block_size = event.block_size;
+      // A source takes one of the model's source slots while it holds an
+      // entry, from its first stored entry to its last removed one.
+      if (!event.block_hashes.empty() && !HoldsAny(model, event.source) &&
+          SourcesWithEntries(model) >= max_sources_) {
+        ++events_over_source_limit_;
+        ++result->events_over_source_limit;
+        break;
+      }
       for (uint64_t h : event.block_hashes) model.entries.insert({event.source, event.tier, h});
       break;
     }
@@ -129,6 +156,7 @@ IndexStats ReferenceIndex::Stats() const {
     }
   }
   stats.sources = sources.size();
+  stats.events_over_source_limit = events_over_source_limit_;
   return stats;
 }
 

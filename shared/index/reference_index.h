@@ -24,6 +24,11 @@ namespace kvindex::index {
 
 class ReferenceIndex : public IndexInterface {
  public:
+  // max_sources_per_model as KvIndexOptions's: a stored event of a source
+  // that holds no entry of its model, while the model's sources holding
+  // entries number this many, is not indexed and counted.
+  explicit ReferenceIndex(size_t max_sources_per_model = 4096)
+      : max_sources_(max_sources_per_model) {}
   ApplyResult ApplyMessage(std::span<const PlacementEvent> events, uint64_t log_position) override;
   StatusOr<MatchResult> MatchSequenceHashes(std::string_view model,
                                             std::span<const uint64_t> seq_hashes,
@@ -47,10 +52,14 @@ class ReferenceIndex : public IndexInterface {
   virtual void Erase(Model& model, const Entry& entry) { model.entries.erase(entry); }
 
  private:
-  void ApplyEvent(const PlacementEvent& event);
+  void ApplyEvent(const PlacementEvent& event, ApplyResult* result);
+  static bool HoldsAny(const Model& model, const SourceKey& source);
+  static size_t SourcesWithEntries(const Model& model);
 
+  const size_t max_sources_;
   std::map<std::string, Model, std::less<>> models_;
   uint64_t applied_seq_ = 0;
+  uint64_t events_over_source_limit_ = 0;
 };
 
 // Every entry of an index as a comparable set (tests compare two indexes).

@@ -5,12 +5,14 @@ and kvindex-router --nats processes, each stopped by its pid.
 Builds on tests/e2e/kvindex_e2e.py (engines, hashing, the embedded router).
 """
 
+import http.server
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
@@ -236,6 +238,42 @@ def same_digest(routers, digest=None, timeout=30):
         seqs = {s["applied_seq"] for s in states}
         return len(digests) == 1 and len(seqs) == 1 and (digest is None or digests == {digest})
     return wait_state(routers, ok, timeout, "equal digests%s" % (" == " + digest if digest else ""))
+
+
+class MetricsServer:
+    """An engine's OpenAI port answering GET /metrics in vLLM's names."""
+
+    def __init__(self):
+        self.waiting, self.kv, self.fail = 0, 0.1, False
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                if outer.fail or self.path != "/metrics":
+                    self.send_response(500)
+                    self.end_headers()
+                    return
+                body = ("# TYPE vllm:num_requests_waiting gauge\n"
+                        "vllm:num_requests_waiting{model_name=\"m\"} %d\n"
+                        "vllm:num_requests_running{model_name=\"m\"} 1\n"
+                        "vllm:kv_cache_usage_perc{model_name=\"m\"} %f\n"
+                        % (outer.waiting, outer.kv)).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.address = "127.0.0.1:%d" % self.server.server_address[1]
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def run_scenario(scenarios, argv):

@@ -14,10 +14,13 @@ equal the embedded reference router. Then, speaking raw NATS protocol:
     agent=node-a with incarnation 2^64-1, and which clears node-a's worker,
     is stored by JetStream but refused by the router (subject_mismatch):
     node-a's placements are untouched and its later messages still apply;
-  - load samples (core NATS <prefix>_load.<node>, issue #22): node-b may
-    publish only its own; the router (with --epp, subscribed to
-    <prefix>_load.* under its rights) refuses a sample node-b sends about
-    node-a's worker, and a report on node-b's subject naming node-a.
+  - load samples (core NATS <prefix>_load.<node>, issue #22): the real
+    agent scrapes its engine's /metrics (w0 has endpoint=) and publishes
+    node-a's load under node-a's rights, and the router (with --epp,
+    subscribed to <prefix>_load.* under its rights) receives those samples;
+    node-b may publish only its own, and the router refuses a sample node-b
+    sends about node-a's worker, and a report on node-b's subject naming
+    node-a, while it goes on receiving node-a's.
 
 Usage: test_least_privilege.py BIN_DIR SCENARIO   (scenario: least_privilege)
 """
@@ -158,6 +161,12 @@ def scenario_least_privilege(bin_dir):
                                  "--nats-password-file", files["router"],
                                  "--epp", "127.0.0.1:%d" % e2e.free_port()], routers=1,
                    lease="1s")
+    # w0 announces its engine's port: the agent scrapes it and publishes
+    # node-a's load on core NATS, under node-a's rights.
+    engine = ne.MetricsServer()
+    engine.waiting, engine.kv = 3, 0.25
+    c.agent.args = [a + ",endpoint=" + engine.address if a.startswith("worker=w0,") else a
+                    for a in c.agent.args]
     raw = []
     try:
         # The real agent and router work with only these rights.
@@ -188,6 +197,11 @@ def scenario_least_privilege(bin_dir):
             errors = routers.publish(subject, payload)
             assert refused(errors, subject), (subject, errors)
 
+        # node-a's own load samples reach the router (the agent's grant on
+        # <prefix>_load.node-a, the router's on <prefix>_load.*).
+        load_received = 'kvindex_router_epp_load_samples_total{outcome="received"}'
+        e2e.wait_for(lambda: sample(router, load_received) >= 5, 10,
+                     "the router receiving node-a's load samples")
         # Load samples node-b may publish (its own subject) about node-a's
         # worker, or naming node-a: the router keeps neither.
         load_refused = 'kvindex_router_epp_load_samples_total{outcome="refused"}'
@@ -199,6 +213,10 @@ def scenario_least_privilege(bin_dir):
             assert node_b.publish("%s_load.node-b" % PREFIX, msgpack.packb(report)) == []
         e2e.wait_for(lambda: sample(router, load_refused) == 2, 10,
                      "the router refusing node-b's load samples about node-a")
+        # ... while node-a's own keep arriving.
+        received = sample(router, load_received)
+        e2e.wait_for(lambda: sample(router, load_received) >= received + 5, 10,
+                     "node-a's load samples still received")
 
         # What node-b may publish, on its own subject, claiming to be node-a:
         # stored by JetStream, refused by the router, node-a untouched.
@@ -226,10 +244,12 @@ def scenario_least_privilege(bin_dir):
         for p in [c.agent, router]:
             assert "ermission" not in p.logs(), p.logs()
         print("least_privilege: foreign subjects refused by nats-server; a forged header "
-              "refused by the router; node-a served throughout")
+              "refused by the router; node-a served throughout, its own load samples "
+              "received, forged ones refused")
     finally:
         for r in raw:
             r.close()
+        engine.close()
         c.cleanup()
 
 

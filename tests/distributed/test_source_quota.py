@@ -16,7 +16,15 @@ then three more made-up nodes publish.
     stores were not indexed);
   - both routers hold the same digest at the same position.
 
-Usage: test_source_quota.py BIN_DIR SCENARIO   (scenario: flood)
+Scenario silent: nodes that announce sources but never heartbeat used to
+keep their --max-nodes slots for good (no lease, so never expired). Two
+routers with --max-nodes 3 --max-lease 3s; three made-up nodes each store
+one source and never heartbeat; a fourth is refused (too_many_nodes). A
+lease later the routers expire the three by the log (agent_expired, their
+sources cleared), and the fourth node's next message applies; both routers
+at the same digest.
+
+Usage: test_source_quota.py BIN_DIR SCENARIO   (scenario: flood, silent)
 """
 
 import os
@@ -50,17 +58,22 @@ def flood(raw, node, count, rng):
     return ack["seq"]
 
 
+def start_routers(c, server):
+    """Starts the cluster's routers; a raw client of `server` once they are ready."""
+    for r in c.routers:
+        r.start()
+    for r in c.routers:
+        r.wait_ready(60)
+    return tlp.RawNats(server.port, "any", "any")
+
+
 def scenario_flood(bin_dir):
     server = ne.NatsServer().start()
     c = td.Cluster(bin_dir, [server], router_extra=["--max-nodes", str(MAX_NODES)], routers=2)
     rng = random.Random(21)
     raw = None
     try:
-        for r in c.routers:
-            r.start()
-        for r in c.routers:
-            r.wait_ready(60)
-        raw = tlp.RawNats(server.port, "any", "any")
+        raw = start_routers(c, server)
         for n in range(1, 20):
             last = flood(raw, "flood-%02d" % n, 256, rng)
         # The honest node starts on a model the flood tried to fill.
@@ -119,6 +132,48 @@ def scenario_flood(bin_dir):
         print("flood: 4,864 made-up sources of 19 nodes bounded to %d, 3 nodes past "
               "--max-nodes refused, node-a served (digest %s on both routers)"
               % (3072 + 7 * SHARE, states[0]["digest"]))
+    finally:
+        if raw is not None:
+            raw.close()
+        c.cleanup()
+
+
+def scenario_silent(bin_dir):
+    server = ne.NatsServer().start()
+    c = td.Cluster(bin_dir, [server], router_extra=["--max-nodes", "3", "--max-lease", "3s"],
+                   routers=2)
+    rng = random.Random(22)
+    raw = None
+    expired = 'kvindex_router_log_messages_total{outcome="agent_expired"}'
+    too_many = 'kvindex_router_log_messages_refused_total{reason="too_many_nodes"}'
+
+    def workers(r):
+        """Workers holding entries."""
+        return sorted(w["worker"] for w in r.json("GET", "/v1/workers").get("workers", [])
+                      if sum(w.get("entries", {}).values()) > 0)
+
+    try:
+        raw = start_routers(c, server)
+        for n in range(1, 4):
+            flood(raw, "silent-%d" % n, 1, rng)
+        last = flood(raw, "silent-4", 1, rng)
+        for r in c.routers:
+            e2e.wait_for(lambda: r.state()["applied_seq"] >= last, 30, "the silent nodes read")
+            assert tlp.sample(r, too_many) == 1, tlp.sample(r, too_many)
+            assert workers(r) == ["silent-%d-fake000" % n for n in range(1, 4)], workers(r)
+        # No heartbeat ever: a --max-lease later the routers expire them.
+        for r in c.routers:
+            e2e.wait_for(lambda: tlp.sample(r, expired) >= 3, 30,
+                         "the silent nodes expired by the log")
+            e2e.wait_for(lambda: workers(r) == [], 10, "the silent nodes' sources cleared")
+        last = flood(raw, "silent-4", 1, rng)
+        for r in c.routers:
+            e2e.wait_for(lambda: r.state()["applied_seq"] >= last, 30, "silent-4 read")
+            assert workers(r) == ["silent-4-fake000"], workers(r)
+            assert tlp.sample(r, too_many) == 1, tlp.sample(r, too_many)
+        states = ne.same_digest(c.routers, timeout=10)
+        print("silent: three nodes that never heartbeat expired after --max-lease 3s, "
+              "their slots taken by a fourth (digest %s on both routers)" % states[0]["digest"])
     finally:
         if raw is not None:
             raw.close()

@@ -21,13 +21,11 @@ the same JetStream stream, with no --endpoints-file:
 Usage: test_epp_fleet.py BIN_DIR
 """
 
-import http.server
 import json
 import os
 import shutil
 import sys
 import tempfile
-import threading
 
 import grpc
 import zmq
@@ -44,40 +42,7 @@ PREFIXED = list(range(1, 17))     # w0 holds these blocks
 FRESH = [[900 + i] * 16 for i in range(6)]  # nobody holds these
 
 
-class MetricsServer:
-    """An engine's OpenAI port answering GET /metrics in vLLM's names."""
-
-    def __init__(self):
-        self.waiting, self.kv, self.fail = 0, 0.1, False
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                if outer.fail or self.path != "/metrics":
-                    self.send_response(500)
-                    self.end_headers()
-                    return
-                body = ("# TYPE vllm:num_requests_waiting gauge\n"
-                        "vllm:num_requests_waiting{model_name=\"m\"} %d\n"
-                        "vllm:num_requests_running{model_name=\"m\"} 1\n"
-                        "vllm:kv_cache_usage_perc{model_name=\"m\"} %f\n"
-                        % (outer.waiting, outer.kv)).encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.address = "127.0.0.1:%d" % self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+MetricsServer = nats_e2e.MetricsServer  # an engine's /metrics in vLLM's names
 
 
 def pick(channel, tokens):

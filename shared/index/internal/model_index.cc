@@ -49,11 +49,12 @@ ModelIndex::ModelIndex(std::string model, MemoryCounter* memory, const ModelLimi
       arena_(memory, limits.max_chunks),
       nodes_(CountingAllocator<ChainNode*>(memory)),
       locator_(locator.release()),
-      sources_(memory) {
+      sources_(memory, limits.max_sources) {
   memory_->Add(sizeof(ModelIndex));
 }
 
 ModelIndex::~ModelIndex() {
+  for (SourceRecord* rec : retired_sources_) sources_.Destroy(rec);
   delete locator_.load(std::memory_order_relaxed);
   for (ChainNode* node : nodes_) ChainNode::Destroy(node);
   memory_->Sub(sizeof(ModelIndex));
@@ -70,9 +71,18 @@ SourceRecord* ModelIndex::FindOrAddSource(const SourceKey& source) {
   SourceRecord* rec = sources_.Add(source, DigestPrefix(model_, source));
   if (rec == nullptr) return nullptr;
   seqlock_.Begin();
-  sources_.Rerank();
+  sources_.Rank(rec->id);
   seqlock_.End();
   return rec;
+}
+
+void ModelIndex::ReleaseEmptySource(SourceRecord* rec) {
+  // No node holds the id (its counts are 0); a reader that read a bit of it
+  // before fails validation across the bracket, so it never pairs the id
+  // with the record of a source that reuses it.
+  seqlock_.Begin();
+  retired_sources_.push_back(sources_.Release(rec->id));
+  seqlock_.End();
 }
 
 void ModelIndex::CountDelta(SourceRecord* rec, Tier tier, int64_t delta) {
@@ -360,8 +370,13 @@ bool ModelIndex::Rebuild(size_t min_capacity) {
   return true;
 }
 
+bool ModelIndex::RetiredBatchFull() const {
+  return retired_.size() + retired_sources_.size() >= kRetireBatch ||
+         retired_bytes_ >= kRetireBytes;
+}
+
 void ModelIndex::ReclaimRetired() {
-  if (retired_.empty()) return;
+  if (retired_.empty() && retired_sources_.empty()) return;
   grace_.Synchronize();
   FreeRetired();
 }
@@ -380,6 +395,8 @@ void ModelIndex::FreeRetired() {
   }
   retired_.clear();
   retired_bytes_ = 0;
+  for (SourceRecord* rec : retired_sources_) sources_.Destroy(rec);
+  retired_sources_.clear();
 }
 
 // ---------------------------------------------------------------- writer
@@ -439,7 +456,9 @@ size_t ModelIndex::Store(const SourceKey& source, Tier tier, std::span<const uin
   }
   digest_.fetch_add(digest, std::memory_order_relaxed);
   CountDelta(rec, tier, added);
-  if (retired_.size() >= kRetireBatch || retired_bytes_ >= kRetireBytes) ReclaimRetired();
+  // A new source of which nothing fit holds no id.
+  if (rec->total == 0) ReleaseEmptySource(rec);
+  if (RetiredBatchFull()) ReclaimRetired();
   return n - i;
 }
 
@@ -571,7 +590,9 @@ bool ModelIndex::Remove(const SourceKey& source, Tier tier, std::span<const uint
     ClearIds({rec->id});
     return false;
   }
-  if (retired_.size() >= kRetireBatch || retired_bytes_ >= kRetireBytes) ReclaimRetired();
+  // Its last entry removed: the id is free again, as after a clear.
+  if (rec->total == 0) ReleaseEmptySource(rec);
+  if (RetiredBatchFull()) ReclaimRetired();
   return true;
 }
 
@@ -636,11 +657,10 @@ bool ModelIndex::RemoveHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceR
 }
 
 void ModelIndex::Clear(std::span<const PlacementEvent> clears) {
-  // The ids in the order clearing one event after the other frees them:
-  // freed ids are reused last in, first out, and an id decides its node's
-  // holder groups, hence node sizes and what fits under the memory limits,
-  // so the order depends on the log alone (a worker's ids sorted, never in
-  // the process's hash order).
+  // The ids the run clears, each once (a worker's in id order, never in the
+  // process's hash order). Which ids are freed decides which id a later
+  // source takes (the lowest free one), hence its holder group, node sizes
+  // and what fits under the memory limits: it depends on the log alone.
   std::vector<uint32_t> ids, worker_ids;
   uint64_t seen[kMaxGroups] = {};
   auto add = [&](uint32_t id) {

@@ -70,6 +70,9 @@ struct ModelLimits {
   // The arena's hard limit (tests lower it); new entries stop max_chunks/64
   // chunks (at least one) below it.
   uint32_t max_chunks = NodeArena::kMaxChunks;
+  // Source ids (sources holding entries); at most and by default
+  // kMaxSources (tests lower it).
+  uint32_t max_sources = kMaxSources;
 };
 
 class ModelIndex {
@@ -87,7 +90,13 @@ class ModelIndex {
   uint32_t block_size() const { return block_size_.load(std::memory_order_acquire); }
 
   // Writer. Set semantics: inserting a held entry or removing a missing one
-  // changes nothing. A source beyond kMaxSources is not indexed (fail closed).
+  // changes nothing. A source holds an id exactly while it holds an entry:
+  // the store that gives it its first entry takes the lowest free id, and
+  // the removal or clear that takes its last entry frees the id at once. So
+  // the ids in use are the sources holding entries, a function of the
+  // entries (which a checkpoint keeps): a replica restored mid-churn refuses
+  // exactly the stores the one that read the whole log refuses. A new source
+  // beyond limits.max_sources is not indexed (fail closed).
   void SetBlockSize(uint32_t block_size);
   // Returns how many of `hashes` were not indexed for lack of memory: 0, or
   // all from the first block that needed memory beyond the limits (those
@@ -160,6 +169,10 @@ class ModelIndex {
   // The source's record, added (and the sources reranked) when new;
   // nullptr past kMaxSources.
   SourceRecord* FindOrAddSource(const SourceKey& source);
+  // Frees the id of a source left without entries by a store or a removal
+  // (inside the global bracket); its record is destroyed with the next batch
+  // of retired nodes, after a grace period.
+  void ReleaseEmptySource(SourceRecord* rec);
   void CountDelta(SourceRecord* rec, Tier tier, int64_t delta);
   uint64_t DigestRange(const SourceRecord* rec, Tier tier, const ChainNode* node, uint32_t lo,
                        uint32_t hi) const;
@@ -208,6 +221,7 @@ class ModelIndex {
   bool EnsureRoom(size_t blocks);
   bool Rebuild(size_t min_capacity);
   void ReclaimRetired();
+  bool RetiredBatchFull() const;
   void FreeRetired();  // after a grace period that began once they were retired
   // Before the writer changes a node's extent or holder bits: an open
   // capture keeps what the node held (model_capture.h).
@@ -231,6 +245,7 @@ class ModelIndex {
   uint64_t overflow_growths_ = 0;
   std::vector<ChainNode*> retired_;  // unreachable, freed after a grace period
   size_t retired_bytes_ = 0;
+  std::vector<SourceRecord*> retired_sources_;  // ids freed, destroyed with retired_
   RemovalSeqlock seqlock_;
   GracePeriod grace_;
   // Odd while the writer erases locator slots (which moves others back): a

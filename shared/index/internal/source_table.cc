@@ -1,8 +1,8 @@
 #include "shared/index/internal/source_table.h"
 
 #include <algorithm>
+#include <bit>
 #include <utility>
-#include <vector>
 
 #include "shared/index/internal/chain_node.h"
 
@@ -16,11 +16,11 @@ size_t RecordBytes(const SourceRecord& rec) {
 
 }  // namespace
 
-SourceTable::SourceTable(MemoryCounter* memory)
+SourceTable::SourceTable(MemoryCounter* memory, uint32_t max_sources)
     : memory_(memory),
+      max_sources_(std::min(max_sources, kMaxSources)),
       ids_(0, absl::Hash<SourceKey>(), std::equal_to<SourceKey>(),
-           CountingAllocator<std::pair<const SourceKey, uint32_t>>(memory)),
-      free_ids_(CountingAllocator<uint32_t>(memory)) {
+           CountingAllocator<std::pair<const SourceKey, uint32_t>>(memory)) {
   // Without address space for them no source is ever added (counted as over
   // the source limit: fail closed).
   no_room_ = !records_.Reserve(kMaxSources, memory) || !ranks_.Reserve(kMaxSources, memory);
@@ -39,16 +39,20 @@ SourceRecord* SourceTable::Find(const SourceKey& source) const {
 }
 
 SourceRecord* SourceTable::Add(const SourceKey& source, std::string digest_prefix) {
-  uint32_t id;
-  if (!free_ids_.empty()) {
-    id = free_ids_.back();
-    free_ids_.pop_back();
-  } else {
-    id = id_limit_.load(std::memory_order_relaxed);
-    if (no_room_ || id >= kMaxSources) return nullptr;
+  if (no_room_) return nullptr;
+  uint32_t id = kMaxSources;
+  for (uint32_t w = 0; w < kMaxSources / 64; ++w) {
+    if (used_[w] != ~uint64_t{0}) {
+      id = w * 64 + static_cast<uint32_t>(std::countr_one(used_[w]));
+      break;
+    }
+  }
+  if (id >= max_sources_) return nullptr;
+  if (id >= id_limit_.load(std::memory_order_relaxed)) {
     // Readers see the new id only after id_limit_ or a node bit publishes it.
     if (!records_.EnsureSize(id + 1) || !ranks_.EnsureSize(id + 1)) return nullptr;
   }
+  used_[id / 64] |= uint64_t{1} << (id % 64);
   auto* rec = new SourceRecord;
   rec->key = source;
   rec->digest_prefix = std::move(digest_prefix);
@@ -63,22 +67,27 @@ SourceRecord* SourceTable::Add(const SourceKey& source, std::string digest_prefi
   return rec;
 }
 
-void SourceTable::Rerank() {
-  std::vector<std::pair<const SourceKey*, uint32_t>> order;
-  order.reserve(ids_.size());
-  for (const auto& [key, id] : ids_) order.emplace_back(&key, id);
-  std::sort(order.begin(), order.end(),
-            [](const auto& a, const auto& b) { return *a.first < *b.first; });
-  for (uint32_t r = 0; r < order.size(); ++r) {
-    ranks_[order[r].second].store(r, std::memory_order_relaxed);
+void SourceTable::Rank(uint32_t id) {
+  const SourceKey& key = records_[id].load(std::memory_order_relaxed)->key;
+  uint32_t r = 0;
+  for (const auto& [other, other_id] : ids_) r += other_id != id && other < key ? 1 : 0;
+  for (const auto& [other, other_id] : ids_) {
+    const uint32_t x = ranks_[other_id].load(std::memory_order_relaxed);
+    if (other_id != id && x >= r) ranks_[other_id].store(x + 1, std::memory_order_relaxed);
   }
+  ranks_[id].store(r, std::memory_order_relaxed);
 }
 
 SourceRecord* SourceTable::Release(uint32_t id) {
   SourceRecord* rec = records_[id].load(std::memory_order_relaxed);
   records_[id].store(nullptr, std::memory_order_release);
   ids_.erase(rec->key);
-  free_ids_.push_back(id);
+  used_[id / 64] &= ~(uint64_t{1} << (id % 64));
+  const uint32_t r = ranks_[id].load(std::memory_order_relaxed);
+  for (const auto& [other, other_id] : ids_) {
+    const uint32_t x = ranks_[other_id].load(std::memory_order_relaxed);
+    if (x > r) ranks_[other_id].store(x - 1, std::memory_order_relaxed);
+  }
   return rec;
 }
 
