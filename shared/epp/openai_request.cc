@@ -2,7 +2,10 @@
 
 #include <simdjson.h>
 
+#include <cstdint>
 #include <string>
+
+#include "shared/query/match_request.h"
 
 namespace kvindex::epp {
 namespace {
@@ -53,6 +56,13 @@ Status ReadPrompt(simdjson::dom::element prompt, OpenAiRequest* out) {
 }
 
 namespace od = simdjson::ondemand;
+
+// Whitespace after a value, before the next ',' or '}' (RFC 8259).
+bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+// No token count of its own: the body size bounds the prompt (the DOM parse
+// takes any count too). A count the scanner refuses goes to the DOM parse.
+constexpr size_t kMaxPromptTokens = SIZE_MAX;
 
 // Reads a value to its end, every scalar parsed and every string unescaped,
 // so that the on-demand path accepts only what the DOM parse accepts.
@@ -156,14 +166,21 @@ bool ParseCommonCompletions(std::string_view body, OpenAiRequest* out) {
         out->prompt_text.assign(text);
         out->has_prompt_text = true;
       } else if (type == od::json_type::array) {
+        // The array's text (skipped over, not parsed, by simdjson), decoded
+        // by /v1/match's scanner of token arrays; anything it declines
+        // (signs, fractions, exponents, nesting, ...) goes to the DOM parse.
         od::array array;
-        if (value.get_array().get(array) != simdjson::SUCCESS) return false;
-        for (auto element : array) {
-          uint64_t id = 0;
-          if (element.get_uint64().get(id) != simdjson::SUCCESS || id > UINT32_MAX) return false;
-          out->prompt_tokens.push_back(static_cast<uint32_t>(id));
+        std::string_view json;
+        if (value.get_array().get(array) != simdjson::SUCCESS ||
+            array.raw_json().get(json) != simdjson::SUCCESS) {
+          return false;
         }
-        if (out->prompt_tokens.empty()) return false;
+        while (!json.empty() && IsJsonSpace(json.back())) json.remove_suffix(1);
+        // The padding after the body keeps the scanner's reads in bounds.
+        if (!query::FastParseU32Array(json, kMaxPromptTokens, &out->prompt_tokens) ||
+            out->prompt_tokens.empty()) {
+          return false;
+        }
         out->has_prompt_tokens = true;
       } else {
         return false;
@@ -190,14 +207,15 @@ void OpenAiRequest::Clear() {
   cache_salt.clear();
 }
 
-Status ParseOpenAiRequest(std::string_view body, std::string_view path, OpenAiRequest* out) {
-  out->Clear();
+namespace {
+
+bool IsChatPath(std::string_view path) {
   if (size_t q = path.find('?'); q != std::string_view::npos) path = path.substr(0, q);
-  const bool chat_path = path.ends_with("/chat/completions");
-  if (!chat_path) {
-    if (ParseCommonCompletions(body, out)) return absl::OkStatus();
-    out->Clear();
-  }
+  return path.ends_with("/chat/completions");
+}
+
+// Any body, with every error's message.
+Status ParseWithDom(std::string_view body, bool chat_path, OpenAiRequest* out) {
   thread_local simdjson::dom::parser parser;
   simdjson::dom::element root;
   // realloc_if_needed: the body is copied into padded storage when needed.
@@ -229,6 +247,24 @@ Status ParseOpenAiRequest(std::string_view body, std::string_view path, OpenAiRe
   if (!has_prompt) return Invalid("missing field 'prompt'");
   out->kind = OpenAiRequest::Kind::kCompletions;
   return ReadPrompt(prompt, out);
+}
+
+}  // namespace
+
+Status ParseOpenAiRequest(std::string_view body, std::string_view path, OpenAiRequest* out) {
+  out->Clear();
+  const bool chat_path = IsChatPath(path);
+  if (!chat_path) {
+    if (ParseCommonCompletions(body, out)) return absl::OkStatus();
+    out->Clear();
+  }
+  return ParseWithDom(body, chat_path, out);
+}
+
+Status internal::ParseOpenAiRequestWithDom(std::string_view body, std::string_view path,
+                                           OpenAiRequest* out) {
+  out->Clear();
+  return ParseWithDom(body, IsChatPath(path), out);
 }
 
 }  // namespace kvindex::epp

@@ -42,4 +42,10 @@ struct OpenAiRequest {
 // prompt nor messages.
 Status ParseOpenAiRequest(std::string_view body, std::string_view path, OpenAiRequest* out);
 
+namespace internal {
+// The DOM parse alone, without the on-demand path in front (tests compare
+// the two on the same bodies). Same contract as ParseOpenAiRequest.
+Status ParseOpenAiRequestWithDom(std::string_view body, std::string_view path, OpenAiRequest* out);
+}  // namespace internal
+
 }  // namespace kvindex::epp

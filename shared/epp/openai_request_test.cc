@@ -5,6 +5,8 @@
 
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <vector>
 
 #include "shared/epp/token_source.h"
 
@@ -90,6 +92,73 @@ TEST(OpenAiRequestTest, OnDemandAgreesWithDom) {
       ParseOpenAiRequest(R"({"model":"m","prompt":null,"messages":[]})", "/v1/completions", &r)
           .ok());
   EXPECT_EQ(r.kind, OpenAiRequest::Kind::kChat);
+}
+
+// The token-id prompt of the on-demand path is decoded by /v1/match's
+// scanner (query::FastParseU32Array); what it declines goes to the DOM
+// parse. Every body gets the same status, message and fields from
+// ParseOpenAiRequest as from the DOM parse alone.
+TEST(OpenAiRequestTest, TokenArrayEdgesAgreeWithDom) {
+  std::vector<std::string> prompts = {
+      // spaces, inside and around the array
+      "[ 1 , 2 ,3 ]", "[\n1,\t2\r\n]", "[1,2] ", "[1,2]\n\t", " [7]",
+      // negative
+      "[-1]", "[1,-2]", "[-0]", "[-0,3]", "[- 1]",
+      // beyond 2^32-1 (and u64)
+      "[4294967295]", "[4294967296]", "[99999999999]", "[18446744073709551616]",
+      "[1000000000,4294967295,0]", "[0004294967295]",
+      // floats and exponents
+      "[1.0]", "[1.5]", "[0.0]", "[1.]", "[.5]", "[1e2]", "[1E0]", "[1e+2]", "[1e-2]", "[2,3.25]",
+      // empty and nested
+      "[]", "[ ]", "[[1,2],[3]]", "[[1],2]", "[1,[2]]", "[[]]", "[[ ]]", "[[-1]]",
+      // leading zeros, signs, other atoms, broken arrays
+      "[01]", "[00]", "[0]", "[+1]", "[true]", "[null]", "[\"1\"]", "[1,\"a]\"]", "[1,,2]", "[,1]",
+      "[1,]", "[1 2]", "[1", "[1}", "[1]]", "{}", "7", "null"};
+  // Long arrays: the scanner's 64-byte blocks, with a bad element deep inside.
+  std::string long_ids = "[";
+  for (uint32_t i = 0; i < 8192; ++i) {
+    if (i != 0) long_ids += ',';
+    long_ids += std::to_string((i * 2654435761u) % 200000u >> (i % 17));
+  }
+  prompts.push_back(long_ids + "]");
+  for (const char* bad : {"1.5", "-3", "1e3", "4294967296", " 01", "[2]", "\"9\""}) {
+    std::string body = long_ids;
+    body.insert(body.find(',', 5000 * 5) + 1, std::string(bad) + ",");
+    prompts.push_back(body + "]");
+  }
+  for (const std::string& prompt : prompts) {
+    for (const std::string& body : {R"({"model":"m","prompt":)" + prompt + "}",
+                                    R"({"prompt":)" + prompt + R"(,"model":"m","cache_salt":"s"})",
+                                    R"({"model":"m","prompt":)" + prompt + R"( ,"x":"]"})"}) {
+      OpenAiRequest fast, dom;
+      const Status a = ParseOpenAiRequest(body, "/v1/completions", &fast);
+      const Status b = internal::ParseOpenAiRequestWithDom(body, "/v1/completions", &dom);
+      const std::string what = body.substr(0, 120);
+      ASSERT_EQ(a.ok(), b.ok()) << what << ": " << a << " / " << b;
+      EXPECT_EQ(a.message(), b.message()) << what;
+      EXPECT_EQ(fast.model, dom.model) << what;
+      EXPECT_EQ(fast.cache_salt, dom.cache_salt) << what;
+      EXPECT_EQ(fast.kind, dom.kind) << what;
+      EXPECT_EQ(fast.has_prompt_tokens, dom.has_prompt_tokens) << what;
+      EXPECT_EQ(fast.prompt_tokens, dom.prompt_tokens) << what;
+      EXPECT_EQ(fast.has_prompt_text, dom.has_prompt_text) << what;
+    }
+  }
+  // Spot checks that the comparison has both outcomes to compare.
+  OpenAiRequest r;
+  ASSERT_TRUE(
+      ParseOpenAiRequest(R"({"model":"m","prompt":[ 1 , 2 ,3 ] })", "/v1/completions", &r).ok());
+  EXPECT_EQ(r.prompt_tokens, (std::vector<uint32_t>{1, 2, 3}));
+  ASSERT_TRUE(
+      ParseOpenAiRequest(R"({"model":"m","prompt":)" + long_ids + "]}", "/v1/completions", &r)
+          .ok());
+  EXPECT_EQ(r.prompt_tokens.size(), 8192u);
+  for (const char* bad : {"[1.0]", "[1e2]", "[-1]", "[4294967296]", "[]", "[01]"}) {
+    EXPECT_FALSE(ParseOpenAiRequest(std::string(R"({"model":"m","prompt":)") + bad + "}",
+                                    "/v1/completions", &r)
+                     .ok())
+        << bad;
+  }
 }
 
 TEST(TokenChainTest, PromptFirstRenderFailsOver) {
