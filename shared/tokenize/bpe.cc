@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "shared/tokenize/internal/short_word_cache.h"
 #include "shared/tokenize/utf8.h"
@@ -41,6 +42,17 @@ bool ToRawBytes(const absl::flat_hash_map<char32_t, int>& decode, std::string_vi
   }
   return true;
 }
+
+// The last code point of non-empty valid UTF-8 `text`.
+char32_t LastCodePoint(std::string_view text) {
+  size_t last = text.size() - 1;
+  while (last > 0 && (static_cast<unsigned char>(text[last]) & 0xC0) == 0x80) --last;
+  size_t len = 0;
+  return DecodeUtf8(text, last, &len);
+}
+
+constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+constexpr char32_t kCodePoints = 0x110000;
 
 struct HeapEntry {
   uint32_t rank;
@@ -105,6 +117,9 @@ StatusOr<Bpe> Bpe::FromJson(const nlohmann::json& model, bool byte_level) {
   const auto& merges = model.at("merges");
   bpe.merges_.reserve(merges.size());
   std::string left, right;
+  // Last characters of the left sides of merges whose right side starts
+  // with "▁" (split_at_metaspace_).
+  absl::flat_hash_set<char32_t> joins_metaspace;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& merge = merges[rank];
     if (merge.is_string()) {
@@ -130,6 +145,36 @@ StatusOr<Bpe> Bpe::FromJson(const nlohmann::json& model, bool byte_level) {
     }
     bpe.merges_[(uint64_t{a->second} << 32) | b->second] =
         MergeValue{static_cast<uint32_t>(rank), joined->second};
+    if (!byte_level && right.starts_with(kMetaspace) && !left.empty()) {
+      joins_metaspace.insert(LastCodePoint(left));
+    }
+  }
+  if (!byte_level && !bpe.ignore_merges_ && file_vocab.contains(std::string(kMetaspace))) {
+    bpe.split_at_metaspace_ = true;
+    bpe.safe_before_metaspace_.assign((kCodePoints + 63) / 64, 0);
+    // A character outside the vocabulary becomes <0xXX> tokens or the unk
+    // token: the last character of those strings.
+    // It must not be dropped either (no <0xXX> for a byte and no unk):
+    // what precedes it would then meet the "▁".
+    bool unknown_safe = !joins_metaspace.contains(U'>');
+    if (bpe.unk_id_ != kNone) {
+      const std::string& name = unk.get_ref<const std::string&>();
+      unknown_safe =
+          unknown_safe && (name.empty() || !joins_metaspace.contains(LastCodePoint(name)));
+    } else {
+      bool every_byte = bpe.byte_fallback_;
+      for (uint32_t id : bpe.fallback_ids_) every_byte = every_byte && id != kNone;
+      unknown_safe = unknown_safe && every_byte;
+    }
+    std::string ch;
+    for (char32_t cp = 0; cp < kCodePoints; ++cp) {
+      if (joins_metaspace.contains(cp) || (cp >= 0xD800 && cp <= 0xDFFF)) continue;
+      ch.clear();
+      AppendUtf8(cp, &ch);
+      if (unknown_safe || file_vocab.contains(ch)) {
+        bpe.safe_before_metaspace_[cp >> 6] |= uint64_t{1} << (cp & 63);
+      }
+    }
   }
 
   if (byte_level) {
@@ -182,7 +227,24 @@ constexpr size_t kMaxCachedWordBytes = 64;
 
 }  // namespace
 
+bool Bpe::SafeBeforeMetaspace(std::string_view word, size_t i) const {
+  const char32_t cp = LastCodePoint(word.substr(0, i));
+  return (safe_before_metaspace_[cp >> 6] >> (cp & 63)) & 1;
+}
+
 void Bpe::Encode(std::string_view word, std::vector<uint32_t>* ids) const {
+  if (!split_at_metaspace_) return EncodeCached(word, ids);
+  size_t start = 0;
+  for (size_t i = word.find(kMetaspace, 1); i != std::string_view::npos;
+       i = word.find(kMetaspace, i + kMetaspace.size())) {
+    if (!SafeBeforeMetaspace(word, i)) continue;
+    EncodeCached(word.substr(start, i - start), ids);
+    start = i;
+  }
+  EncodeCached(word.substr(start), ids);
+}
+
+void Bpe::EncodeCached(std::string_view word, std::vector<uint32_t>* ids) const {
   if (word.empty()) return;
   thread_local WordCache cache;
   if (cache.owner != cache_id_) {

@@ -43,6 +43,11 @@ class Bpe {
     uint32_t new_id;
   };
   static constexpr uint32_t kNone = UINT32_MAX;
+  // One word through the per-thread word caches, then EncodeUncached.
+  void EncodeCached(std::string_view word, std::vector<uint32_t>* ids) const;
+  // True if no merge can join the character ending at word[i] with the "▁"
+  // starting there (see split_at_metaspace_).
+  bool SafeBeforeMetaspace(std::string_view word, size_t i) const;
   void EncodeUncached(std::string_view word, std::vector<uint32_t>* ids) const;
   void MergeAll(std::vector<uint32_t>* symbols, std::vector<uint32_t>* ids) const;
   const MergeValue* FindMerge(uint32_t a, uint32_t b) const {
@@ -65,6 +70,14 @@ class Bpe {
   std::array<uint32_t, 256> byte_ids_{};      // byte-level: the id of each single byte
   std::array<uint32_t, 256> fallback_ids_{};  // byte_fallback: the id of <0xXX>
   absl::flat_hash_map<uint64_t, MergeValue> merges_;
+  // SentencePiece-style models (no pre-tokenizer: a whole text is one word):
+  // a "▁" preceded by a character c starts an independent piece when no merge
+  // (a, b) has a ending in c and b starting with "▁" (nor, for a character
+  // not in the vocabulary, ending in '>', the end of <0xXX> and <unk>). No
+  // merge then ever joins across that point, so BPE on the pieces, each
+  // through the word cache, gives the ids of BPE on the whole word.
+  bool split_at_metaspace_ = false;
+  std::vector<uint64_t> safe_before_metaspace_;  // bit per code point
 };
 
 }  // namespace kvindex::tokenize

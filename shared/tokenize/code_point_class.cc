@@ -29,11 +29,16 @@ void MarkMatches(const char* pattern, const std::string& all, CharClass mark,
 }  // namespace
 
 const CodePointClasses& CodePointClasses::Get() {
-  static const CodePointClasses* classes = new CodePointClasses();
+  static const CodePointClasses* classes = new CodePointClasses(false);
   return *classes;
 }
 
-CodePointClasses::CodePointClasses() {
+const CodePointClasses& CodePointClasses::GetDetailed() {
+  static const CodePointClasses* classes = new CodePointClasses(true);
+  return *classes;
+}
+
+CodePointClasses::CodePointClasses(bool detailed) {
   std::string all;
   all.reserve(4 * kCodePoints);
   for (char32_t cp = 0; cp < kCodePoints; ++cp) {
@@ -43,6 +48,11 @@ CodePointClasses::CodePointClasses() {
   std::vector<uint8_t> classes(kCodePoints, static_cast<uint8_t>(CharClass::kOther));
   MarkMatches(R"(\p{L}+)", all, CharClass::kLetter, &classes);
   MarkMatches(R"(\p{N}+)", all, CharClass::kNumber, &classes);
+  if (detailed) {
+    MarkMatches(R"(\p{M}+)", all, CharClass::kMark, &classes);
+    MarkMatches(R"(\p{P}+)", all, CharClass::kPunct, &classes);
+    MarkMatches(R"(\p{S}+)", all, CharClass::kSymbol, &classes);
+  }
   for (char32_t cp = 0; cp < kCodePoints; ++cp) {
     if (IsUnicodeWhitespace(cp)) classes[cp] = static_cast<uint8_t>(CharClass::kSpace);
   }

@@ -1,23 +1,13 @@
 #include "shared/tokenize/fast_split.h"
 
+#include "shared/tokenize/internal/split_scan.h"
 #include "shared/tokenize/utf8.h"
 
 namespace kvindex::tokenize {
 namespace {
 
-// A code point's class and byte length at text[i] (valid UTF-8, i < size).
-struct At {
-  CharClass cls;
-  size_t len;
-};
-
-inline At ClassAt(const CodePointClasses& classes, std::string_view text, size_t i) {
-  auto b = static_cast<unsigned char>(text[i]);
-  if (b < 0x80) return {classes.Of(b), 1};
-  size_t len = 0;
-  char32_t cp = DecodeUtf8(text, i, &len);
-  return {classes.Of(cp), len};
-}
+using internal::At;
+using internal::ClassAt;
 
 // The lower-case ASCII letter a code point matches caselessly in the
 // contractions (PCRE2's simple case folding: ſ U+017F folds to s), or 0.
@@ -106,19 +96,7 @@ size_t FastSplit::MatchEnd(std::string_view text, size_t pos) const {
   }
   // The first code point is White_Space: \s*[\r\n]+ | \s+(?!\S) | \s+ over
   // the run of White_Space starting here.
-  size_t last_newline = n;  // none
-  size_t last_start = pos;  // start of the run's last code point
-  size_t i = pos;
-  while (i < n) {
-    At at = ClassAt(classes, text, i);
-    if (at.cls != CharClass::kSpace) break;
-    if (text[i] == '\r' || text[i] == '\n') last_newline = i;
-    last_start = i;
-    i += at.len;
-  }
-  if (last_newline != n) return last_newline + 1;  // \s* backs off to the last newline
-  if (i == n || last_start == pos) return i;       // (?!\S) holds at the end; else \s+
-  return last_start;                               // leave one space before the \S
+  return internal::WhitespaceMatchEnd(classes, text, pos);
 }
 
 }  // namespace kvindex::tokenize

@@ -25,11 +25,9 @@ bool PreTokenizer::LinesAreBoundaries() const {
       FastSplit::kLlama3Pattern,
       FastSplit::kQwenPattern,
       // DeepSeek V3 (three splits)
-      R"(\p{N}{1,3})",
-      "[\u4e00-\u9fa5\u3040-\u309f\u30a0-\u30ff]+",
-      "[!\"#$%&'()*+,\\-./"
-      ":;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| "
-      "?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+      DeepSeekSplit::kDigitsPattern,
+      DeepSeekSplit::kCjkPattern,
+      DeepSeekSplit::kWordsPattern,
       // GPT-2 (ByteLevel use_regex)
       kGpt2Pattern,
   };
@@ -97,6 +95,9 @@ Status PreTokenizer::Add(const nlohmann::json& spec, std::vector<Step>* steps, b
     if (step.regex != nullptr && step.behavior == Behavior::kIsolated && !step.invert) {
       step.fast = FastSplit::ForPattern(step.regex->pattern());
     }
+    // DeepSeek V3's patterns leave gaps: their matcher stands in for PCRE2's
+    // matches whatever the behaviour.
+    if (step.regex != nullptr) step.find = DeepSeekSplit::ForPattern(step.regex->pattern());
   } else if (type == "ByteLevel") {
     step.kind = Kind::kByteLevel;
     *byte_level = true;
@@ -141,14 +142,21 @@ Status PreTokenizer::SplitPiece(const Step& step, Piece piece, std::vector<Piece
     return Status();
   }
   // The matches and the gaps between them, in order (HF's Pattern::find_matches).
-  std::vector<Span> spans;
+  // Reused per thread (SplitPiece does not recurse): no allocation per piece.
+  thread_local std::vector<Span> spans, merged;
+  spans.clear();
+  merged.clear();
   size_t prev = 0;
   auto on_match = [&](size_t start, size_t end) {
     if (start != prev) spans.push_back({prev, start, false});
     spans.push_back({start, end, true});
     prev = end;
   };
-  if (step.regex != nullptr) {
+  if (step.find.has_value()) {
+    for (size_t pos = 0, start, end; step.find->Find(text, pos, &start, &end); pos = end) {
+      on_match(start, end);
+    }
+  } else if (step.regex != nullptr) {
     KVINDEX_RETURN_IF_ERROR(step.regex->ForEachMatch(text, on_match));
   } else if (!step.literal.empty()) {
     for (size_t pos = 0, hit; (hit = text.find(step.literal, pos)) != std::string_view::npos;
@@ -161,10 +169,10 @@ Status PreTokenizer::SplitPiece(const Step& step, Piece piece, std::vector<Piece
     for (Span& s : spans) s.is_match = !s.is_match;
   }
 
-  std::vector<Span> merged;
+  const std::vector<Span>* result = &merged;
   switch (step.behavior) {
     case Behavior::kIsolated:
-      merged = std::move(spans);
+      result = &spans;
       break;
     case Behavior::kRemoved:
       for (const Span& s : spans) {
@@ -210,7 +218,7 @@ Status PreTokenizer::SplitPiece(const Step& step, Piece piece, std::vector<Piece
       break;
     }
   }
-  for (const Span& s : merged) {
+  for (const Span& s : *result) {
     if (s.end > s.start) {
       out->push_back({text.substr(s.start, s.end - s.start), piece.at_start && s.start == 0});
     }

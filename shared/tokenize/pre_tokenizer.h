@@ -18,6 +18,7 @@
 
 #include "nlohmann/json_fwd.hpp"
 #include "shared/base/status.h"
+#include "shared/tokenize/deepseek_split.h"
 #include "shared/tokenize/fast_split.h"
 #include "shared/tokenize/regex.h"
 
@@ -56,6 +57,7 @@ class PreTokenizer {
     Kind kind;
     std::shared_ptr<const Regex> regex;  // kSplit with a Regex; ByteLevel use_regex
     std::optional<FastSplit> fast;       // the same pattern, hand-written (fast_split.h)
+    std::optional<DeepSeekSplit> find;   // or its matches, hand-written (deepseek_split.h)
     std::string literal;                 // kSplit with a String
     Behavior behavior = Behavior::kIsolated;
     bool invert = false;

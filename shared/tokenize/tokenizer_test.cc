@@ -161,6 +161,32 @@ TEST(TokenizerTest, UnknownCharactersFuseIntoOneUnk) {
   EXPECT_EQ(Encode(*tok, "hi xyz"), (Ids{8, 4, 0, 0, 0}));
 }
 
+// A whole SentencePiece text is one BPE word, encoded in pieces cut before
+// each "▁" that no merge can join to what precedes it (bpe.h). Merges that do
+// join across a "▁" (here "i" + "▁hi", "▁" + "▁") keep the text whole there.
+// Ids from the tokenizers Node binding on the same file.
+TEST(TokenizerTest, SentencePieceMergesAcrossMetaspaceAreKept) {
+  Json spec = SentencePieceSpec();
+  spec["post_processor"] = nullptr;
+  spec["model"]["vocab"]["▁▁"] = 9;
+  spec["model"]["vocab"]["i▁hi"] = 10;
+  spec["model"]["merges"] = Json::array({"h i", "▁ hi", "i ▁hi", "▁ ▁"});
+  auto tok = Make(spec);
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(Encode(*tok, "i hi"), (Ids{4, 10}));
+  EXPECT_EQ(Encode(*tok, "hi hi"), (Ids{8, 8}));
+  EXPECT_EQ(Encode(*tok, "\u00e9 hi"), (Ids{4, 2, 3, 8}));
+  EXPECT_EQ(Encode(*tok, "\u00e9  hi"), (Ids{4, 2, 3, 4, 8}));
+  // Without unk or byte fallback an unknown character is dropped: the "▁"
+  // on either side of it then merge.
+  spec["model"]["unk_token"] = nullptr;
+  spec["model"]["byte_fallback"] = false;
+  tok = Make(spec);
+  ASSERT_NE(tok, nullptr);
+  EXPECT_EQ(Encode(*tok, "\u00e9 \u00e9"), (Ids{9}));
+  EXPECT_EQ(Encode(*tok, "\u00e9 hi"), (Ids{4, 8}));
+}
+
 TEST(TokenizerTest, MetaspacePrependsOnlyAtTheStartWithSchemeFirst) {
   Json spec = SentencePieceSpec();
   spec["normalizer"] = nullptr;
