@@ -13,7 +13,7 @@
 #            labelled `concurrent`
 #   fuzz     every libFuzzer target of build-asan (built there if the asan
 #            stage did not run), one fixed budget shared by all targets:
-#            KVINDEX_FUZZ_TOTAL_SECONDS (default 180) / number of targets, at
+#            KVINDEX_FUZZ_TOTAL_SECONDS (default 200) / number of targets, at
 #            least 10 s each, two targets at a time (one per core);
 #            KVINDEX_FUZZ_SECONDS sets a per-target time instead
 # Time from a cold compiler cache on 2 cores, install-deps included: ~50 min
@@ -90,7 +90,7 @@ for stage in "${stages[@]}"; do
     fuzz)
       # A fixed total budget: new targets share it instead of lengthening CI.
       KVINDEX_FUZZ_BUILD="$PWD/build-asan" KVINDEX_FUZZ_JOBS="$jobs" \
-        KVINDEX_FUZZ_TOTAL_SECONDS="${KVINDEX_FUZZ_TOTAL_SECONDS:-180}" \
+        KVINDEX_FUZZ_TOTAL_SECONDS="${KVINDEX_FUZZ_TOTAL_SECONDS:-200}" \
         bash tests/fuzz/run_fuzzers.sh ${KVINDEX_FUZZ_SECONDS:+"$KVINDEX_FUZZ_SECONDS"} ;;
     *) echo "scripts/test.sh: unknown stage '$stage' (format, release, asan, tsan, fuzz)" >&2; exit 2 ;;
   esac

@@ -1,6 +1,7 @@
 #include "storage/checkpoint_image.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -81,15 +82,26 @@ CheckpointImage CaptureCheckpoint(const index::IndexInterface& index,
 }
 
 StatusOr<CheckpointRestorer> CheckpointRestorer::Begin(const CheckpointImage& manifest,
-                                                       index::IndexInterface* index) {
+                                                       index::IndexInterface* index,
+                                                       uint64_t max_entries) {
   const index::IndexStats before = index->Stats();
   uint64_t held = 0;
   for (uint64_t n : before.entries) held += n;
   if (before.applied_seq != 0 || held != 0) {
     return absl::FailedPreconditionError("a checkpoint loads into an empty index only");
   }
+  // The hints are a damaged or hostile manifest's to name (a peer's export
+  // carries its own checksum): a model's distinct blocks are at most its
+  // entries, all models' at most what the data holds (checked only once
+  // it is read), so no more is reserved up front.
+  uint64_t room = max_entries;
+  uint64_t entries = 0;
+  for (uint64_t n : manifest.entries) entries = n > UINT64_MAX - entries ? UINT64_MAX : entries + n;
+  room = std::min(room, entries);
   for (const CheckpointModel& model : manifest.models) {
-    if (model.blocks != 0) index->ReserveBlocks(model.name, model.blocks);
+    const uint64_t blocks = std::min(model.blocks, room);
+    if (blocks != 0) index->ReserveBlocks(model.name, blocks);
+    room -= blocks;
   }
   return CheckpointRestorer(manifest, index);
 }
@@ -145,7 +157,8 @@ Status CheckpointRestorer::Finish(consume::AgentTable* agents,
 
 Status RestoreCheckpoint(const CheckpointImage& image, index::IndexInterface* index,
                          consume::AgentTable* agents, std::chrono::steady_clock::time_point now) {
-  KVINDEX_ASSIGN_OR_RETURN(CheckpointRestorer restorer, CheckpointRestorer::Begin(image, index));
+  KVINDEX_ASSIGN_OR_RETURN(CheckpointRestorer restorer,
+                           CheckpointRestorer::Begin(image, index, image.hashes.size()));
   restorer.Add(image.runs, image.hashes);
   return restorer.Finish(agents, now);
 }

@@ -101,8 +101,13 @@ CheckpointImage CaptureCheckpoint(const index::IndexInterface& index,
 // restored entry back out: fail closed, the index is empty again.
 class CheckpointRestorer {
  public:
+  // `max_entries`: the most entries the checkpoint's data can hold (its
+  // bytes / 8). The manifest's per-model `blocks` hints are not verified
+  // before the restore, so the index is reserved at most that many blocks
+  // (and at most the manifest's entry count) across all models; it grows
+  // past that as entries actually arrive.
   static StatusOr<CheckpointRestorer> Begin(const CheckpointImage& manifest,
-                                            index::IndexInterface* index);
+                                            index::IndexInterface* index, uint64_t max_entries);
   // `runs` index into `hashes`.
   void Add(std::span<const CheckpointRun> runs, std::span<const uint64_t> hashes);
   Status Finish(consume::AgentTable* agents,

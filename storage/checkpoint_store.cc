@@ -9,6 +9,7 @@
 #include <sys/statvfs.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdarg>
 #include <cstdio>
@@ -605,7 +606,11 @@ StatusOr<CheckpointImage> CheckpointStore::Load(uint64_t id, bool verify_digest)
   CheckpointImage image;
   KVINDEX_RETURN_IF_ERROR(
       Stream(id, &image, [&](std::vector<CheckpointRun>&& runs, std::vector<uint64_t>&& hashes) {
-        if (image.hashes.empty()) image.hashes.reserve(image.total_entries());
+        // The manifest's counts are checked only at the end: reserve no
+        // more than the store's files can hold.
+        if (image.hashes.empty()) {
+          image.hashes.reserve(std::min(image.total_entries(), DiskBytes() / sizeof(uint64_t)));
+        }
         const uint64_t base = image.hashes.size();
         image.hashes.insert(image.hashes.end(), hashes.begin(), hashes.end());
         for (CheckpointRun run : runs) {

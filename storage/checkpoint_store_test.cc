@@ -640,6 +640,42 @@ TEST(CheckpointStoreTest, ChunkWithAnEmptyFirstRunDecodes) {
   EXPECT_TRUE(hashes.empty());
 }
 
+// A manifest's per-model `blocks` is a sizing hint read before anything is
+// verified: a damaged or hostile one (a peer's export carries its own
+// checksum) made the restore reserve that many blocks, a huge index mapped
+// for a few entries (found by tests/fuzz/checkpoint_reader_fuzz: a 23 s
+// timeout). The reservation is bounded by what the data can hold, in
+// memory and streamed from the store.
+TEST(CheckpointStoreTest, HugeBlockHintsReserveNoMoreThanTheDataHolds) {
+  index::KvIndex source;
+  Fill(&source, 3, 200);
+  CheckpointImage image = CaptureCheckpoint(source, nullptr);
+  ASSERT_GT(image.total_entries(), 0u);
+  for (CheckpointModel& model : image.models) model.blocks = uint64_t{1} << 22;
+  auto expect_small = [&](const index::KvIndex& index) {
+    EXPECT_EQ(index.Stats().digest, source.Stats().digest);
+    for (const CheckpointModel& model : image.models) {
+      const auto profile = index.ProfileLocator(model.name, /*histograms=*/false);
+      ASSERT_TRUE(profile.has_value()) << model.name;
+      EXPECT_LT(profile->capacity, uint64_t{1} << 20) << model.name << ": the hint was trusted";
+    }
+  };
+  index::KvIndex in_memory;
+  ASSERT_TRUE(RestoreCheckpoint(image, &in_memory, nullptr).ok());
+  expect_small(in_memory);
+
+  TempDir dir;
+  auto store = CheckpointStore::Open(dir.path() + "/db");
+  ASSERT_TRUE(store.ok()) << store.status();
+  ASSERT_TRUE((*store)->Write(image).ok());
+  index::KvIndex streamed;
+  ASSERT_NE(RestoreNewestInto(**store, &streamed), 0u);
+  expect_small(streamed);
+  auto loaded = (*store)->Load((*store)->List().front().id, /*verify_digest=*/true);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(loaded->hashes.size(), image.total_entries());
+}
+
 // A KvIndex whose captures hold their reader after the first run until
 // released: what a slow disk does to a checkpoint's write.
 class HeldCaptureIndex final : public index::IndexInterface {

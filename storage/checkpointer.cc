@@ -125,7 +125,9 @@ Status RestoreOne(const CheckpointStore& store, uint64_t id, index::IndexInterfa
     finish_loader();
     return status;
   }
-  StatusOr<CheckpointRestorer> restorer = CheckpointRestorer::Begin(*manifest, index);
+  // What the store's files can hold bounds the manifest's sizing hints.
+  StatusOr<CheckpointRestorer> restorer =
+      CheckpointRestorer::Begin(*manifest, index, store.DiskBytes() / sizeof(uint64_t));
   if (!restorer.ok()) {
     finish_loader();
     return restorer.status();

@@ -119,6 +119,7 @@ void ExtProcExchange::Decide(bool body_end, bool trailers_follow, bool load_only
         counters_->immediate_400.fetch_add(1, std::memory_order_relaxed);
         ImmediateResponse(out, envoy::type::v3::BadRequest, std::string(s.message()));
         finished_ = true;
+        std::string().swap(body_);
         return;
       }
     } else {
@@ -145,6 +146,9 @@ void ExtProcExchange::Decide(bool body_end, bool trailers_follow, bool load_only
                       shed ? envoy::type::v3::TooManyRequests : envoy::type::v3::ServiceUnavailable,
                       std::string(pick.status().message()));
     finished_ = true;
+    // Nothing more is read: the body (past max_body_bytes after an oversize
+    // pass-through pick) is not held until the stream ends.
+    std::string().swap(body_);
     return;
   }
   (pick->prefix_scored ? counters_->picks_prefix : counters_->picks_load_only)
@@ -209,6 +213,9 @@ void ExtProcExchange::Handle(Request* request, std::vector<Response>* out) {
       pb::HttpBody* body = request->mutable_request_body();
       body_seen_ = true;
       if (passthrough_) {
+        // The body's last chunk ends the pass-through: a chunk after it is
+        // ignored like any body after the pick, not echoed past the end.
+        passthrough_ = !body->end_of_stream();
         if (request_mode_ == pb::BUFFERED) {
           out->emplace_back().mutable_request_body()->mutable_response();
         } else {

@@ -93,6 +93,9 @@ class ExtProcExchange {
   void Handle(Request* request, std::vector<Response>* out);
   // An immediate response ended the exchange: read no more.
   bool finished() const { return finished_; }
+  // Request body bytes held while the pick waits for the body's end (at
+  // most max_body_bytes; the fuzzer checks it).
+  size_t buffered_bytes() const { return body_.size(); }
   // The stream ended (the gateway half-closed, cancelled or the stream
   // failed): counts how, releases the pick. Idempotent.
   void End();

@@ -110,6 +110,51 @@ TEST_F(ExchangeTest, RepeatedHeadersDoNotLeakAPick) {
   }
 }
 
+// An oversize body (fail open) is picked for at once, load-only; when that
+// pick fails (503: the subset hint leaves no endpoint) the exchange is
+// finished and must not hold the body, past max_body_bytes, until the
+// stream ends. Found by tests/fuzz/ext_proc_fuzz (bounded buffering).
+TEST_F(ExchangeTest, RefusedOversizeBodyIsNotKept) {
+  options_.max_body_bytes = 64;
+  std::vector<pb::ProcessingResponse> out;
+  ExtProcExchange exchange(&options_, picker_.get(), tokens_.get(), &counters_);
+  pb::ProcessingRequest headers = Headers();
+  auto* hint = headers.mutable_metadata_context()->mutable_filter_metadata();
+  (*(*hint)[kSubsetNamespace].mutable_fields())[kSubsetKey].set_string_value("10.9.9.9:1");
+  exchange.Handle(&headers, &out);
+  pb::ProcessingRequest body = Body(std::string(100, 'x'), false);
+  exchange.Handle(&body, &out);
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].immediate_response().status().code(), envoy::type::v3::ServiceUnavailable);
+  EXPECT_TRUE(exchange.finished());
+  EXPECT_EQ(exchange.buffered_bytes(), 0u);
+}
+
+// An oversize body (fail open) passes through chunk by chunk after the
+// load-only pick, until the chunk that ends it; a body chunk after that end
+// is ignored like any other body after the pick, not echoed past the end
+// (Envoy would get a body chunk after end_of_stream). Found by
+// tests/fuzz/ext_proc_fuzz.
+TEST_F(ExchangeTest, OversizePassThroughEndsWithTheBody) {
+  options_.max_body_bytes = 64;
+  std::vector<pb::ProcessingResponse> out;
+  ExtProcExchange exchange(&options_, picker_.get(), tokens_.get(), &counters_);
+  pb::ProcessingRequest headers = Headers();
+  exchange.Handle(&headers, &out);
+  pb::ProcessingRequest first = Body(std::string(100, 'x'), false);
+  exchange.Handle(&first, &out);
+  ASSERT_EQ(out.size(), 2u) << "the pick and the body so far";
+  pb::ProcessingRequest last = Body("tail", true);
+  exchange.Handle(&last, &out);
+  ASSERT_EQ(out.size(), 3u);
+  bool ended = false;
+  EXPECT_EQ(Echoed(out, 1, &ended), std::string(100, 'x') + "tail");
+  EXPECT_TRUE(ended);
+  pb::ProcessingRequest extra = Body("extra", true);
+  exchange.Handle(&extra, &out);
+  EXPECT_EQ(out.size(), 3u) << "a body chunk after the end is not echoed";
+}
+
 TEST_F(ExchangeTest, BodyInSeveralMessagesIsEchoedInChunksOfAtMost62000Bytes) {
   std::string body = R"({"model":"m","prompt":")" + std::string(150'000, 'x') + R"("})";
   std::vector<pb::ProcessingResponse> out;

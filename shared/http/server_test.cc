@@ -144,6 +144,37 @@ TEST(ServerTest, ChunkedBodies) {
   EXPECT_NE(refused.find("HTTP/1.1 413"), std::string::npos) << refused;
 }
 
+// Error messages echo client bytes (a header's value, a path): JSON-escaped
+// and, where they are not UTF-8, replaced by U+FFFD, so every error body is
+// valid JSON a client's parser accepts. Found by tests/fuzz/http_request_fuzz
+// (an `Expect: \xff...` answered 417 with the raw byte in the JSON string).
+TEST(ServerTest, ErrorBodiesAreValidUtf8) {
+  Response response;
+  SetError(response, 400,
+           "a\xff"
+           "b \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 \xc0\xaf \xed\xa0\x80 \xf4\x90\x80\x80"
+           " \"\\\n \xe2\x82 \xc3");
+  EXPECT_EQ(response.body,
+            "{\"error\": \"a\xef\xbf\xbd"
+            "b \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80 "
+            "\xef\xbf\xbd\xef\xbf\xbd \xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd "
+            "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd \\\"\\\\\\n "
+            "\xef\xbf\xbd\xef\xbf\xbd \xef\xbf\xbd\"}\n");
+
+  Server server(TestOptions());
+  AddRoutes(server);
+  ASSERT_TRUE(server.Start().ok());
+  const std::string answer = RawExchange(server.port(),
+                                         "GET /healthz HTTP/1.1\r\nHost: x\r\nExpect: \xff\xfe"
+                                         "100-continue\r\n\r\n");
+  EXPECT_NE(answer.find("HTTP/1.1 417"), std::string::npos) << answer;
+  EXPECT_NE(answer.find("{\"error\": \"unsupported Expect: \xef\xbf\xbd\xef\xbf\xbd"
+                        "100-continue\"}"),
+            std::string::npos)
+      << answer;
+  EXPECT_EQ(answer.find('\xff'), std::string::npos) << "a raw client byte in the body";
+}
+
 TEST(ServerTest, BearerToken) {
   ServerOptions options = TestOptions();
   options.bearer_token = "s3cret";

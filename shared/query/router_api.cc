@@ -85,12 +85,13 @@ Status Tokenize(const ApiContext& context, std::string_view body, MatchRequest* 
 }
 
 // Writes `text` JSON-escaped at `p` (at most 6 bytes per input byte);
-// returns the end. The same bytes as AppendJsonEscaped.
+// returns the end. The same bytes as AppendJsonEscaped (non-ASCII bytes go
+// through it: invalid UTF-8 becomes U+FFFD).
 char* WriteEscaped(std::string_view text, char* p) {
   size_t plain = 0;
   while (plain < text.size()) {
     const auto u = static_cast<unsigned char>(text[plain]);
-    if (u < 0x20 || u == '"' || u == '\\') break;
+    if (u < 0x20 || u == '"' || u == '\\' || u >= 0x80) break;
     ++plain;
   }
   std::memcpy(p, text.data(), plain);

@@ -378,6 +378,7 @@ class Topology:
         routers = self.all_routers()
         try:
             states = ne.same_digest(routers, want, timeout=timeout)
+            self.exact_at = time.monotonic()
         except AssertionError:
             raise AssertionError("routers %s, truth %s (digest %s)" % (
                 [r.state() for r in routers], want, truth["digest"]))
@@ -712,9 +713,13 @@ def run_matrix(t, names, budget=CASE_BUDGET_S, heap=""):
         start = time.monotonic()
         t.start_epoch(getattr(case, "sim_args", ()), limit=getattr(case, "limit", None))
         t.wait_fraction(0.3)
+        injected = time.monotonic()
         seen = case(t) or {}
         log("%s: injected and healed" % name)
         checked = t.finish_epoch()
+        # From the fault to every router on the truth's digest (the epoch's
+        # traffic goes on for ~3.5 s after the fault: the floor).
+        checked["recovery_s"] = round(t.exact_at - injected, 1)
         for r in t.extra_routers:
             r.cleanup()
         t.extra_routers = []
