@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_set.h"
+#include "shared/nats/subjects.h"
 
 namespace kvindex::consume {
 
@@ -16,9 +17,28 @@ void AgentTable::AppendClear(const SourceKey& source, const std::string& name,
 }
 
 void AgentTable::FailClosed(AgentState& agent, const std::string& name, uint64_t position,
-                            std::vector<PlacementEvent>* clears) {
+                            std::vector<PlacementEvent>* clears, std::string_view model) {
   agent.gaps += 1;
-  for (const SourceKey& source : agent.sources) AppendClear(source, name, clears);
+  for (const SourceKey& source : agent.sources) {
+    AppendClear(source, name, clears);
+    clears->back().model = model;
+  }
+  resync_.push_back({name, position});
+}
+
+void AgentTable::FailClosedOn(AgentState& agent, const std::string& name, uint64_t position,
+                              const LogSubject& origin, std::vector<PlacementEvent>* clears) {
+  if (origin.kind != LogSubject::kEvents) return FailClosed(agent, name, position, clears);
+  if (auto it = agent.subjects.find(origin.token);
+      it != agent.subjects.end() && !it->second.model.empty()) {
+    return FailClosed(agent, name, position, clears, it->second.model);
+  }
+  // No readable message of the model from this node yet: the token spells
+  // the model unless it is the hashed form of a long name, and then the
+  // node's model state here (which only its model subject carries) is none.
+  StatusOr<std::string> model = nats::DecodeToken(origin.token);
+  if (model.ok()) return FailClosed(agent, name, position, clears, *model);
+  agent.gaps += 1;
   resync_.push_back({name, position});
 }
 
@@ -96,6 +116,11 @@ std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message
   };
   for (const PlacementEvent& event : events) {
     if (event.agent != node) return LogRefusal::kForeignEvent;
+    // A model subject carries that model's events only (never every
+    // model's: a router reading some models' subjects would miss them).
+    if (origin.kind == LogSubject::kEvents && nats::ModelToken(event.model) != origin.token) {
+      return LogRefusal::kSubjectMismatch;
+    }
     switch (event.kind) {
       case PlacementKind::kHeartbeat:
         for (const SourceKey& source : event.sources) {
@@ -122,7 +147,14 @@ std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message
   auto it = agents_.find(node);
   const size_t owned = it == agents_.end() ? 0 : it->second.sources.size();
   if (owned + claims.size() > options_.max_sources_per_node) return LogRefusal::kTooManySources;
-  const uint64_t current = it == agents_.end() ? 0 : it->second.incarnation;
+  uint64_t current = it == agents_.end() ? 0 : it->second.incarnation;
+  if (header.subject_seq != 0) {  // the subject follows incarnations on its own
+    current = 0;
+    if (it != agents_.end()) {
+      auto subject = it->second.subjects.find(origin.token);
+      if (subject != it->second.subjects.end()) current = subject->second.incarnation;
+    }
+  }
   if (header.incarnation > current && message.stored_ns != 0) {
     const auto ahead = static_cast<uint64_t>(options_.max_incarnation_ahead.count());
     if (header.incarnation > message.stored_ns && header.incarnation - message.stored_ns > ahead) {
@@ -146,12 +178,21 @@ AgentTable::Verdict AgentTable::Admit(const LogBatch::Message& message,
   if (message.invalid) {
     auto it = agents_.find(header.agent);
     if (it != agents_.end()) {
-      FailClosed(it->second, header.agent, message.position, clears);
+      // What it held was its subject's: that model's, or every model's on
+      // the control subject.
+      FailClosedOn(it->second, header.agent, message.position, origin, clears);
       it->second.renumber = true;
+      if (auto subject = it->second.subjects.find(origin.token);
+          subject != it->second.subjects.end()) {
+        subject->second.renumber = true;
+      }
     }
     return Verdict::kApply;  // nothing to apply but its position
   }
   if (!header.sequenced()) return Verdict::kApply;
+  if (header.subject_seq != 0 && origin.kind != LogSubject::kTrusted) {
+    return AdmitNumbered(message, events, origin, clears);
+  }
   AgentState& agent = agents_[header.agent];
   // A process's first message starts it, whatever its incarnation's value:
   // a restart on a clock behind the previous run's (another host) numbers
@@ -187,6 +228,48 @@ AgentTable::Verdict AgentTable::Admit(const LogBatch::Message& message,
   // Whatever the undecodable message held preceded this one and was cleared.
   agent.renumber = false;
   agent.last_msg_seq = header.msg_seq;
+  return Verdict::kApply;
+}
+
+AgentTable::Verdict AgentTable::AdmitNumbered(const LogBatch::Message& message,
+                                              std::span<const PlacementEvent> events,
+                                              const LogSubject& origin,
+                                              std::vector<PlacementEvent>* clears) {
+  const codec::MessageHeader& header = message.header;
+  AgentState& agent = agents_[header.agent];
+  SubjectState& subject = agent.subjects[origin.token];
+  const bool control = origin.kind == LogSubject::kAgent;
+  // The same rules as by msg_seq (Admit), on this subject's numbers only.
+  const bool start = header.subject_seq == 1 && header.incarnation != subject.incarnation;
+  if (!start &&
+      (header.incarnation < subject.incarnation ||
+       (header.incarnation == subject.incarnation && header.subject_seq <= subject.last_seq))) {
+    agent.stale += 1;
+    return Verdict::kStale;
+  }
+  if (!control && !events.empty()) subject.model = events.front().model;
+  if (start || header.incarnation > subject.incarnation) {
+    const bool first_seen = subject.incarnation == 0;
+    subject.incarnation = header.incarnation;
+    if (control) {
+      // Heartbeats travel here: the agent's incarnation is this subject's.
+      agent.incarnation = header.incarnation;
+      agent.last_heartbeat_position = 0;
+    }
+    if (header.subject_seq != 1) {
+      if (first_seen) {
+        resync_.push_back({header.agent, message.position});
+      } else {
+        FailClosedOn(agent, header.agent, message.position, origin, clears);
+      }
+    }
+  } else if (header.subject_seq != subject.last_seq + 1 && !subject.renumber) {
+    FailClosedOn(agent, header.agent, message.position, origin, clears);
+  }
+  subject.renumber = false;
+  subject.last_seq = header.subject_seq;
+  agent.renumber = false;
+  agent.last_msg_seq = header.msg_seq;  // informational here
   return Verdict::kApply;
 }
 
