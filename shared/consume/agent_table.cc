@@ -48,6 +48,42 @@ namespace {
 // rule as Leases()).
 bool Live(const AgentTable::AgentState& agent) { return !agent.expired || !agent.sources.empty(); }
 
+// What a sender's number says (Sequencing and Incarnations in the header's
+// comment), for msg_seq and subject_seq alike.
+struct Numbering {
+  bool stale = false;        // skip the message
+  bool new_process = false;  // another incarnation starts here
+  bool lost = false;         // messages before this one are missing
+  bool first_seen = false;   // new_process, and the first incarnation seen
+};
+
+// Judges number `seq` of incarnation `sent` against a counter's state
+// (`incarnation`, `last`; `renumber`: an undecodable message already failed
+// closed) and moves the counter unless the message is stale. A message
+// numbered 1 of another incarnation starts a new process, lower or higher (a
+// restart on a clock behind); a higher incarnation starts one at any number;
+// later numbers of a lower incarnation, or at or below the last, are stale.
+Numbering Judge(uint64_t& incarnation, uint64_t& last, bool renumber, uint64_t sent, uint64_t seq) {
+  Numbering n;
+  const bool start = seq == 1 && sent != incarnation;
+  if (!start && (sent < incarnation || (sent == incarnation && seq <= last))) {
+    n.stale = true;
+    return n;
+  }
+  if (start || sent > incarnation) {
+    // Its first message clears its sources itself (start-up clear), so only
+    // a hole inside its own numbering is a loss.
+    n.new_process = true;
+    n.first_seen = incarnation == 0;
+    n.lost = seq != 1;
+    incarnation = sent;
+  } else {
+    n.lost = seq != last + 1 && !renumber;
+  }
+  last = seq;
+  return n;
+}
+
 }  // namespace
 
 bool AgentTable::AtNodeCap(const std::string& node) const {
@@ -198,36 +234,25 @@ AgentTable::Verdict AgentTable::Admit(const LogBatch::Message& message,
   // a restart on a clock behind the previous run's (another host) numbers
   // itself lower and would otherwise be stale for good. Later messages of a
   // lower incarnation are a late (or still running) older process: stale.
-  const bool start = header.msg_seq == 1 && header.incarnation != agent.incarnation;
-  if (!start &&
-      (header.incarnation < agent.incarnation ||
-       (header.incarnation == agent.incarnation && header.msg_seq <= agent.last_msg_seq))) {
+  const Numbering n = Judge(agent.incarnation, agent.last_msg_seq, agent.renumber,
+                            header.incarnation, header.msg_seq);
+  if (n.stale) {
     agent.stale += 1;
     return Verdict::kStale;
   }
-  if (start || header.incarnation > agent.incarnation) {
-    // A new process: its first message clears its sources itself (start-up
-    // clear), so only a gap inside its own numbering is a loss. Its first
-    // heartbeat decides what the previous incarnation's sources become.
-    const bool first_seen = agent.incarnation == 0;
-    agent.incarnation = header.incarnation;
-    agent.last_heartbeat_position = 0;
-    if (header.msg_seq != 1) {
-      if (first_seen) {
-        // The log no longer holds the agent's start (retention): what was
-        // missed can only be missing stores, so nothing to clear, but the
-        // agent's full state is wanted.
-        resync_.push_back({header.agent, message.position});
-      } else {
-        FailClosed(agent, header.agent, message.position, clears);
-      }
-    }
-  } else if (header.msg_seq != agent.last_msg_seq + 1 && !agent.renumber) {
+  // A new process: its first heartbeat decides what the previous
+  // incarnation's sources become.
+  if (n.new_process) agent.last_heartbeat_position = 0;
+  if (n.lost && n.first_seen) {
+    // The log no longer holds the agent's start (retention): what was
+    // missed can only be missing stores, so nothing to clear, but the
+    // agent's full state is wanted.
+    resync_.push_back({header.agent, message.position});
+  } else if (n.lost) {
     FailClosed(agent, header.agent, message.position, clears);
   }
   // Whatever the undecodable message held preceded this one and was cleared.
   agent.renumber = false;
-  agent.last_msg_seq = header.msg_seq;
   return Verdict::kApply;
 }
 
@@ -240,34 +265,24 @@ AgentTable::Verdict AgentTable::AdmitNumbered(const LogBatch::Message& message,
   SubjectState& subject = agent.subjects[origin.token];
   const bool control = origin.kind == LogSubject::kAgent;
   // The same rules as by msg_seq (Admit), on this subject's numbers only.
-  const bool start = header.subject_seq == 1 && header.incarnation != subject.incarnation;
-  if (!start &&
-      (header.incarnation < subject.incarnation ||
-       (header.incarnation == subject.incarnation && header.subject_seq <= subject.last_seq))) {
+  const Numbering n = Judge(subject.incarnation, subject.last_seq, subject.renumber,
+                            header.incarnation, header.subject_seq);
+  if (n.stale) {
     agent.stale += 1;
     return Verdict::kStale;
   }
   if (!control && !events.empty()) subject.model = events.front().model;
-  if (start || header.incarnation > subject.incarnation) {
-    const bool first_seen = subject.incarnation == 0;
-    subject.incarnation = header.incarnation;
-    if (control) {
-      // Heartbeats travel here: the agent's incarnation is this subject's.
-      agent.incarnation = header.incarnation;
-      agent.last_heartbeat_position = 0;
-    }
-    if (header.subject_seq != 1) {
-      if (first_seen) {
-        resync_.push_back({header.agent, message.position});
-      } else {
-        FailClosedOn(agent, header.agent, message.position, origin, clears);
-      }
-    }
-  } else if (header.subject_seq != subject.last_seq + 1 && !subject.renumber) {
+  if (n.new_process && control) {
+    // Heartbeats travel here: the agent's incarnation is this subject's.
+    agent.incarnation = header.incarnation;
+    agent.last_heartbeat_position = 0;
+  }
+  if (n.lost && n.first_seen) {
+    resync_.push_back({header.agent, message.position});
+  } else if (n.lost) {
     FailClosedOn(agent, header.agent, message.position, origin, clears);
   }
   subject.renumber = false;
-  subject.last_seq = header.subject_seq;
   agent.renumber = false;
   agent.last_msg_seq = header.msg_seq;  // informational here
   return Verdict::kApply;

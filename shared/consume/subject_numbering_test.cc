@@ -7,15 +7,15 @@
 // holders, same digest, whatever is lost.
 #include <gtest/gtest.h>
 
-#include <chrono>
+#include <algorithm>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "shared/consume/apply_loop.h"
 #include "shared/consume/testing/replica_checks.h"
 #include "shared/consume/testing/scripted_reader.h"
+#include "shared/consume/testing/wait_applied.h"
 #include "shared/index/kv_index.h"
 #include "shared/index/testing/events.h"
 
@@ -77,11 +77,7 @@ struct Replica {
     options.models = std::move(models);
     loop = std::make_unique<ApplyLoop>(&reader, &index, &probe, std::move(options));
     ASSERT_TRUE(loop->Start().ok());
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (!loop->CaughtUp()) {
-      ASSERT_LT(std::chrono::steady_clock::now(), deadline);
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
+    ASSERT_TRUE(testing::WaitUntilApplied(*loop));
     loop->Stop();
   }
   uint64_t Gaps() const {
