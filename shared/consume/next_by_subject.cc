@@ -9,7 +9,7 @@
 namespace kvindex::consume {
 
 // The JSON API's error code for "no message found".
-constexpr int kNoMessageFound = 10037;
+constexpr uint64_t kNoMessageFound = 10037;
 
 StatusOr<uint64_t> NextBySubject(natsConnection* connection, const std::string& stream,
                                  uint64_t seq, const std::string& subject,
@@ -28,10 +28,17 @@ StatusOr<uint64_t> NextBySubject(natsConnection* connection, const std::string& 
   natsMsg_Destroy(reply);
   if (!answer.is_object()) return absl::InternalError("next_by_subj: an answer that is not JSON");
   if (auto error = answer.find("error"); error != answer.end() && error->is_object()) {
-    const int code = error->value("err_code", 0);
-    if (code == kNoMessageFound) return uint64_t{0};  // not "stream not found" (10059)
+    // Read without exceptions: the answer is checked like any wire input.
+    auto code = error->find("err_code");
+    if (code != error->end() && code->is_number_unsigned() &&
+        code->get<uint64_t>() == kNoMessageFound) {
+      return uint64_t{0};  // not "stream not found" (10059)
+    }
+    auto description = error->find("description");
     return absl::UnavailableError("next_by_subj " + subject + ": " +
-                                  error->value("description", std::string("error")));
+                                  (description != error->end() && description->is_string()
+                                       ? description->get<std::string>()
+                                       : std::string("error")));
   }
   auto message = answer.find("message");
   if (message == answer.end() || !message->is_object() || !message->contains("seq") ||
