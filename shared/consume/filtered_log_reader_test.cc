@@ -8,7 +8,6 @@
 #include "shared/consume/filtered_log_reader.h"
 
 #include <gtest/gtest.h>
-#include <prometheus/registry.h>
 
 #include <chrono>
 #include <memory>
@@ -18,25 +17,13 @@
 #include "shared/consume/next_by_subject.h"
 #include "shared/nats/connection.h"
 #include "shared/nats/stream.h"
-#include "shared/nats/testing/nats_server.h"
+#include "shared/nats/testing/stream_fixture.h"
 
 namespace kvindex::consume {
 namespace {
 
-class FilteredLogReaderTest : public ::testing::Test {
+class FilteredLogReaderTest : public nats::testing::StreamTest {
  protected:
-  void SetUp() override {
-    auto server = nats::testing::NatsServerProcess::Start({});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    nats::NatsOptions nats_options;
-    nats_options.url = server_->url();
-    auto connection = nats::Connection::Connect(nats_options, &registry_, "router", {}, false);
-    ASSERT_TRUE(connection.ok()) << connection.status();
-    connection_ = std::move(*connection);
-    ASSERT_TRUE(nats::EnsureStream(connection_->jetstream(), stream_).ok());
-  }
-
   // Publishes one message of `token`'s subject (node-a); its position.
   uint64_t Publish(const std::string& token) {
     const std::string subject = stream_.subjects.prefix + "." + token + ".node-a";
@@ -86,10 +73,6 @@ class FilteredLogReaderTest : public ::testing::Test {
     return out;
   }
 
-  std::unique_ptr<nats::testing::NatsServerProcess> server_;
-  prometheus::Registry registry_;
-  std::unique_ptr<nats::Connection> connection_;
-  nats::StreamOptions stream_;
   int questions_ = 0;
 };
 

@@ -26,25 +26,14 @@
 #include "shared/nats/connection.h"
 #include "shared/nats/stream.h"
 #include "shared/nats/testing/nats_server.h"
+#include "shared/nats/testing/stream_fixture.h"
 
 namespace kvindex {
 namespace {
 
 // A nats-server, a connection to it and the default stream, for each test.
-class JetStreamPublisherTest : public ::testing::Test {
+class JetStreamPublisherTest : public nats::testing::StreamTest {
  protected:
-  void SetUp() override {
-    auto server = nats::testing::NatsServerProcess::Start({});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    nats::NatsOptions nats_options;
-    nats_options.url = server_->url();
-    auto connection = nats::Connection::Connect(nats_options, &registry_, "agent", {}, false);
-    ASSERT_TRUE(connection.ok()) << connection.status();
-    connection_ = std::move(*connection);
-    ASSERT_TRUE(nats::EnsureStream(connection_->jetstream(), stream_).ok());
-  }
-
   // The value of counter/gauge `name` with `label`=`value` ("" = any), -1 when absent.
   double Metric(const std::string& name, const std::string& label = "",
                 const std::string& value = "") {
@@ -88,11 +77,6 @@ class JetStreamPublisherTest : public ::testing::Test {
     }
     return out;
   }
-
-  std::unique_ptr<nats::testing::NatsServerProcess> server_;
-  prometheus::Registry registry_;
-  std::unique_ptr<nats::Connection> connection_;
-  nats::StreamOptions stream_;
 };
 
 // The codec writes a sequenced header with whatever agent it is given; the
