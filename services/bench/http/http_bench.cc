@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -19,6 +20,7 @@
 
 #include "services/bench/http/synthetic_index.h"
 #include "services/bench/http/wrk_output.h"
+#include "shared/compat/sglang_indexer.h"
 #include "shared/config/cli.h"
 #include "shared/consume/apply_loop.h"
 #include "shared/consume/in_process_log_reader.h"
@@ -115,6 +117,7 @@ std::string NumberArray(const std::vector<T>& values) {
 
 struct CompatBodies {
   std::string mooncake_query, mooncake_query_by_hash, dynamo_tiered;
+  std::string sglang_match_prefix;  // serialized protobuf
 };
 
 CompatBodies MakeCompatBodies(const std::vector<uint32_t>& tokens, uint32_t block_size) {
@@ -129,6 +132,9 @@ CompatBodies MakeCompatBodies(const std::vector<uint32_t>& tokens, uint32_t bloc
   b.mooncake_query_by_hash = std::string("{\"model\":\"") + kModel +
                              "\",\"seq_hashes\":" + NumberArray(seq) +
                              ",\"block_size\":" + std::to_string(block_size) + "}";
+  compat::pb::MatchExternalKvPrefixRequest sglang;  // SGLang sends our hashes as sfixed64
+  for (uint64_t hash : seq) sglang.add_hashes(static_cast<int64_t>(hash));
+  b.sglang_match_prefix = sglang.SerializeAsString();
   b.dynamo_tiered = std::string("{\"block_hashes\":") + NumberArray(dynamo) + ",\"model_name\":\"" +
                     kModel + "\",\"routing_group\":\"\"}";
   return b;
@@ -365,26 +371,61 @@ int RunHttpBench(int argc, char** argv) {
   // + its own JSON) on the same prompts, beside /v1/match's (docs/compat.md;
   // target: within 1.2x of /v1/match). Rounds alternate the handlers so
   // machine noise lands on all of them alike.
+  // SGLang's KvIndexer is gRPC: its codec is the protobuf request parsed,
+  // the lookup, the response serialized (the gRPC transport, like the HTTP
+  // server for the others, is outside the handler).
+  const query::CompatApi& compat = api.compat();
+  compat::SglangIndexer sglang(
+      &context, compat::SglangOptions{.model = kModel, .address = [](const SourceKey&) {
+                                        return std::string("http://10.0.0.1:30000");
+                                      }});
+  auto http_handler = [&](void (query::CompatApi::*handler)(const http::Request&, http::Response&)
+                              const) {
+    return [&compat, handler](const http::Request& rq, http::Response& rs) {
+      (compat.*handler)(rq, rs);
+    };
+  };
   struct CompatRun {
     const char* name;
     std::vector<std::string> bodies;
-    void (query::CompatApi::*handler)(const http::Request&, http::Response&) const;
+    std::function<void(const http::Request&, http::Response&)> handler;
     std::vector<double> latencies;
     size_t bad = 0;
   };
   std::vector<CompatRun> compat_runs = {
-      {"POST /query (Mooncake)", {}, &query::CompatApi::MooncakeQuery, {}, 0},
-      {"POST /query_by_hash (Mooncake)", {}, &query::CompatApi::MooncakeQueryByHash, {}, 0},
-      {"POST /query_tiered_by_hash (Dynamo)", {}, &query::CompatApi::QueryTieredByHash, {}, 0}};
+      {"POST /query (Mooncake)", {}, http_handler(&query::CompatApi::MooncakeQuery), {}, 0},
+      {"POST /query_by_hash (Mooncake)",
+       {},
+       http_handler(&query::CompatApi::MooncakeQueryByHash),
+       {},
+       0},
+      {"POST /query_tiered_by_hash (Dynamo)",
+       {},
+       http_handler(&query::CompatApi::QueryTieredByHash),
+       {},
+       0},
+      {"MatchExternalKvPrefix (SGLang gRPC)",
+       {},
+       [&sglang](const http::Request& rq, http::Response& rs) {
+         compat::pb::MatchExternalKvPrefixRequest request;
+         compat::pb::MatchExternalKvPrefixResponse response;
+         const bool parsed =
+             request.ParseFromArray(rq.body.data(), static_cast<int>(rq.body.size()));
+         const bool ok = parsed && sglang.MatchPrefix(request, &response).ok();
+         rs.body = response.SerializeAsString();
+         rs.status = ok ? 200 : 500;
+       },
+       {},
+       0}};
   for (const auto& tokens : prompts) {
     CompatBodies b = MakeCompatBodies(tokens, o.block_size);
     const std::string pad(http::kBodyPadding, '\0');
     compat_runs[0].bodies.push_back(b.mooncake_query + pad);
     compat_runs[1].bodies.push_back(b.mooncake_query_by_hash + pad);
     compat_runs[2].bodies.push_back(b.dynamo_tiered + pad);
+    compat_runs[3].bodies.push_back(b.sglang_match_prefix + pad);
   }
   std::vector<double> match_latencies;
-  const query::CompatApi& compat = api.compat();
   auto time_call = [&](const std::string& body, auto&& call) {
     http::Request request;
     request.method = "POST";
@@ -404,9 +445,7 @@ int RunHttpBench(int argc, char** argv) {
       match_latencies.push_back(s0);
       bad += !ok0;
       for (CompatRun& run : compat_runs) {
-        auto [s1, ok1] = time_call(run.bodies[q], [&](const http::Request& rq, http::Response& rs) {
-          (compat.*run.handler)(rq, rs);
-        });
+        auto [s1, ok1] = time_call(run.bodies[q], run.handler);
         run.latencies.push_back(s1);
         run.bad += !ok1;
       }
