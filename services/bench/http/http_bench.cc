@@ -413,7 +413,8 @@ int RunHttpBench(int argc, char** argv) {
              request.ParseFromArray(rq.body.data(), static_cast<int>(rq.body.size()));
          const bool ok = parsed && sglang.MatchPrefix(request, &response).ok();
          rs.body = response.SerializeAsString();
-         rs.status = ok ? 200 : 500;
+         rs.status =
+             ok && response.matches_size() > 0 ? 200 : 500;  // an empty answer counts as bad
        },
        {},
        0}};
