@@ -90,6 +90,11 @@ struct AgentTableOptions {
   // refused (too_many_sources), so one node cannot fill a model's source
   // ids (4,096) with made-up workers. Default: 256.
   size_t max_sources_per_node = 256;
+  // Most subjects ("_agent" and model tokens) one node is numbered on: a
+  // message on a new one past it is refused (too_many_subjects), so the
+  // tokens a node may publish on cannot grow the table (and every
+  // checkpoint) without bound. Default: 64.
+  size_t max_subjects_per_node = 64;
   // Most live nodes (not expired, or expired still owning sources): a
   // message from a node that is not live while this many are is refused
   // whole (too_many_nodes). Also sizes a node's guaranteed share of a model
