@@ -115,7 +115,7 @@ class AgentTable {
     uint64_t last_seq = 0;  // last subject_seq applied of `incarnation`
     // A model subject: the model its messages carry (what a gap clears).
     std::string model;
-    // As AgentState::renumber, per subject. Not checkpointed.
+    // As AgentState::renumber, per subject. Checkpointed (format v5).
     bool renumber = false;
   };
   struct AgentState {
@@ -134,8 +134,8 @@ class AgentTable {
     uint64_t expiries = 0;  // agent_expired events that cleared it
     // An undecodable message (no readable msg_seq) already failed closed:
     // the next message of the incarnation takes up the numbering without a
-    // second clear. Not checkpointed: a replica restored in between clears
-    // again, which changes nothing (the node sent nothing since its clear).
+    // second clear. Checkpointed (format v5): a replica restored in between
+    // judges the next message as one that read the whole log.
     bool renumber = false;
     // Subjects the agent numbers with subject_seq, by token ("_agent" or a
     // model token).
