@@ -97,6 +97,17 @@ void Fill(index::IndexInterface* index, uint64_t seed, int messages) {
   }
 }
 
+// Block 1 of model "m" stored on `worker` (rank 0), as `node`'s agent sends it.
+PlacementEvent StoredBy(const std::string& node, const std::string& worker) {
+  PlacementEvent stored;
+  stored.kind = PlacementKind::kStored;
+  stored.model = "m";
+  stored.agent = node;
+  stored.source = {worker, 0};
+  stored.block_hashes = {1};
+  return stored;
+}
+
 void FillAgents(consume::AgentTable& table) {
   consume::LogBatch::Message message;
   message.position = 3;
@@ -114,12 +125,7 @@ void FillAgents(consume::AgentTable& table) {
   numbered.position = 4;
   numbered.subject = "kvindex.events.m.node-b";
   numbered.header = {.agent = "node-b", .incarnation = 9, .msg_seq = 5, .subject_seq = 2};
-  PlacementEvent stored;
-  stored.kind = PlacementKind::kStored;
-  stored.model = "m";
-  stored.agent = "node-b";
-  stored.source = {"worker-2", 0};
-  stored.block_hashes = {1};
+  const PlacementEvent stored = StoredBy("node-b", "worker-2");
   consume::LogRefusal refusal;
   table.Admit(numbered, {&stored, 1}, &clears, &refusal);
 }
@@ -260,12 +266,7 @@ TEST(CheckpointStoreTest, ARestoredTableJudgesTheNextMessageAsTheWholeLog) {
     }
     return std::make_pair(verdict, clears.size());
   };
-  PlacementEvent stored;
-  stored.kind = PlacementKind::kStored;
-  stored.model = "m";
-  stored.agent = "node-a";
-  stored.source = {"wa", 0};
-  stored.block_hashes = {1};
+  const PlacementEvent stored = StoredBy("node-a", "wa");
 
   consume::AgentTable whole;
   feed(whole, message(1, "node-a", "_agent", 1, 1, false), {heartbeat("node-a", "wa")});
