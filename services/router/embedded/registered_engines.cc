@@ -8,8 +8,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
 #include <string_view>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "shared/base/strings.h"
@@ -73,6 +75,16 @@ nlohmann::json ToJson(const EngineRegistration& r) {
           {"additionalsalt", r.additional_salt}};
 }
 
+// An unsigned JSON integer up to `max` (nlohmann's get<uint32_t> turns -1
+// into 4294967295 and a large float into undefined behaviour).
+uint32_t CheckedUint(const nlohmann::json& j, const char* key, uint64_t max) {
+  const nlohmann::json& value = j.at(key);
+  if (!value.is_number_unsigned() || value.get<uint64_t>() > max) {
+    throw std::out_of_range(strings::Cat("field '", key, "' must be an integer in 0..", max));
+  }
+  return static_cast<uint32_t>(value.get<uint64_t>());
+}
+
 EngineRegistration FromJson(const nlohmann::json& j) {
   EngineRegistration r;
   r.endpoint = j.at("endpoint").get<std::string>();
@@ -82,20 +94,40 @@ EngineRegistration FromJson(const nlohmann::json& j) {
   r.lora_name = j.at("lora_name").get<std::string>();
   r.tenant_id = j.at("tenant_id").get<std::string>();
   r.instance_id = j.at("instance_id").get<std::string>();
-  r.block_size = j.at("block_size").get<uint32_t>();
-  r.dp_rank = j.at("dp_rank").get<uint32_t>();
+  r.block_size = CheckedUint(j, "block_size", UINT32_MAX);
+  r.dp_rank = CheckedUint(j, "dp_rank", ingest::kMaxDpRanks - 1);
   r.additional_salt = j.at("additionalsalt").get<std::string>();
   return r;
 }
 
-// The registrations saved in `path`; a missing file = none.
+// Largest registrations file read back: max_registrations entries of
+// bounded fields are far below it.
+constexpr uintmax_t kMaxSavedBytes = 16 << 20;
+
+// The registrations saved in `path`; a missing file = none. An entry that
+// does not read back (wrong type, integer out of range) is logged and
+// skipped; a file that does not parse is an error.
 StatusOr<std::vector<EngineRegistration>> ReadSaved(const std::string& path) {
   std::vector<EngineRegistration> saved;
-  if (path.empty() || !std::filesystem::exists(path)) return saved;
+  if (path.empty()) return saved;
   try {
+    if (!std::filesystem::exists(path)) return saved;
+    if (const uintmax_t size = std::filesystem::file_size(path); size > kMaxSavedBytes) {
+      return absl::DataLossError(strings::Cat("registrations file '", path, "': ", size,
+                                              " bytes, more than ", kMaxSavedBytes));
+    }
     std::ifstream in(path);
     const nlohmann::json j = nlohmann::json::parse(in);
-    for (const nlohmann::json& entry : j.at("registrations")) saved.push_back(FromJson(entry));
+    size_t index = 0;
+    for (const nlohmann::json& entry : j.at("registrations")) {
+      try {
+        saved.push_back(FromJson(entry));
+      } catch (const std::exception& error) {
+        log::Get("router")->error("registrations file '{}': entry {} skipped: {}", path, index,
+                                  error.what());
+      }
+      ++index;
+    }
   } catch (const std::exception& error) {
     return absl::DataLossError(strings::Cat("registrations file '", path, "': ", error.what()));
   }
@@ -270,7 +302,10 @@ void RegisteredEngines::StopAndClear(std::map<Key, Entry>::iterator it) {
   // 0..dp_rank), less those another registration of the instance serves.
   std::vector<PlacementEvent> clears;
   const uint64_t now = WallClockNs();
-  for (uint32_t rank = 0; rank <= entry.spec.dp_rank; ++rank) {
+  // Validate bounds dp_rank below kMaxDpRanks; the min keeps the loop finite
+  // whatever reached the entry.
+  const uint32_t last = std::min(entry.spec.dp_rank, ingest::kMaxDpRanks - 1);
+  for (uint32_t rank = 0; rank <= last; ++rank) {
     const Key other{entry.registration.instance_id, rank};
     if (rank != entry.spec.dp_rank && entries_.count(other) != 0) continue;
     PlacementEvent& clear = clears.emplace_back();
@@ -371,6 +406,20 @@ Status RegisteredEngines::Save() const {
   if (!written || !closed || ec) {
     std::filesystem::remove(temporary, ec);
     return absl::UnavailableError(strings::Cat("cannot write '", options_.state_file, "'"));
+  }
+  // The rename is durable once the directory entry is. The file already
+  // says the new list: a failure here is logged, not returned (returning
+  // would stop a registration the file keeps).
+  std::filesystem::path directory = std::filesystem::path(options_.state_file).parent_path();
+  if (directory.empty()) directory = ".";
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!synced) {
+    log::Get("router")->warn(
+        "registrations file '{}': directory not synced, the last change "
+        "may not survive a power loss",
+        options_.state_file);
   }
   return absl::OkStatus();
 }
