@@ -388,6 +388,15 @@ size_t RegisteredEngines::size() const {
   return entries_.size();
 }
 
+bool RegisteredEngines::Follows(const std::string& instance) const {
+  for (const ingest::SourceSpec& c : options_.configured) {
+    if (c.worker == instance) return true;
+  }
+  MutexLock lock(&mu_);
+  auto it = entries_.lower_bound(Key{instance, 0});
+  return it != entries_.end() && it->first.first == instance;
+}
+
 Status RegisteredEngines::Save() const {
   if (options_.state_file.empty()) return absl::OkStatus();
   nlohmann::json list = nlohmann::json::array();

@@ -91,6 +91,8 @@ class RegisteredEngines final : public query::EngineRegistry {
   std::vector<IngestSourceStatus> Sources() const;
   bool Ready() const;
   size_t size() const;
+  // True when `instance` is a --source worker or a registered instance.
+  bool Follows(const std::string& instance) const;
 
  private:
   struct Entry {

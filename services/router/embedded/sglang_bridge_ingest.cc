@@ -98,6 +98,11 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
   if (!model.has_value()) {
     return Refuse(SglangCode::kFailedPrecondition, Outcome::kBlockSizeUnknown, why);
   }
+  if (options_.reserved && options_.reserved(request.worker_id())) {
+    return Refuse(SglangCode::kFailedPrecondition, Outcome::kRegistrationConflict,
+                  strings::Cat("worker_id '", request.worker_id(),
+                               "' is a --source worker or a registered instance of this router"));
+  }
   const SourceKey source{request.worker_id(), 0};
   MutexLock lock(&mu_);
   auto it = workers_.find(request.worker_id());
