@@ -21,8 +21,11 @@
 // sequence gap and a sequence going back (a restarted bridge) clear the source before the batch is
 // applied.
 //
-// Thread safety: Apply and Address from any thread (one mutex: batches are
-// published in the order they are applied).
+// Thread safety: Apply and Address from any thread. publish_mu_ orders the
+// batches (published in the order they are applied, held while Publish
+// waits on a full log); mu_ guards the workers and is never held while
+// publishing, so Address (every row of every SGLang match RPC) never waits
+// on the log.
 #pragma once
 
 #include <cstdint>
@@ -72,9 +75,11 @@ class SglangBridgeIngest {
   };
   const SglangBridgeOptions options_;
   InProcessSink* const sink_;
+  Mutex publish_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
+  // Written by Apply only (under publish_mu_ and mu_).
   absl::flat_hash_map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_event_id_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_event_id_ ABSL_GUARDED_BY(publish_mu_);
 };
 
 }  // namespace kvindex::router
