@@ -143,7 +143,7 @@ RegisteredEngines::RegisteredEngines(RegisteredEnginesOptions options, InProcess
 RegisteredEngines::~RegisteredEngines() { Stop(); }
 
 Status RegisteredEngines::Start() {
-  MutexLock lock(&mu_);
+  MutexLock change(&change_mu_);
   stopping_ = false;
   auto logger = log::Get("router");
   StatusOr<std::vector<EngineRegistration>> saved = ReadSaved(options_.state_file);
@@ -155,10 +155,11 @@ Status RegisteredEngines::Start() {
   }
   if (saved->empty()) return absl::OkStatus();
   for (const EngineRegistration& r : *saved) {
-    if (Status s = StartLocked(r, /*persist=*/false); !s.ok()) {
+    if (Status s = StartOne(r, /*persist=*/false); !s.ok()) {
       logger->error("registration {} not restored: {}", RegistrationId(r), s.ToString());
     }
   }
+  MutexLock lock(&mu_);
   logger->info("{} registered engine(s) restored from '{}'", entries_.size(), options_.state_file);
   // The file now says what runs.
   return Save();
@@ -174,10 +175,14 @@ std::vector<std::string> RegisteredEngines::SavedInstances() const {
 }
 
 void RegisteredEngines::Stop() {
-  MutexLock lock(&mu_);
+  MutexLock change(&change_mu_);
   stopping_ = true;
-  for (auto& [key, entry] : entries_) entry.pipeline->Stop();
-  entries_.clear();
+  std::map<Key, Entry> stopped;
+  {
+    MutexLock lock(&mu_);
+    stopped.swap(entries_);
+  }
+  for (auto& [key, entry] : stopped) entry.pipeline->Stop();
 }
 
 StatusOr<ingest::SourceSpec> RegisteredEngines::Validate(const EngineRegistration& r) const {
@@ -241,12 +246,18 @@ StatusOr<ingest::SourceSpec> RegisteredEngines::Validate(const EngineRegistratio
   return spec;
 }
 
-Status RegisteredEngines::StartLocked(const EngineRegistration& registration, bool persist) {
-  KVINDEX_ASSIGN_OR_RETURN(ingest::SourceSpec spec, Validate(registration));
-  if (entries_.size() >= options_.max_registrations) {
-    return absl::ResourceExhaustedError(
-        strings::Cat("already ", entries_.size(), " registered engines (--max-registrations ",
-                     options_.max_registrations, "): unregister one first"));
+Status RegisteredEngines::StartOne(const EngineRegistration& registration, bool persist) {
+  ingest::SourceSpec spec;
+  {
+    MutexLock lock(&mu_);
+    StatusOr<ingest::SourceSpec> valid = Validate(registration);
+    if (!valid.ok()) return valid.status();
+    spec = *std::move(valid);
+    if (entries_.size() >= options_.max_registrations) {
+      return absl::ResourceExhaustedError(
+          strings::Cat("already ", entries_.size(), " registered engines (--max-registrations ",
+                       options_.max_registrations, "): unregister one first"));
+    }
   }
   Entry entry;
   entry.registration = registration;
@@ -258,16 +269,24 @@ Status RegisteredEngines::StartLocked(const EngineRegistration& registration, bo
   agent.sources = {spec};
   entry.pipeline = std::make_unique<ingest::AgentPipeline>(std::move(agent), sink_, registry_);
   KVINDEX_RETURN_IF_ERROR(entry.pipeline->Start());
-  auto [it, inserted] =
-      entries_.emplace(Key{registration.instance_id, registration.dp_rank}, std::move(entry));
-  if (persist) {
-    if (Status saved = Save(); !saved.ok()) {
-      // Fail closed: not followed rather than followed until the next restart.
-      StopAndClear(it);
+  Status saved = absl::OkStatus();
+  Entry removed;
+  std::vector<PlacementEvent> clears;
+  {
+    MutexLock lock(&mu_);
+    auto [it, inserted] =
+        entries_.emplace(Key{registration.instance_id, registration.dp_rank}, std::move(entry));
+    if (persist) saved = Save();
+    if (!saved.ok()) {
+      clears = ClearsFor(it->second);
+      removed = std::move(it->second);
       entries_.erase(it);
-      return absl::UnavailableError(
-          strings::Cat("cannot save the registration: ", saved.message()));
     }
+  }
+  if (!saved.ok()) {
+    // Fail closed: not followed rather than followed until the next restart.
+    StopAndPublish(removed, clears);
+    return absl::UnavailableError(strings::Cat("cannot save the registration: ", saved.message()));
   }
   log::Get("router")->info("registered engine {} ({}, {})", RegistrationId(registration),
                            registration.endpoint, registration.model);
@@ -275,29 +294,30 @@ Status RegisteredEngines::StartLocked(const EngineRegistration& registration, bo
 }
 
 Status RegisteredEngines::Register(const EngineRegistration& registration, bool* created) {
-  MutexLock lock(&mu_);
+  MutexLock change(&change_mu_);
   *created = false;
   if (stopping_) return absl::UnavailableError("the router is stopping");
   if (options_.max_registrations == 0) {
     return absl::ResourceExhaustedError(
         "registration is off on this router (--max-registrations 0): use --source");
   }
-  if (auto it = entries_.find(Key{registration.instance_id, registration.dp_rank});
-      it != entries_.end()) {
-    if (it->second.registration == registration) return absl::OkStatus();  // idempotent
-    return absl::AlreadyExistsError(
-        strings::Cat("instance '", registration.instance_id, "' rank ", registration.dp_rank,
-                     " is registered with other fields (", it->second.registration.endpoint, ", ",
-                     it->second.registration.model, "): unregister it first"));
+  {
+    MutexLock lock(&mu_);
+    if (auto it = entries_.find(Key{registration.instance_id, registration.dp_rank});
+        it != entries_.end()) {
+      if (it->second.registration == registration) return absl::OkStatus();  // idempotent
+      return absl::AlreadyExistsError(
+          strings::Cat("instance '", registration.instance_id, "' rank ", registration.dp_rank,
+                       " is registered with other fields (", it->second.registration.endpoint, ", ",
+                       it->second.registration.model, "): unregister it first"));
+    }
   }
-  KVINDEX_RETURN_IF_ERROR(StartLocked(registration, /*persist=*/true));
+  KVINDEX_RETURN_IF_ERROR(StartOne(registration, /*persist=*/true));
   *created = true;
   return absl::OkStatus();
 }
 
-void RegisteredEngines::StopAndClear(std::map<Key, Entry>::iterator it) {
-  Entry& entry = it->second;
-  entry.pipeline->Stop();
+std::vector<PlacementEvent> RegisteredEngines::ClearsFor(const Entry& entry) const {
   // The ranks this source's envelopes could name (SourceSpec::dp_rank_limit:
   // 0..dp_rank), less those another registration of the instance serves.
   std::vector<PlacementEvent> clears;
@@ -315,6 +335,12 @@ void RegisteredEngines::StopAndClear(std::map<Key, Entry>::iterator it) {
     clear.event_id = now + rank;
     clear.timestamp_ns = now;
   }
+  return clears;
+}
+
+void RegisteredEngines::StopAndPublish(Entry& entry, const std::vector<PlacementEvent>& clears) {
+  entry.pipeline->Stop();
+  // Without mu_: Publish waits while the in-process log is full.
   if (Status s = sink_->Publish(clears); !s.ok()) {
     log::Get("router")->warn("unregister {}: clear not published: {}",
                              RegistrationId(entry.registration), s.ToString());
@@ -324,34 +350,43 @@ void RegisteredEngines::StopAndClear(std::map<Key, Entry>::iterator it) {
 Status RegisteredEngines::Unregister(const std::string& instance_id,
                                      std::optional<uint32_t> dp_rank,
                                      std::vector<std::string>* removed) {
-  MutexLock lock(&mu_);
+  MutexLock change(&change_mu_);
   if (stopping_) return absl::UnavailableError("the router is stopping");
-  std::vector<std::map<Key, Entry>::iterator> found;
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->first.first == instance_id && (!dp_rank || it->first.second == *dp_rank)) {
-      found.push_back(it);
-    }
-  }
-  if (found.empty()) {
-    for (const ingest::SourceSpec& c : options_.configured) {
-      if (c.worker == instance_id) {
-        return absl::FailedPreconditionError(
-            strings::Cat("instance '", instance_id,
-                         "' is followed through --source: restart the router without it"));
+  std::vector<std::pair<Entry, std::vector<PlacementEvent>>> stopped;
+  Status saved = absl::OkStatus();
+  {
+    MutexLock lock(&mu_);
+    std::vector<std::map<Key, Entry>::iterator> found;
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->first.first == instance_id && (!dp_rank || it->first.second == *dp_rank)) {
+        found.push_back(it);
       }
     }
-    return absl::NotFoundError(strings::Cat("no engine registered as instance '", instance_id, "'",
-                                            dp_rank ? strings::Cat(" rank ", *dp_rank) : ""));
+    if (found.empty()) {
+      for (const ingest::SourceSpec& c : options_.configured) {
+        if (c.worker == instance_id) {
+          return absl::FailedPreconditionError(
+              strings::Cat("instance '", instance_id,
+                           "' is followed through --source: restart the router without it"));
+        }
+      }
+      return absl::NotFoundError(strings::Cat("no engine registered as instance '", instance_id,
+                                              "'",
+                                              dp_rank ? strings::Cat(" rank ", *dp_rank) : ""));
+    }
+    for (auto it : found) removed->push_back(RegistrationId(it->second.registration));
+    // Highest rank first: a lower rank still registered clears itself after.
+    std::reverse(found.begin(), found.end());
+    for (auto it : found) {
+      std::vector<PlacementEvent> clears = ClearsFor(it->second);
+      stopped.emplace_back(std::move(it->second), std::move(clears));
+      entries_.erase(it);
+    }
+    saved = Save();
   }
-  for (auto it : found) removed->push_back(RegistrationId(it->second.registration));
-  // Highest rank first: a lower rank still registered clears itself after.
-  std::reverse(found.begin(), found.end());
-  for (auto it : found) {
-    StopAndClear(it);
-    entries_.erase(it);
-  }
-  log::Get("router")->info("unregistered {} engine(s) of instance {}", found.size(), instance_id);
-  if (Status saved = Save(); !saved.ok()) {
+  for (auto& [entry, clears] : stopped) StopAndPublish(entry, clears);
+  log::Get("router")->info("unregistered {} engine(s) of instance {}", stopped.size(), instance_id);
+  if (!saved.ok()) {
     return absl::UnavailableError(
         strings::Cat("stopped, but the registrations file was not updated: ", saved.message()));
   }
