@@ -189,6 +189,22 @@ def main():
         assert rows[0]["host"] == 3, rows
         assert rows_of(router, "inst-a") == [], "inst-a came back"
         assert {w["instance_id"] for w in router.json("GET", "/workers")} == {"inst-b"}
+
+        # A registrations file past its size bound (16 MiB) is not read.
+        assert router.stop() == 0
+        path = os.path.join(router.data_dir, "registrations.json")
+        text = open(path).read()
+        with open(path, "w") as out:
+            out.write(text + " " * (17 << 20))
+        router.start()
+        router.wait_ready()
+        router.proc.terminate()
+        router.proc.wait(timeout=20)
+        logs = router.logs()
+        assert router.stop() == 0
+        assert "bytes, more than 16777216: no registered engine followed" in logs, \
+            "an oversized registrations file was read"
+        assert os.path.getsize(path) > 17 << 20, "the oversized file was rewritten"
         print("register: 2 engines registered over HTTP, %d hostile bodies refused, "
               "unregister cleared, registrations survived a restart" % len(hostile))
     except AssertionError:
