@@ -374,6 +374,14 @@ Status Router::Start() {
         }
         return std::pair<std::string, uint32_t>(name, *block_size);
       };
+      // Not a --source worker or a registered instance (registered_ outlives
+      // the bridge: reset after it).
+      bridge.reserved = [registered = registered_.get(),
+                         sources = options_.agent.sources](const std::string& worker) {
+        if (registered != nullptr) return registered->Follows(worker);
+        return std::any_of(sources.begin(), sources.end(),
+                           [&](const ingest::SourceSpec& s) { return s.worker == worker; });
+      };
       sglang_bridge_ = std::make_unique<SglangBridgeIngest>(std::move(bridge), sink_.get());
     }
     // SGLang's KV indexer (--sglang-indexer): the same lookup as the API.

@@ -28,7 +28,10 @@ normalize::SourceOptions ProcessorOptions(const SourceSpec& spec) {
   // A socket without a declared rank serves the one rank its first envelope
   // names (SourceSpec::rank_declared); a declared one its declared range.
   options.dp_rank_limit =
-      spec.rank_declared ? std::max(spec.dp_ranks, spec.dp_rank + 1) : kMaxDpRanks;
+      spec.rank_declared
+          ? static_cast<uint32_t>(std::min<uint64_t>(
+                std::max<uint64_t>(spec.dp_ranks, uint64_t{spec.dp_rank} + 1), kMaxDpRanks))
+          : kMaxDpRanks;
   options.pin_first_rank = !spec.rank_declared;
   options.max_blocks_per_tier = spec.max_blocks_per_tier;
   options.report_full = spec.report_full;

@@ -105,8 +105,8 @@ StatusOr<std::vector<SourceSpec>> ParseSourceSpec(std::string_view text) {
     } else if (key == "dp_rank") {
       if (!once(&have_dp_rank)) return error("repeated key 'dp_rank'");
       std::optional<uint64_t> n = ParseUint(value);
-      if (!n || *n > std::numeric_limits<uint32_t>::max()) {
-        return error(strings::Cat("invalid dp_rank '", value, "'"));
+      if (!n || *n >= kMaxDpRanks) {
+        return error(strings::Cat("invalid dp_rank '", value, "' (0..", kMaxDpRanks - 1, ")"));
       }
       spec.dp_rank = static_cast<uint32_t>(*n);
     } else if (key == "report_mode") {

@@ -112,6 +112,9 @@ TEST(SourceSpecTest, RejectsBadInput) {
       "worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://h:65535,dp_ranks=2",
       "worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://h:1,dp_ranks=0",
       "worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://h:1,dp_ranks=2,dp_rank=1",
+      // A rank past kMaxDpRanks (1024): unregistering clears ranks 0..dp_rank.
+      "worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://h:1,dp_rank=1024",
+      "worker=w0,engine=vllm,model=M,block_size=16,pub=tcp://h:1,dp_rank=4294967295",
   };
   for (const char* text : bad) {
     auto specs = ParseSourceSpec(text);

@@ -139,6 +139,9 @@ def main():
             (registration(c, "x", block_size=-1), 400, "invalid_request", "block_size"),
             (registration(c, "x", block_size=8), 400, "invalid_request", "one block size"),
             (registration(c, "x", dp_rank=1 << 40), 400, "invalid_request", "dp_rank"),
+            # Ranks past kMaxDpRanks (1024): /unregister clears ranks 0..dp_rank.
+            (registration(c, "x", dp_rank=1024), 400, "invalid_request", "dp_rank"),
+            (registration(c, "x", dp_rank=(1 << 32) - 1), 400, "invalid_request", "dp_rank"),
             (registration(c, "x", instance_id=7), 400, "invalid_request", "instance_id"),
         ]
         for body, status_want, outcome, text in hostile:
@@ -171,12 +174,37 @@ def main():
         assert [r["instance_id"] for r in saved["registrations"]] == ["inst-b"], saved
         assert router.stop() == 0
         b.publish([b.stored([23], [9, 10, 11, 12], B, parent=22, medium="CPU")])
+        # Hand-edited entries whose integers do not read back as they are
+        # (-1 is not 4294967295, a float is not a rank) are skipped.
+        tampered = dict(saved["registrations"][0], endpoint="tcp://127.0.0.1:1",
+                        replay_endpoint="")
+        saved["registrations"] += [dict(tampered, instance_id="neg", dp_rank=-1),
+                                   dict(tampered, instance_id="float", dp_rank=1e30),
+                                   dict(tampered, instance_id="big", dp_rank=1 << 31)]
+        with open(os.path.join(router.data_dir, "registrations.json"), "w") as out:
+            json.dump(saved, out)
         router.start()
         router.wait_ready()
         rows = wait_rows(router, "inst-b", 3, b)
         assert rows[0]["host"] == 3, rows
         assert rows_of(router, "inst-a") == [], "inst-a came back"
         assert {w["instance_id"] for w in router.json("GET", "/workers")} == {"inst-b"}
+
+        # A registrations file past its size bound (16 MiB) is not read.
+        assert router.stop() == 0
+        path = os.path.join(router.data_dir, "registrations.json")
+        text = open(path).read()
+        with open(path, "w") as out:
+            out.write(text + " " * (17 << 20))
+        router.start()
+        router.wait_ready()
+        router.proc.terminate()
+        router.proc.wait(timeout=20)
+        logs = router.logs()
+        assert router.stop() == 0
+        assert "bytes, more than 16777216: no registered engine followed" in logs, \
+            "an oversized registrations file was read"
+        assert os.path.getsize(path) > 17 << 20, "the oversized file was rewritten"
         print("register: 2 engines registered over HTTP, %d hostile bodies refused, "
               "unregister cleared, registrations survived a restart" % len(hostile))
     except AssertionError:

@@ -61,10 +61,18 @@ def outcome_count(router, outcome):
     return 0.0
 
 
-def sg0(router):
+def row_of(router, worker):
     rows = [w for w in router.match({"model": MODEL, "tokens": TOKENS})["workers"]
-            if w["worker"] == "sg0"]
+            if w["worker"] == worker]
     return rows[0] if rows else None
+
+
+def sg0(router):
+    return row_of(router, "sg0")
+
+
+def w0(router):
+    return row_of(router, "w0")
 
 
 def main():
@@ -118,7 +126,20 @@ def main():
         assert outcome_count(router, "invalid_request") == 4, outcome_count(router,
                                                                             "invalid_request")
         assert outcome_count(router, "missing_field") == 1
+        # A worker_id of a --source worker: refused (it would clear w0's
+        # entries through the trusted in-process log), counted, w0 untouched.
+        engine.publish([engine.stored([41], TOKENS[:B], B)])
+        e2e.wait_for(lambda: w0(router), 10, "w0 in /v1/match")
+        try:
+            apply(batch("w0", 1, [action(CLEAR_ALL, HBM)]))
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
+            assert "--source" in error.details(), error.details()
+        else:
+            raise AssertionError("accepted: a batch for the --source worker w0")
+        assert outcome_count(router, "registration_conflict") == 1
         apply(batch("sg0", 3, []))  # a later batch lands after them: nothing else changed
+        assert w0(router) is not None and w0(router)["longest"] == 1, w0(router)
         assert sg0(router)["longest"] == 2, sg0(router)
 
         # A gap (seq 4 lost): the worker is cleared, then the batch applied.

@@ -8,8 +8,10 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
 #include <string_view>
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "shared/base/strings.h"
@@ -73,6 +75,16 @@ nlohmann::json ToJson(const EngineRegistration& r) {
           {"additionalsalt", r.additional_salt}};
 }
 
+// An unsigned JSON integer up to `max` (nlohmann's get<uint32_t> turns -1
+// into 4294967295 and a large float into undefined behaviour).
+uint32_t CheckedUint(const nlohmann::json& j, const char* key, uint64_t max) {
+  const nlohmann::json& value = j.at(key);
+  if (!value.is_number_unsigned() || value.get<uint64_t>() > max) {
+    throw std::out_of_range(strings::Cat("field '", key, "' must be an integer in 0..", max));
+  }
+  return static_cast<uint32_t>(value.get<uint64_t>());
+}
+
 EngineRegistration FromJson(const nlohmann::json& j) {
   EngineRegistration r;
   r.endpoint = j.at("endpoint").get<std::string>();
@@ -82,20 +94,40 @@ EngineRegistration FromJson(const nlohmann::json& j) {
   r.lora_name = j.at("lora_name").get<std::string>();
   r.tenant_id = j.at("tenant_id").get<std::string>();
   r.instance_id = j.at("instance_id").get<std::string>();
-  r.block_size = j.at("block_size").get<uint32_t>();
-  r.dp_rank = j.at("dp_rank").get<uint32_t>();
+  r.block_size = CheckedUint(j, "block_size", UINT32_MAX);
+  r.dp_rank = CheckedUint(j, "dp_rank", ingest::kMaxDpRanks - 1);
   r.additional_salt = j.at("additionalsalt").get<std::string>();
   return r;
 }
 
-// The registrations saved in `path`; a missing file = none.
+// Largest registrations file read back: max_registrations entries of
+// bounded fields are far below it.
+constexpr uintmax_t kMaxSavedBytes = 16 << 20;
+
+// The registrations saved in `path`; a missing file = none. An entry that
+// does not read back (wrong type, integer out of range) is logged and
+// skipped; a file that does not parse is an error.
 StatusOr<std::vector<EngineRegistration>> ReadSaved(const std::string& path) {
   std::vector<EngineRegistration> saved;
-  if (path.empty() || !std::filesystem::exists(path)) return saved;
+  if (path.empty()) return saved;
   try {
+    if (!std::filesystem::exists(path)) return saved;
+    if (const uintmax_t size = std::filesystem::file_size(path); size > kMaxSavedBytes) {
+      return absl::DataLossError(strings::Cat("registrations file '", path, "': ", size,
+                                              " bytes, more than ", kMaxSavedBytes));
+    }
     std::ifstream in(path);
     const nlohmann::json j = nlohmann::json::parse(in);
-    for (const nlohmann::json& entry : j.at("registrations")) saved.push_back(FromJson(entry));
+    size_t index = 0;
+    for (const nlohmann::json& entry : j.at("registrations")) {
+      try {
+        saved.push_back(FromJson(entry));
+      } catch (const std::exception& error) {
+        log::Get("router")->error("registrations file '{}': entry {} skipped: {}", path, index,
+                                  error.what());
+      }
+      ++index;
+    }
   } catch (const std::exception& error) {
     return absl::DataLossError(strings::Cat("registrations file '", path, "': ", error.what()));
   }
@@ -111,7 +143,7 @@ RegisteredEngines::RegisteredEngines(RegisteredEnginesOptions options, InProcess
 RegisteredEngines::~RegisteredEngines() { Stop(); }
 
 Status RegisteredEngines::Start() {
-  MutexLock lock(&mu_);
+  MutexLock change(&change_mu_);
   stopping_ = false;
   auto logger = log::Get("router");
   StatusOr<std::vector<EngineRegistration>> saved = ReadSaved(options_.state_file);
@@ -123,10 +155,11 @@ Status RegisteredEngines::Start() {
   }
   if (saved->empty()) return absl::OkStatus();
   for (const EngineRegistration& r : *saved) {
-    if (Status s = StartLocked(r, /*persist=*/false); !s.ok()) {
+    if (Status s = StartOne(r, /*persist=*/false); !s.ok()) {
       logger->error("registration {} not restored: {}", RegistrationId(r), s.ToString());
     }
   }
+  MutexLock lock(&mu_);
   logger->info("{} registered engine(s) restored from '{}'", entries_.size(), options_.state_file);
   // The file now says what runs.
   return Save();
@@ -142,10 +175,14 @@ std::vector<std::string> RegisteredEngines::SavedInstances() const {
 }
 
 void RegisteredEngines::Stop() {
-  MutexLock lock(&mu_);
+  MutexLock change(&change_mu_);
   stopping_ = true;
-  for (auto& [key, entry] : entries_) entry.pipeline->Stop();
-  entries_.clear();
+  std::map<Key, Entry> stopped;
+  {
+    MutexLock lock(&mu_);
+    stopped.swap(entries_);
+  }
+  for (auto& [key, entry] : stopped) entry.pipeline->Stop();
 }
 
 StatusOr<ingest::SourceSpec> RegisteredEngines::Validate(const EngineRegistration& r) const {
@@ -209,12 +246,18 @@ StatusOr<ingest::SourceSpec> RegisteredEngines::Validate(const EngineRegistratio
   return spec;
 }
 
-Status RegisteredEngines::StartLocked(const EngineRegistration& registration, bool persist) {
-  KVINDEX_ASSIGN_OR_RETURN(ingest::SourceSpec spec, Validate(registration));
-  if (entries_.size() >= options_.max_registrations) {
-    return absl::ResourceExhaustedError(
-        strings::Cat("already ", entries_.size(), " registered engines (--max-registrations ",
-                     options_.max_registrations, "): unregister one first"));
+Status RegisteredEngines::StartOne(const EngineRegistration& registration, bool persist) {
+  ingest::SourceSpec spec;
+  {
+    MutexLock lock(&mu_);
+    StatusOr<ingest::SourceSpec> valid = Validate(registration);
+    if (!valid.ok()) return valid.status();
+    spec = *std::move(valid);
+    if (entries_.size() >= options_.max_registrations) {
+      return absl::ResourceExhaustedError(
+          strings::Cat("already ", entries_.size(), " registered engines (--max-registrations ",
+                       options_.max_registrations, "): unregister one first"));
+    }
   }
   Entry entry;
   entry.registration = registration;
@@ -226,16 +269,24 @@ Status RegisteredEngines::StartLocked(const EngineRegistration& registration, bo
   agent.sources = {spec};
   entry.pipeline = std::make_unique<ingest::AgentPipeline>(std::move(agent), sink_, registry_);
   KVINDEX_RETURN_IF_ERROR(entry.pipeline->Start());
-  auto [it, inserted] =
-      entries_.emplace(Key{registration.instance_id, registration.dp_rank}, std::move(entry));
-  if (persist) {
-    if (Status saved = Save(); !saved.ok()) {
-      // Fail closed: not followed rather than followed until the next restart.
-      StopAndClear(it);
+  Status saved = absl::OkStatus();
+  Entry removed;
+  std::vector<PlacementEvent> clears;
+  {
+    MutexLock lock(&mu_);
+    auto [it, inserted] =
+        entries_.emplace(Key{registration.instance_id, registration.dp_rank}, std::move(entry));
+    if (persist) saved = Save();
+    if (!saved.ok()) {
+      clears = ClearsFor(it->second);
+      removed = std::move(it->second);
       entries_.erase(it);
-      return absl::UnavailableError(
-          strings::Cat("cannot save the registration: ", saved.message()));
     }
+  }
+  if (!saved.ok()) {
+    // Fail closed: not followed rather than followed until the next restart.
+    StopAndPublish(removed, clears);
+    return absl::UnavailableError(strings::Cat("cannot save the registration: ", saved.message()));
   }
   log::Get("router")->info("registered engine {} ({}, {})", RegistrationId(registration),
                            registration.endpoint, registration.model);
@@ -243,34 +294,38 @@ Status RegisteredEngines::StartLocked(const EngineRegistration& registration, bo
 }
 
 Status RegisteredEngines::Register(const EngineRegistration& registration, bool* created) {
-  MutexLock lock(&mu_);
+  MutexLock change(&change_mu_);
   *created = false;
   if (stopping_) return absl::UnavailableError("the router is stopping");
   if (options_.max_registrations == 0) {
     return absl::ResourceExhaustedError(
         "registration is off on this router (--max-registrations 0): use --source");
   }
-  if (auto it = entries_.find(Key{registration.instance_id, registration.dp_rank});
-      it != entries_.end()) {
-    if (it->second.registration == registration) return absl::OkStatus();  // idempotent
-    return absl::AlreadyExistsError(
-        strings::Cat("instance '", registration.instance_id, "' rank ", registration.dp_rank,
-                     " is registered with other fields (", it->second.registration.endpoint, ", ",
-                     it->second.registration.model, "): unregister it first"));
+  {
+    MutexLock lock(&mu_);
+    if (auto it = entries_.find(Key{registration.instance_id, registration.dp_rank});
+        it != entries_.end()) {
+      if (it->second.registration == registration) return absl::OkStatus();  // idempotent
+      return absl::AlreadyExistsError(
+          strings::Cat("instance '", registration.instance_id, "' rank ", registration.dp_rank,
+                       " is registered with other fields (", it->second.registration.endpoint, ", ",
+                       it->second.registration.model, "): unregister it first"));
+    }
   }
-  KVINDEX_RETURN_IF_ERROR(StartLocked(registration, /*persist=*/true));
+  KVINDEX_RETURN_IF_ERROR(StartOne(registration, /*persist=*/true));
   *created = true;
   return absl::OkStatus();
 }
 
-void RegisteredEngines::StopAndClear(std::map<Key, Entry>::iterator it) {
-  Entry& entry = it->second;
-  entry.pipeline->Stop();
+std::vector<PlacementEvent> RegisteredEngines::ClearsFor(const Entry& entry) const {
   // The ranks this source's envelopes could name (SourceSpec::dp_rank_limit:
   // 0..dp_rank), less those another registration of the instance serves.
   std::vector<PlacementEvent> clears;
   const uint64_t now = WallClockNs();
-  for (uint32_t rank = 0; rank <= entry.spec.dp_rank; ++rank) {
+  // Validate bounds dp_rank below kMaxDpRanks; the min keeps the loop finite
+  // whatever reached the entry.
+  const uint32_t last = std::min(entry.spec.dp_rank, ingest::kMaxDpRanks - 1);
+  for (uint32_t rank = 0; rank <= last; ++rank) {
     const Key other{entry.registration.instance_id, rank};
     if (rank != entry.spec.dp_rank && entries_.count(other) != 0) continue;
     PlacementEvent& clear = clears.emplace_back();
@@ -280,6 +335,12 @@ void RegisteredEngines::StopAndClear(std::map<Key, Entry>::iterator it) {
     clear.event_id = now + rank;
     clear.timestamp_ns = now;
   }
+  return clears;
+}
+
+void RegisteredEngines::StopAndPublish(Entry& entry, const std::vector<PlacementEvent>& clears) {
+  entry.pipeline->Stop();
+  // Without mu_: Publish waits while the in-process log is full.
   if (Status s = sink_->Publish(clears); !s.ok()) {
     log::Get("router")->warn("unregister {}: clear not published: {}",
                              RegistrationId(entry.registration), s.ToString());
@@ -289,34 +350,43 @@ void RegisteredEngines::StopAndClear(std::map<Key, Entry>::iterator it) {
 Status RegisteredEngines::Unregister(const std::string& instance_id,
                                      std::optional<uint32_t> dp_rank,
                                      std::vector<std::string>* removed) {
-  MutexLock lock(&mu_);
+  MutexLock change(&change_mu_);
   if (stopping_) return absl::UnavailableError("the router is stopping");
-  std::vector<std::map<Key, Entry>::iterator> found;
-  for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-    if (it->first.first == instance_id && (!dp_rank || it->first.second == *dp_rank)) {
-      found.push_back(it);
-    }
-  }
-  if (found.empty()) {
-    for (const ingest::SourceSpec& c : options_.configured) {
-      if (c.worker == instance_id) {
-        return absl::FailedPreconditionError(
-            strings::Cat("instance '", instance_id,
-                         "' is followed through --source: restart the router without it"));
+  std::vector<std::pair<Entry, std::vector<PlacementEvent>>> stopped;
+  Status saved = absl::OkStatus();
+  {
+    MutexLock lock(&mu_);
+    std::vector<std::map<Key, Entry>::iterator> found;
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->first.first == instance_id && (!dp_rank || it->first.second == *dp_rank)) {
+        found.push_back(it);
       }
     }
-    return absl::NotFoundError(strings::Cat("no engine registered as instance '", instance_id, "'",
-                                            dp_rank ? strings::Cat(" rank ", *dp_rank) : ""));
+    if (found.empty()) {
+      for (const ingest::SourceSpec& c : options_.configured) {
+        if (c.worker == instance_id) {
+          return absl::FailedPreconditionError(
+              strings::Cat("instance '", instance_id,
+                           "' is followed through --source: restart the router without it"));
+        }
+      }
+      return absl::NotFoundError(strings::Cat("no engine registered as instance '", instance_id,
+                                              "'",
+                                              dp_rank ? strings::Cat(" rank ", *dp_rank) : ""));
+    }
+    for (auto it : found) removed->push_back(RegistrationId(it->second.registration));
+    // Highest rank first: a lower rank still registered clears itself after.
+    std::reverse(found.begin(), found.end());
+    for (auto it : found) {
+      std::vector<PlacementEvent> clears = ClearsFor(it->second);
+      stopped.emplace_back(std::move(it->second), std::move(clears));
+      entries_.erase(it);
+    }
+    saved = Save();
   }
-  for (auto it : found) removed->push_back(RegistrationId(it->second.registration));
-  // Highest rank first: a lower rank still registered clears itself after.
-  std::reverse(found.begin(), found.end());
-  for (auto it : found) {
-    StopAndClear(it);
-    entries_.erase(it);
-  }
-  log::Get("router")->info("unregistered {} engine(s) of instance {}", found.size(), instance_id);
-  if (Status saved = Save(); !saved.ok()) {
+  for (auto& [entry, clears] : stopped) StopAndPublish(entry, clears);
+  log::Get("router")->info("unregistered {} engine(s) of instance {}", stopped.size(), instance_id);
+  if (!saved.ok()) {
     return absl::UnavailableError(
         strings::Cat("stopped, but the registrations file was not updated: ", saved.message()));
   }
@@ -353,6 +423,15 @@ size_t RegisteredEngines::size() const {
   return entries_.size();
 }
 
+bool RegisteredEngines::Follows(const std::string& instance) const {
+  for (const ingest::SourceSpec& c : options_.configured) {
+    if (c.worker == instance) return true;
+  }
+  MutexLock lock(&mu_);
+  auto it = entries_.lower_bound(Key{instance, 0});
+  return it != entries_.end() && it->first.first == instance;
+}
+
 Status RegisteredEngines::Save() const {
   if (options_.state_file.empty()) return absl::OkStatus();
   nlohmann::json list = nlohmann::json::array();
@@ -371,6 +450,20 @@ Status RegisteredEngines::Save() const {
   if (!written || !closed || ec) {
     std::filesystem::remove(temporary, ec);
     return absl::UnavailableError(strings::Cat("cannot write '", options_.state_file, "'"));
+  }
+  // The rename is durable once the directory entry is. The file already
+  // says the new list: a failure here is logged, not returned (returning
+  // would stop a registration the file keeps).
+  std::filesystem::path directory = std::filesystem::path(options_.state_file).parent_path();
+  if (directory.empty()) directory = ".";
+  const int fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  const bool synced = fd >= 0 && ::fsync(fd) == 0;
+  if (fd >= 0) ::close(fd);
+  if (!synced) {
+    log::Get("router")->warn(
+        "registrations file '{}': directory not synced, the last change "
+        "may not survive a power loss",
+        options_.state_file);
   }
   return absl::OkStatus();
 }

@@ -28,7 +28,9 @@
 // not checkpointed, unlike a --source's).
 //
 // Thread safety: Start/Stop from the controlling thread; Register,
-// Unregister, Registered, Sources, Ready from any thread.
+// Unregister, Registered, Sources, Ready, Follows from any thread. Ready and
+// Sources (/readyz, /v1/sources) never wait on a registration publishing
+// "cleared" into a full in-process log (change_mu_ vs mu_).
 #pragma once
 
 #include <prometheus/registry.h>
@@ -91,6 +93,8 @@ class RegisteredEngines final : public query::EngineRegistry {
   std::vector<IngestSourceStatus> Sources() const;
   bool Ready() const;
   size_t size() const;
+  // True when `instance` is a --source worker or a registered instance.
+  bool Follows(const std::string& instance) const;
 
  private:
   struct Entry {
@@ -103,18 +107,28 @@ class RegisteredEngines final : public query::EngineRegistry {
 
   StatusOr<ingest::SourceSpec> Validate(const query::EngineRegistration& registration) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  Status StartLocked(const query::EngineRegistration& registration, bool persist)
+  // Validates, starts and adds one registration (saved when `persist`).
+  Status StartOne(const query::EngineRegistration& registration, bool persist)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(change_mu_) ABSL_LOCKS_EXCLUDED(mu_);
+  // The "cleared" events for what the entry could have filled.
+  std::vector<PlacementEvent> ClearsFor(const Entry& entry) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Stops the entry's pipeline and clears what it could have filled.
-  void StopAndClear(std::map<Key, Entry>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Stops the entry's pipeline (out of entries_), then publishes `clears`.
+  void StopAndPublish(Entry& entry, const std::vector<PlacementEvent>& clears)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(change_mu_) ABSL_LOCKS_EXCLUDED(mu_);
   Status Save() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegisteredEnginesOptions options_;
   InProcessSink* const sink_;
   prometheus::Registry* const registry_;
+  // Start, Stop, Register, Unregister one at a time; held while a pipeline
+  // stops and while "cleared" is published (Publish waits on a full log).
+  Mutex change_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  // entries_, for Ready, Sources, Registered, size, Follows: never held
+  // while publishing into the log or stopping a pipeline.
   mutable Mutex mu_;
   std::map<Key, Entry> entries_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(change_mu_) = false;
 };
 
 }  // namespace kvindex::router

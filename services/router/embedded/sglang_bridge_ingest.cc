@@ -98,23 +98,31 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
   if (!model.has_value()) {
     return Refuse(SglangCode::kFailedPrecondition, Outcome::kBlockSizeUnknown, why);
   }
-  const SourceKey source{request.worker_id(), 0};
-  MutexLock lock(&mu_);
-  auto it = workers_.find(request.worker_id());
-  bool clear_first = false;
-  if (it == workers_.end()) {
-    if (workers_.size() >= options_.max_workers) {
-      return Refuse(SglangCode::kResourceExhausted, Outcome::kTooManyRegistrations,
-                    strings::Cat("already ", workers_.size(), " SGLang bridge workers (at most ",
-                                 options_.max_workers, ")"));
-    }
-    it = workers_.emplace(request.worker_id(), Worker{}).first;
-    clear_first = true;  // whatever the log held of it before is not known to be current
-  } else if (request.seq() != it->second.last_seq + 1) {
-    clear_first = true;  // a gap (lost batches) or a restarted bridge
+  if (options_.reserved && options_.reserved(request.worker_id())) {
+    return Refuse(SglangCode::kFailedPrecondition, Outcome::kRegistrationConflict,
+                  strings::Cat("worker_id '", request.worker_id(),
+                               "' is a --source worker or a registered instance of this router"));
   }
-  it->second.last_seq = request.seq();
-  it->second.address = request.worker_address();
+  const SourceKey source{request.worker_id(), 0};
+  MutexLock publish_lock(&publish_mu_);
+  bool clear_first = false;
+  {
+    MutexLock lock(&mu_);
+    auto it = workers_.find(request.worker_id());
+    if (it == workers_.end()) {
+      if (workers_.size() >= options_.max_workers) {
+        return Refuse(SglangCode::kResourceExhausted, Outcome::kTooManyRegistrations,
+                      strings::Cat("already ", workers_.size(), " SGLang bridge workers (at most ",
+                                   options_.max_workers, ")"));
+      }
+      it = workers_.emplace(request.worker_id(), Worker{}).first;
+      clear_first = true;  // whatever the log held of it before is not known to be current
+    } else if (request.seq() != it->second.last_seq + 1) {
+      clear_first = true;  // a gap (lost batches) or a restarted bridge
+    }
+    it->second.last_seq = request.seq();
+    it->second.address = request.worker_address();
+  }
 
   std::vector<PlacementEvent> events;
   const uint64_t now = WallClockNs();
@@ -148,8 +156,10 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
   }
   next_event_id_ = event_id;
   if (events.empty()) return SglangStatus{};
+  // Without mu_: Publish waits while the log is full.
   if (Status s = sink_->Publish(events); !s.ok()) {
-    workers_.erase(it);  // its next batch clears first
+    MutexLock lock(&mu_);
+    workers_.erase(request.worker_id());  // its next batch clears first
     return Refuse(SglangCode::kUnavailable, Outcome::kUnavailable, std::string(s.message()));
   }
   return SglangStatus{};

@@ -17,11 +17,15 @@
 // 1..3 (TIER_HBM, TIER_DRAM, TIER_SSD) and at most kSglangMaxHashes hashes;
 // the batch is checked whole before anything is applied (INVALID_ARGUMENT
 // otherwise). At most max_workers distinct workers (RESOURCE_EXHAUSTED past
-// it). A worker's first batch, a sequence gap and a sequence going back (a
-// restarted bridge) clear the source before the batch is applied.
+// it); no worker id of another source (SglangBridgeOptions::reserved). A worker's first batch, a
+// sequence gap and a sequence going back (a restarted bridge) clear the source before the batch is
+// applied.
 //
-// Thread safety: Apply and Address from any thread (one mutex: batches are
-// published in the order they are applied).
+// Thread safety: Apply and Address from any thread. publish_mu_ orders the
+// batches (published in the order they are applied, held while Publish
+// waits on a full log); mu_ guards the workers and is never held while
+// publishing, so Address (every row of every SGLang match RPC) never waits
+// on the log.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +48,12 @@ struct SglangBridgeOptions {
   std::function<std::optional<std::pair<std::string, uint32_t>>(std::string* why)> model;
   // Distinct workers accepted. Default: 1024.
   uint32_t max_workers = 1024;
+  // True for a worker id another source of the log owns (a --source worker,
+  // a registered instance): its batches are refused (FAILED_PRECONDITION,
+  // registration_conflict), or they would clear and rewrite that engine's
+  // entries through the trusted in-process log. Called without mu_; null =
+  // none.
+  std::function<bool(const std::string& worker)> reserved;
 };
 
 class SglangBridgeIngest {
@@ -65,9 +75,11 @@ class SglangBridgeIngest {
   };
   const SglangBridgeOptions options_;
   InProcessSink* const sink_;
+  Mutex publish_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable Mutex mu_;
+  // Written by Apply only (under publish_mu_ and mu_).
   absl::flat_hash_map<std::string, Worker> workers_ ABSL_GUARDED_BY(mu_);
-  uint64_t next_event_id_ ABSL_GUARDED_BY(mu_);
+  uint64_t next_event_id_ ABSL_GUARDED_BY(publish_mu_);
 };
 
 }  // namespace kvindex::router
