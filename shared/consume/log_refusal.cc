@@ -22,8 +22,6 @@ std::string_view LogRefusalLabel(LogRefusal refusal) {
       return "too_many_nodes";
     case LogRefusal::kModelSourcesFull:
       return "model_sources_full";
-    case LogRefusal::kTooManySubjects:
-      return "too_many_subjects";
   }
   return "unknown";
 }
