@@ -375,10 +375,10 @@ int RunHttpBench(int argc, char** argv) {
   // the lookup, the response serialized (the gRPC transport, like the HTTP
   // server for the others, is outside the handler).
   const query::CompatApi& compat = api.compat();
-  compat::SglangIndexer sglang(
-      &context, compat::SglangOptions{.model = kModel, .address = [](const SourceKey&) {
-                                        return std::string("http://10.0.0.1:30000");
-                                      }});
+  compat::SglangOptions sglang_options;
+  sglang_options.model = kModel;
+  sglang_options.address = [](const SourceKey&) { return std::string("http://10.0.0.1:30000"); };
+  compat::SglangIndexer sglang(&context, std::move(sglang_options));
   auto http_handler = [&](void (query::CompatApi::*handler)(const http::Request&, http::Response&)
                               const) {
     return [&compat, handler](const http::Request& rq, http::Response& rs) {
