@@ -143,6 +143,16 @@ Status Router::Start() {
       cache->OnApplied(events);
     };
   }
+  sglang_aliases_.reset();
+  if (!options_.sglang_listen.empty()) {
+    // sgl-router's own hashes, learned from the agents' events (docs/compat.md).
+    sglang_aliases_ = std::make_shared<compat::SglangAliasMap>(index_.get());
+    apply_options.on_applied = [aliases = sglang_aliases_, then = apply_options.on_applied](
+                                   std::span<const PlacementEvent> events) {
+      if (then) then(events);
+      aliases->OnApplied(events);
+    };
+  }
 
   if (options_.embedded) {
     sink_ = std::make_unique<InProcessSink>(options_.log_capacity);
@@ -303,6 +313,10 @@ Status Router::Start() {
       for (auto& [source, blocks] : held) rows->push_back({std::move(source), blocks});
     };
   }
+  if (sglang_aliases_) {
+    sglang_alias_metrics_ = SglangAliasMetrics(sglang_aliases_);
+    context.extra_collectables.push_back(sglang_alias_metrics_.get());
+  }
   query::ApiOptions api_options;
   api_options.metrics_auth = options_.metrics_auth;
   api_options.ready_max_lag = options_.ready_max_lag;
@@ -351,7 +365,7 @@ Status Router::Start() {
     }
     // SGLang's KV indexer (--sglang-indexer): the same lookup as the API.
     sglang_ = std::make_unique<SglangService>(
-        api_.get(), options_.sglang_listen, options_.sglang_model,
+        api_.get(), options_.sglang_listen, options_.sglang_model, sglang_aliases_,
         epp::EndpointsFromSources(options_.agent.sources),
         options_.embedded ? nullptr : AnnouncedEndpoints(apply_.get()), sglang_bridge_.get());
   }

@@ -231,6 +231,10 @@ class Router {
   std::unique_ptr<epp::LoadScraper> load_scraper_;
   // Predict on route: fed by the apply loop, read by the picker.
   std::shared_ptr<epp::SpeculativeCache> speculative_;
+  // --sglang-indexer: SGLang's hashes -> ours, fed by the apply loop
+  // (before api_: its metrics are among api_'s collectables).
+  std::shared_ptr<compat::SglangAliasMap> sglang_aliases_;
+  std::shared_ptr<metrics::CallbackCollectable> sglang_alias_metrics_;
   std::unique_ptr<query::RouterApi> api_;
   std::unique_ptr<SglangBridgeIngest> sglang_bridge_;  // --sglang-ingest
   std::unique_ptr<SglangService> sglang_;              // after api_ and the bridge: it uses both

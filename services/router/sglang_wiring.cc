@@ -31,11 +31,37 @@ std::string SglangAddressBook::Address(const SourceKey& source) {
   return it == announced_map_.end() ? "" : it->second;
 }
 
+std::shared_ptr<metrics::CallbackCollectable> SglangAliasMetrics(
+    std::shared_ptr<const compat::SglangAliasMap> aliases) {
+  return std::make_shared<metrics::CallbackCollectable>([aliases = std::move(aliases)] {
+    const compat::SglangAliasStats stats = aliases->Stats();
+    std::vector<prometheus::MetricFamily> out;
+    out.push_back(metrics::GaugeFamily(
+        "kvindex_router_sglang_aliases",
+        "SGLang block hashes this router translates to its own (sgl-router's hashes)"));
+    metrics::AddSample(out.back(), static_cast<double>(stats.entries));
+    out.push_back(metrics::GaugeFamily("kvindex_router_sglang_alias_bytes",
+                                       "Bytes of the SGLang alias tables"));
+    metrics::AddSample(out.back(), static_cast<double>(stats.bytes));
+    out.push_back(metrics::CounterFamily(
+        "kvindex_router_sglang_aliases_refused_total",
+        "SGLang aliases not kept, by reason (mismatch: a stored event's sglang_hashes "
+        "count is not its blocks'; full: the cap; conflict: one hash, two blocks)"));
+    metrics::AddSample(out.back(), static_cast<double>(stats.refused_mismatch),
+                       {{"reason", "mismatch"}});
+    metrics::AddSample(out.back(), static_cast<double>(stats.refused_full), {{"reason", "full"}});
+    metrics::AddSample(out.back(), static_cast<double>(stats.conflicts), {{"reason", "conflict"}});
+    return out;
+  });
+}
+
 SglangService::SglangService(const query::RouterApi* api, std::string listen, std::string model,
+                             std::shared_ptr<const compat::SglangAliasMap> aliases,
                              std::vector<epp::Endpoint> static_endpoints,
                              std::function<std::vector<epp::Endpoint>()> announced,
                              SglangBridgeIngest* bridge)
-    : addresses_(std::move(static_endpoints), std::move(announced)),
+    : aliases_(std::move(aliases)),
+      addresses_(std::move(static_endpoints), std::move(announced)),
       indexer_(&api->context(),
                compat::SglangOptions{
                    .model = std::move(model),
@@ -51,7 +77,8 @@ SglangService::SglangService(const query::RouterApi* api, std::string listen, st
                                       ? std::function<compat::SglangStatus(
                                             const compat::pb::ApplyExternalKvBatchRequest&)>()
                                       : [bridge](const compat::pb::ApplyExternalKvBatchRequest&
-                                                     r) { return bridge->Apply(r); }}),
+                                                     r) { return bridge->Apply(r); },
+                   .aliases = aliases_.get()}),
       server_(compat::SglangServerOptions{.listen = std::move(listen)}, &indexer_, &api->compat()) {
 }
 

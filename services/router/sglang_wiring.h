@@ -15,9 +15,11 @@
 #include "services/router/embedded/sglang_bridge_ingest.h"
 #include "shared/base/mutex.h"
 #include "shared/base/status.h"
+#include "shared/compat/sglang_alias_map.h"
 #include "shared/compat/sglang_indexer.h"
 #include "shared/compat/sglang_server.h"
 #include "shared/epp/endpoints.h"
+#include "shared/metrics/metrics.h"
 #include "shared/query/router_api.h"
 
 namespace kvindex::router {
@@ -41,11 +43,19 @@ class SglangAddressBook {
   std::chrono::steady_clock::time_point refreshed_ ABSL_GUARDED_BY(mu_);
 };
 
+// The alias map's metrics (docs/metrics.md): kvindex_router_sglang_aliases,
+// kvindex_router_sglang_alias_bytes and
+// kvindex_router_sglang_aliases_refused_total{reason}, read at scrape time.
+std::shared_ptr<metrics::CallbackCollectable> SglangAliasMetrics(
+    std::shared_ptr<const compat::SglangAliasMap> aliases);
+
 class SglangService {
  public:
   // `api` must outlive the service, and `bridge` (ApplyExternalKvBatch,
   // --sglang-ingest; null = UNIMPLEMENTED) too.
+  // `aliases`: SGLang's hashes -> ours (null: none).
   SglangService(const query::RouterApi* api, std::string listen, std::string model,
+                std::shared_ptr<const compat::SglangAliasMap> aliases,
                 std::vector<epp::Endpoint> static_endpoints,
                 std::function<std::vector<epp::Endpoint>()> announced,
                 SglangBridgeIngest* bridge = nullptr);
@@ -54,6 +64,7 @@ class SglangService {
   int port() const { return server_.port(); }
 
  private:
+  const std::shared_ptr<const compat::SglangAliasMap> aliases_;
   SglangAddressBook addresses_;
   compat::SglangIndexer indexer_;
   compat::SglangServer server_;

@@ -21,6 +21,7 @@ constexpr std::string_view kTier = "tier";
 constexpr std::string_view kBlockSize = "block_size";
 constexpr std::string_view kParent = "parent";
 constexpr std::string_view kHashes = "hashes";
+constexpr std::string_view kSglangHashes = "sglang_hashes";
 constexpr std::string_view kLeaseMs = "lease_ms";
 constexpr std::string_view kSources = "sources";
 constexpr std::string_view kHeartbeatSeq = "heartbeat_seq";
@@ -43,6 +44,10 @@ void PackEvent(Packer& packer, const PlacementEvent& event) {
   uint32_t fields = 7;
   if (blocks) fields += 2;
   if (stored) fields += 2;
+  // Written only when there are some, so other events are the same bytes
+  // as before the field existed.
+  const bool sglang = stored && !event.sglang_hashes.empty();
+  if (sglang) fields += 1;
   if (heartbeat) fields += 2;
   // Written only when there is one, so a heartbeat without endpoints is the
   // same bytes as before the field existed.
@@ -80,6 +85,11 @@ void PackEvent(Packer& packer, const PlacementEvent& event) {
     } else {
       packer.pack_nil();
     }
+  }
+  if (sglang) {
+    PackString(packer, kSglangHashes);
+    packer.pack_array(static_cast<uint32_t>(event.sglang_hashes.size()));
+    for (uint64_t hash : event.sglang_hashes) packer.pack_uint64(hash);
   }
   if (heartbeat) {
     PackString(packer, kLeaseMs);
@@ -129,6 +139,18 @@ StatusOr<uint32_t> AsUint32(const msgpack::object& object, std::string_view fiel
 
 StatusOr<std::string_view> AsString(const msgpack::object& object, std::string_view field) {
   return internal::AsString(object, kWhat, field);
+}
+
+// An array of uints (hashes), appended to *out.
+Status DecodeHashes(const msgpack::object& value, std::string_view field,
+                    std::vector<uint64_t>* out) {
+  if (value.type != msgpack::type::ARRAY) return FieldError(field, "must be an array");
+  out->reserve(out->size() + value.via.array.size);
+  for (uint32_t j = 0; j < value.via.array.size; ++j) {
+    KVINDEX_ASSIGN_OR_RETURN(uint64_t hash, AsUint(value.via.array.ptr[j], field));
+    out->push_back(hash);
+  }
+  return Status();
 }
 
 std::optional<PlacementKind> KindFromName(std::string_view name) {
@@ -211,12 +233,11 @@ StatusOr<std::optional<PlacementEvent>> DecodeEvent(const msgpack::object& objec
         KVINDEX_ASSIGN_OR_RETURN(event.parent_hash, AsUint(value, key));
       }
     } else if (key == kHashes) {
-      if (value.type != msgpack::type::ARRAY) return FieldError(key, "must be an array");
-      event.block_hashes.reserve(value.via.array.size);
-      for (uint32_t j = 0; j < value.via.array.size; ++j) {
-        KVINDEX_ASSIGN_OR_RETURN(uint64_t hash, AsUint(value.via.array.ptr[j], key));
-        event.block_hashes.push_back(hash);
-      }
+      KVINDEX_RETURN_IF_ERROR(DecodeHashes(value, key, &event.block_hashes));
+    } else if (key == kSglangHashes) {
+      // Checked here for its type; its count against `hashes` by its user
+      // (compat::SglangAliasMap), which counts and ignores a mismatch.
+      KVINDEX_RETURN_IF_ERROR(DecodeHashes(value, key, &event.sglang_hashes));
     } else if (key == kHeartbeatSeq) {
       KVINDEX_ASSIGN_OR_RETURN(event.heartbeat_seq, AsUint(value, key));
     } else if (key == kLeaseMs) {
@@ -250,6 +271,9 @@ StatusOr<std::optional<PlacementEvent>> DecodeEvent(const msgpack::object& objec
     if (!tier.has_value()) return FieldError(kTier, "names no known tier");
     event.tier = *tier;
   }
+  // Meaningful on stored events only (and written only there): ignored on
+  // the others, as an unknown key is.
+  if (event.kind != PlacementKind::kStored) event.sglang_hashes.clear();
   return std::optional<PlacementEvent>(std::move(event));
 }
 

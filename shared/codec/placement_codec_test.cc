@@ -226,6 +226,88 @@ TEST(PlacementCodecTest, HeartbeatEndpointsAreACompatibleAddition) {
   EXPECT_EQ(decoded->events[0].sources, old->events[0].sources);
 }
 
+std::string Pack(const std::function<void(msgpack::packer<msgpack::sbuffer>&)>& fn);
+
+// SGLang's engine hashes ride on stored events as "sglang_hashes", written
+// only when present: a stored event without them is the same bytes as
+// before the field existed, one with them round-trips (i64 bits as u64),
+// an old reader ignores the key (ForwardCompatible), and on any other kind
+// the field is ignored.
+TEST(PlacementCodecTest, SglangHashesAreACompatibleAdditionOnStoredEvents) {
+  PlacementEvent stored = SampleEvents()[0];
+  std::string without;
+  EncodePlacementBatch({&stored, 1}, &without);
+  EXPECT_EQ(without.find("sglang_hashes"), std::string::npos);
+
+  stored.sglang_hashes = {static_cast<uint64_t>(int64_t{-3803038269031200164}), 7,
+                          0xFFFFFFFFFFFFFFFFull};
+  std::string with;
+  EncodePlacementBatch({&stored, 1}, &with);
+  auto decoded = DecodePlacementBatch(with);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_EQ(decoded->events.size(), 1u);
+  EXPECT_EQ(decoded->events[0], stored);
+
+  // A count that differs from the blocks' is decoded as sent: its user
+  // (compat::SglangAliasMap) counts and ignores it, the blocks still apply.
+  stored.sglang_hashes.pop_back();
+  EncodePlacementBatch({&stored, 1}, &with);
+  decoded = DecodePlacementBatch(with);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->events[0].sglang_hashes.size(), 2u);
+  EXPECT_EQ(decoded->events[0].block_hashes, stored.block_hashes);
+
+  // On another kind: ignored (the encoder never writes it there).
+  const std::string removed = Pack([](auto& p) {
+    p.pack_map(2);
+    p.pack("v");
+    p.pack(1);
+    p.pack("events");
+    p.pack_array(1);
+    p.pack_map(4);
+    p.pack("kind");
+    p.pack("removed");
+    p.pack("tier");
+    p.pack("device");
+    p.pack("hashes");
+    p.pack_array(1);
+    p.pack(5);
+    p.pack("sglang_hashes");
+    p.pack_array(1);
+    p.pack(6);
+  });
+  decoded = DecodePlacementBatch(removed);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(decoded->events[0].sglang_hashes.empty());
+
+  // The wrong type is refused like any known field's.
+  for (bool not_array : {true, false}) {
+    const std::string bad = Pack([&](auto& p) {
+      p.pack_map(2);
+      p.pack("v");
+      p.pack(1);
+      p.pack("events");
+      p.pack_array(1);
+      p.pack_map(3);
+      p.pack("kind");
+      p.pack("stored");
+      p.pack("tier");
+      p.pack("device");
+      p.pack("sglang_hashes");
+      if (not_array) {
+        p.pack("x");
+      } else {
+        p.pack_array(1);
+        p.pack(-1);
+      }
+    });
+    auto refused = DecodePlacementBatch(bad);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.status().message().find("'sglang_hashes'"), std::string::npos)
+        << refused.status();
+  }
+}
+
 TEST(PlacementCodecTest, BadEndpointEntriesAreRejected) {
   for (const std::string& address :
        {std::string(), std::string("no-port"), std::string(600, 'a')}) {

@@ -104,6 +104,7 @@ SglangStatus SglangIndexer::MatchPrefix(const pb::MatchExternalKvPrefixRequest& 
   for (size_t i = 0; i < n; ++i) {
     parsed.seq_hashes[i] = FromSglangI64(request.hashes(static_cast<int>(i)));
   }
+  if (options_.aliases != nullptr) options_.aliases->Translate(model, parsed.seq_hashes);
   StatusOr<index::MatchResult> result = query::Lookup(*context_, parsed, consume::Endpoint::kQuery);
   if (!result.ok()) return LookupFailure(result.status());
 
@@ -170,6 +171,7 @@ SglangStatus SglangIndexer::Match(const pb::MatchExternalKvRequest& request,
   for (const int64_t hash : request.hashes()) {
     if (!seen.insert(hash).second) continue;
     parsed.seq_hashes[0] = FromSglangI64(hash);
+    if (options_.aliases != nullptr) options_.aliases->Translate(model, parsed.seq_hashes);
     StatusOr<index::MatchResult> result =
         query::Lookup(*context_, parsed, consume::Endpoint::kQuery);
     if (!result.ok()) {

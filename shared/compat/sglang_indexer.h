@@ -11,8 +11,10 @@
 //                          (each in its fastest tier), one lookup per hash.
 //   GetExternalKvHitCounts the hits MatchExternalKv counted (count_as_hit).
 //
-// Hashes are sfixed64 (their current .proto); each is looked up as our
-// canonical sequence hash (compat::FromSglangI64). The model is the one set
+// Hashes are sfixed64 (their current .proto); each is translated through
+// the SGLang alias map (sglang_alias_map.h: sgl-router's own SHA-256 page
+// hashes, learned from the agents' events) when it has an alias, else
+// looked up as our canonical sequence hash (compat::FromSglangI64). The model is the one set
 // (--sglang-model), else the one model the router knows. Limits and errors
 // are SGLang's service's: empty hashes INVALID_ARGUMENT; more than 16,384
 // hashes for MatchExternalKv / GetExternalKvHitCounts RESOURCE_EXHAUSTED
@@ -31,6 +33,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "kv_indexer.pb.h"
 #include "shared/base/mutex.h"
+#include "shared/compat/sglang_alias_map.h"
 #include "shared/model/source_key.h"
 #include "shared/query/compat_api.h"
 #include "shared/query/router_api.h"
@@ -76,6 +79,10 @@ struct SglangOptions {
   // ApplyExternalKvBatch (their bridge's ingest) when the router takes it
   // (--sglang-ingest, an embedded router); null = UNIMPLEMENTED.
   std::function<SglangStatus(const pb::ApplyExternalKvBatchRequest&)> apply_batch;
+  // SGLang's own block hashes -> ours, learned from the log (sgl-router's
+  // hashes); null = none. A hash without an alias is taken as ours. Must
+  // outlive the indexer.
+  const SglangAliasMap* aliases = nullptr;
 };
 
 class SglangIndexer {

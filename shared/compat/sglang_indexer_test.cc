@@ -153,6 +153,50 @@ std::string Text(const pb::MatchExternalKvResponse& r, const std::vector<uint64_
 // MatchExternalKvPrefix: per address the longest prefix (/v1/match's
 // `longest`: any tier), ranks sharing an address merged to their best,
 // workers without an address left out, sorted by prefix descending.
+// sgl-router's own hashes: translated through the alias map the apply
+// loop feeds (here by hand, with the stored event an SGLang agent publishes),
+// they get the answer our hashes get; without the map, nothing (fail closed).
+TEST_F(SglangIndexerTest, SglangHashesAnswerThroughTheAliasMap) {
+  SglangAliasMap aliases(&index_);
+  PlacementEvent stored = Stored("m", "101", 0, Tier::kDevice, {seq_[0], seq_[1], seq_[2]});
+  const std::vector<int64_t> sglang = {-5, 6, INT64_MIN};
+  for (int64_t h : sglang) stored.sglang_hashes.push_back(static_cast<uint64_t>(h));
+  aliases.OnApplied({&stored, 1});  // the index holds these blocks (SetUp)
+  SglangOptions options;
+  options.address = Address;
+  options.aliases = &aliases;
+  SglangIndexer indexer(&api_->context(), std::move(options));
+
+  pb::MatchExternalKvPrefixResponse theirs, ours, bypassed;
+  ASSERT_TRUE(indexer.MatchPrefix(PrefixRequest(sglang), &theirs).ok());
+  ASSERT_TRUE(indexer.MatchPrefix(PrefixRequest(Wire(3)), &ours).ok());
+  EXPECT_EQ(Text(theirs), Text(ours));
+  EXPECT_EQ(theirs.best_prefix_blocks(), 3u);
+  // A prefix of theirs, and theirs then ours mixed: the same lookup.
+  ASSERT_TRUE(indexer.MatchPrefix(PrefixRequest({sglang[0], Wire(2)[1]}), &theirs).ok());
+  ASSERT_TRUE(indexer.MatchPrefix(PrefixRequest(Wire(2)), &ours).ok());
+  EXPECT_EQ(Text(theirs), Text(ours));
+  ASSERT_TRUE(indexer_->MatchPrefix(PrefixRequest(sglang), &bypassed).ok());
+  EXPECT_EQ(bypassed.matches_size(), 0);
+
+  // MatchExternalKv reports the hashes as sent.
+  pb::MatchExternalKvRequest request;
+  request.mutable_hashes()->Add(sglang.begin(), sglang.end());
+  pb::MatchExternalKvResponse nodes;
+  ASSERT_TRUE(indexer.Match(request, &nodes).ok());
+  bool found = false;
+  for (const auto& node : nodes.matches()) {
+    if (node.worker_id() != "101") continue;
+    found = true;
+    ASSERT_EQ(node.hashes_by_tier_size(), 1);
+    EXPECT_EQ(node.hashes_by_tier(0).tier(), pb::TIER_HBM);
+    EXPECT_EQ(std::vector<int64_t>(node.hashes_by_tier(0).hashes().begin(),
+                                   node.hashes_by_tier(0).hashes().end()),
+              sglang);
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST_F(SglangIndexerTest, PrefixGolden) {
   pb::MatchExternalKvPrefixResponse response;
   const uint64_t ok = Count(Api::kSglangMatchPrefix, Outcome::kOk);

@@ -67,6 +67,12 @@ struct PlacementEvent {
   std::optional<uint64_t> parent_hash;
   // Canonical sequence hashes, in chain order for kStored.
   std::vector<uint64_t> block_hashes;
+  // kStored from an SGLang source, optional: the engine's own block hashes
+  // (SGLang's SHA-256 page chain as i64 bits, what sgl-router sends),
+  // parallel to block_hashes (same count, same order). Routers keep them as
+  // aliases of the canonical hashes for SGLang's indexer API
+  // (compat::SglangAliasMap); the index itself never sees them. Empty = none.
+  std::vector<uint64_t> sglang_hashes;
 
   // kHeartbeat: lease in milliseconds and the sources the agent serves.
   uint32_t lease_ms = 0;

@@ -168,8 +168,16 @@ void SourceProcessor::Snapshot(std::vector<PlacementEvent>* out, size_t max_hash
     new_event(PlacementKind::kCleared);
     // Parent of each canonical block, where an engine entry knows it.
     absl::flat_hash_map<uint64_t, uint64_t> parent_of;
+    // SGLang: the engine hash of each canonical block (the smallest when
+    // several share one), published beside it as its stores did.
+    const bool sglang = options_.engine == wire::EngineKind::kSglang;
+    absl::flat_hash_map<uint64_t, uint64_t> engine_of;
     for (const auto& [engine_hash, entry] : rank->engine) {
       if (entry.has_parent) parent_of.emplace(entry.canonical, entry.parent);
+      if (sglang) {
+        auto [it, inserted] = engine_of.try_emplace(entry.canonical, engine_hash);
+        if (!inserted) it->second = std::min(it->second, engine_hash);
+      }
     }
     for (int t = 0; t < kNumTiers; ++t) {
       // Blocks held in tier t, each emitted after its parent when the parent
@@ -202,6 +210,7 @@ void SourceProcessor::Snapshot(std::vector<PlacementEvent>* out, size_t max_hash
             current->block_size = options_.block_size;
           }
           current->block_hashes.push_back(block);
+          if (sglang) current->sglang_hashes.push_back(engine_of.at(block));
           auto kids = children.find(block);
           if (kids != children.end()) {
             std::sort(kids->second.begin(), kids->second.end(), std::greater<>());
@@ -265,7 +274,7 @@ void SourceProcessor::Stored(RankState& rank, const EngineEvent& event,
     }
     Add(stats_->placeholder_blocks_resolved, hashes.size() - unresolved);
     if (unresolved > 0) Drop(DropReason::kUnresolvedPlaceholder, unresolved);
-    EmitStoredRuns(rank, tier.tier, out);
+    EmitStoredRuns(rank, tier.tier, SglangHashes(hashes), out);
     return;
   }
 
@@ -324,7 +333,7 @@ void SourceProcessor::Stored(RankState& rank, const EngineEvent& event,
     // its removal undoes exactly what its stores did.
     Increment(rank, entry, tier.tier, i);
   }
-  EmitStoredRuns(rank, tier.tier, out);
+  EmitStoredRuns(rank, tier.tier, SglangHashes(hashes), out);
 }
 
 void SourceProcessor::Increment(RankState& rank, EngineEntry& entry, Tier tier, uint32_t index) {
@@ -341,7 +350,13 @@ void SourceProcessor::Increment(RankState& rank, EngineEntry& entry, Tier tier, 
   if (observer_ != nullptr) block_outcomes_[index] = {entry.canonical, published};
 }
 
+std::span<const uint64_t> SourceProcessor::SglangHashes(std::span<const uint64_t> hashes) const {
+  if (options_.engine != wire::EngineKind::kSglang) return {};
+  return hashes;
+}
+
 void SourceProcessor::EmitStoredRuns(const RankState& rank, Tier tier,
+                                     std::span<const uint64_t> engine_hashes,
                                      std::vector<PlacementEvent>* out) {
   if (new_blocks_.empty()) return;
   PlacementEvent* current = nullptr;
@@ -355,6 +370,7 @@ void SourceProcessor::EmitStoredRuns(const RankState& rank, Tier tier,
       current_index = out->size();
       current = &NewPlacement(PlacementKind::kStored, rank.dp_rank, out);
       current->block_hashes.reserve(new_blocks_.size() - k);  // one allocation per placement
+      if (!engine_hashes.empty()) current->sglang_hashes.reserve(new_blocks_.size() - k);
       current->tier = tier;
       current->block_size = options_.block_size;
       if (block.has_parent) current->parent_hash = block.parent;
@@ -362,6 +378,7 @@ void SourceProcessor::EmitStoredRuns(const RankState& rank, Tier tier,
     }
     current = &(*out)[current_index];
     current->block_hashes.push_back(block.canonical);
+    if (!engine_hashes.empty()) current->sglang_hashes.push_back(engine_hashes[block.index]);
     previous = &block;
   }
   Add(stats_->blocks_published_stored, new_blocks_.size());

@@ -116,7 +116,8 @@ class SourceProcessor {
 
   // Decodes one msgpack KVEventBatch and normalizes it, appending placement
   // events (kind, model, source, tier, block_size, parent_hash, block_hashes
-  // filled; agent/event_id/timestamp left for the caller) to *out.
+  // filled, and sglang_hashes for an SGLang engine; agent/event_id/timestamp
+  // left for the caller) to *out.
   // A payload that does not decode: nothing of it is applied, the source is
   // cleared (ClearAll: one kCleared per rank), decode_error is counted, and
   // InvalidArgument is returned with the byte offset ("byte N: ...").
@@ -178,7 +179,13 @@ class SourceProcessor {
   // records it for emission when it went 0 -> 1.
   void Increment(internal::RankState& rank, internal::EngineEntry& entry, Tier tier,
                  uint32_t index);
-  void EmitStoredRuns(const internal::RankState& rank, Tier tier, std::vector<PlacementEvent>* out);
+  // `engine_hashes`: the event's engine hashes, published beside the
+  // canonical ones as sglang_hashes; empty = not published.
+  void EmitStoredRuns(const internal::RankState& rank, Tier tier,
+                      std::span<const uint64_t> engine_hashes, std::vector<PlacementEvent>* out);
+  // An SGLang source publishes its engine hashes (sgl-router's hashes,
+  // docs/compat.md "SGLang"): `hashes` for it, empty for the others.
+  std::span<const uint64_t> SglangHashes(std::span<const uint64_t> hashes) const;
   PlacementEvent& NewPlacement(PlacementKind kind, uint32_t dp_rank,
                                std::vector<PlacementEvent>* out);
   // Local hashes of a stored event's tokens (lora/salt seed, EAGLE windows) into local_.

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <random>
 #include <set>
@@ -517,6 +518,49 @@ TEST(SourceProcessorTest, TwoEngineHashesSharingOneCanonicalHash) {
   EXPECT_EQ(h.processor.tracked_blocks(), 1u);
   EXPECT_THAT(h.Apply({Remove({2})}), ElementsAre(Removed(Tier::kDevice, c)));
   EXPECT_EQ(h.processor.tracked_blocks(), 0u);
+}
+
+// An SGLang source publishes its engine hashes (sgl-router's) beside the
+// canonical ones, aligned block for block, also in split runs, resolved
+// placeholders and snapshots; other engines never do.
+TEST(SourceProcessorTest, SglangSourcesPublishTheirEngineHashesAligned) {
+  SourceOptions options = Harness::Defaults();
+  options.engine = wire::EngineKind::kSglang;
+  Harness h(options);
+  const std::vector<uint32_t> tokens = TokenRange(7, 6 * kB);
+  const std::vector<uint64_t> c = Canonical(tokens);
+  auto with = [](PlacementEvent e, std::vector<uint64_t> sglang) {
+    e.sglang_hashes = std::move(sglang);
+    return e;
+  };
+  EXPECT_THAT(h.Apply({Store({1, 2, 3, 4, 5, 6}, tokens, std::nullopt, "CPU")}),
+              ElementsAre(with(Stored(Tier::kHost, c, std::nullopt), {1, 2, 3, 4, 5, 6})));
+  h.Apply({Placeholder({3, 4}, "GPU")});
+  EXPECT_THAT(h.Apply({Store({1, 2, 3, 4, 5, 6}, tokens)}),
+              ElementsAre(with(Stored(Tier::kDevice, {c[0], c[1]}, std::nullopt), {1, 2}),
+                          with(Stored(Tier::kDevice, {c[4], c[5]}, c[3]), {5, 6})));
+  EXPECT_THAT(h.Apply({Placeholder({6, 99}, "DISK")}),
+              ElementsAre(with(Stored(Tier::kDisk, {c[5]}, c[4]), {6})));
+  // Removals carry canonical hashes only.
+  EXPECT_THAT(h.Apply({Remove({6}, "DISK")}), ElementsAre(Removed(Tier::kDisk, {c[5]})));
+  std::vector<PlacementEvent> snapshot;
+  h.processor.Snapshot(&snapshot);
+  size_t blocks = 0;
+  for (const PlacementEvent& e : snapshot) {
+    if (e.kind != PlacementKind::kStored) continue;
+    ASSERT_EQ(e.sglang_hashes.size(), e.block_hashes.size());
+    for (size_t i = 0; i < e.block_hashes.size(); ++i) {
+      const size_t k = std::find(c.begin(), c.end(), e.block_hashes[i]) - c.begin();
+      EXPECT_EQ(e.sglang_hashes[i], k + 1);
+      ++blocks;
+    }
+  }
+  EXPECT_EQ(blocks, 6u + 6u);  // host: all six; device: all six
+
+  Harness vllm;  // the default engine
+  for (const PlacementEvent& e : vllm.Apply({Store({1, 2}, TokenRange(7, 2 * kB))})) {
+    EXPECT_TRUE(e.sglang_hashes.empty());
+  }
 }
 
 TEST(SourceProcessorTest, ClearedResetsTheRankAndTheMap) {

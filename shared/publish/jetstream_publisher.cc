@@ -24,7 +24,7 @@ uint64_t WallClockNs() {
 // hash at most). Only bounds batches and the buffer; never exact.
 size_t EstimateBytes(const PlacementEvent& event) {
   return 128 + event.model.size() + event.source.worker.size() + event.agent.size() +
-         9 * event.block_hashes.size() + 16 * event.sources.size();
+         9 * (event.block_hashes.size() + event.sglang_hashes.size()) + 16 * event.sources.size();
 }
 
 constexpr char kMsgIdHeader[] = "Nats-Msg-Id";
@@ -377,11 +377,19 @@ void JetStreamPublisher::AppendSplitLocked(const PlacementEvent& event,
                                            std::chrono::steady_clock::time_point now) {
   // Consecutive pieces of one chain: each piece's parent is the block
   // before it, so a router applies exactly what the whole event meant.
-  const size_t per_piece = std::max<size_t>(1, (batch_limit_ / 2 - 1024) / 9);
+  // SGLang's engine hashes, when they ride along, are split with theirs.
+  const bool sglang =
+      !event.sglang_hashes.empty() && event.sglang_hashes.size() == event.block_hashes.size();
+  const size_t per_piece = std::max<size_t>(1, (batch_limit_ / 2 - 1024) / (sglang ? 18 : 9));
   PlacementEvent piece = event;
+  if (!sglang) piece.sglang_hashes.clear();  // malformed: not published
   for (size_t begin = 0; begin < event.block_hashes.size(); begin += per_piece) {
     const size_t end = std::min(event.block_hashes.size(), begin + per_piece);
     piece.block_hashes.assign(event.block_hashes.begin() + begin, event.block_hashes.begin() + end);
+    if (sglang) {
+      piece.sglang_hashes.assign(event.sglang_hashes.begin() + begin,
+                                 event.sglang_hashes.begin() + end);
+    }
     if (begin != 0 && event.kind == PlacementKind::kStored) {
       piece.parent_hash = event.block_hashes[begin - 1];
     }

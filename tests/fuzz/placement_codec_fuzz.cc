@@ -54,6 +54,8 @@ PlacementEvent MakeEvent(FuzzedDataProvider& in) {
   if (e.kind == PlacementKind::kStored) {
     e.block_size = in.ConsumeIntegral<uint32_t>();
     if (in.ConsumeBool()) e.parent_hash = in.ConsumeIntegral<uint64_t>();
+    const size_t sglang = in.ConsumeIntegralInRange<size_t>(0, 64);
+    for (size_t i = 0; i < sglang; ++i) e.sglang_hashes.push_back(in.ConsumeIntegral<uint64_t>());
   }
   if (e.kind == PlacementKind::kHeartbeat) {
     e.lease_ms = in.ConsumeIntegral<uint32_t>();

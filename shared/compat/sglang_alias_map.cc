@@ -1,0 +1,199 @@
+#include "shared/compat/sglang_alias_map.h"
+
+#include <algorithm>
+#include <utility>
+
+namespace kvindex::compat {
+
+SglangAliasMap::SglangAliasMap(const index::IndexInterface* index, SglangAliasOptions options)
+    : index_(index), options_(options) {}
+
+SglangAliasMap::~SglangAliasMap() = default;
+
+bool SglangAliasMap::Held(std::string_view model, uint64_t canonical) const {
+  // A one-block lookup finds a sequence hash wherever it sits in a chain.
+  StatusOr<index::MatchResult> result =
+      index_->MatchSequenceHashes(model, std::span<const uint64_t>(&canonical, 1));
+  return result.ok() && !result->workers.empty();
+}
+
+SglangAliasMap::ModelAliases* SglangAliasMap::ModelOf(std::string_view model, bool create) {
+  auto it = models_.find(absl::string_view(model.data(), model.size()));
+  if (it == models_.end()) {
+    if (!create) return nullptr;
+    it = models_.emplace(std::string(model), std::make_unique<ModelAliases>()).first;
+  }
+  return it->second.get();
+}
+
+void SglangAliasMap::Add(ModelAliases& aliases, const PlacementEvent& event) {
+  for (size_t i = 0; i < event.block_hashes.size(); ++i) {
+    const uint64_t sglang = event.sglang_hashes[i];
+    const uint64_t canonical = event.block_hashes[i];
+    if (auto it = aliases.forward.find(sglang); it != aliases.forward.end()) {
+      if (it->second != canonical) ++stats_.conflicts;
+      continue;  // known (another source stored the same block)
+    }
+    if (aliases.reverse.contains(canonical)) {
+      ++stats_.conflicts;
+      continue;
+    }
+    if (stats_.entries >= options_.max_entries) {
+      ++stats_.refused_full;
+      continue;
+    }
+    aliases.forward.emplace(sglang, canonical);
+    aliases.reverse.emplace(canonical, sglang);
+    ++stats_.entries;
+    ++stats_.added;
+  }
+}
+
+void SglangAliasMap::EraseCanonical(ModelAliases& aliases, uint64_t canonical) {
+  auto it = aliases.reverse.find(canonical);
+  if (it == aliases.reverse.end()) return;
+  aliases.forward.erase(it->second);
+  aliases.reverse.erase(it);
+  --stats_.entries;
+  ++stats_.removed;
+}
+
+void SglangAliasMap::OnApplied(std::span<const PlacementEvent> events) {
+  candidates_.clear();
+  bool sweep_all = false;
+  // Models a clear named (few per message: usually none).
+  std::vector<ModelAliases*> sweep;
+  {
+    WriterLock lock(&mu_);
+    for (const PlacementEvent& event : events) {
+      switch (event.kind) {
+        case PlacementKind::kStored:
+          if (event.sglang_hashes.empty()) break;
+          if (event.sglang_hashes.size() != event.block_hashes.size()) {
+            ++stats_.refused_mismatch;
+            break;
+          }
+          Add(*ModelOf(event.model, /*create=*/true), event);
+          break;
+        case PlacementKind::kRemoved: {
+          ModelAliases* aliases = ModelOf(event.model, /*create=*/false);
+          if (aliases == nullptr || aliases->reverse.empty()) break;
+          for (uint64_t canonical : event.block_hashes) {
+            if (aliases->reverse.contains(canonical)) {
+              candidates_.push_back({aliases, event.model, canonical});
+            }
+          }
+          break;
+        }
+        case PlacementKind::kCleared:
+          if (event.model.empty()) {
+            sweep_all = true;
+          } else if (ModelAliases* aliases = ModelOf(event.model, false); aliases != nullptr) {
+            if (std::find(sweep.begin(), sweep.end(), aliases) == sweep.end()) {
+              sweep.push_back(aliases);
+            }
+          }
+          break;
+        case PlacementKind::kWorkerExpired:
+          sweep_all = true;
+          break;
+        default:
+          break;
+      }
+    }
+  }
+  // Only this thread changes the map: it reads it here under the shared
+  // lock while the index is looked up, and takes the exclusive lock only
+  // to erase what nobody holds any more.
+  gone_.clear();
+  for (size_t i = 0; i < candidates_.size(); ++i) {
+    if (!Held(candidates_[i].model, candidates_[i].canonical)) gone_.push_back(i);
+  }
+  if (!gone_.empty()) {
+    WriterLock lock(&mu_);
+    for (size_t i : gone_) EraseCanonical(*candidates_[i].aliases, candidates_[i].canonical);
+  }
+  if (!sweep_all && sweep.empty()) return;
+  std::vector<std::pair<std::string, ModelAliases*>> models;
+  {
+    ReaderLock lock(&mu_);
+    for (const auto& [name, aliases] : models_) {
+      if (aliases->reverse.empty()) continue;
+      if (sweep_all || std::find(sweep.begin(), sweep.end(), aliases.get()) != sweep.end()) {
+        models.emplace_back(name, aliases.get());
+      }
+    }
+  }
+  for (const auto& [name, aliases] : models) {
+    victims_.clear();
+    {
+      ReaderLock lock(&mu_);
+      for (const auto& [canonical, sglang] : aliases->reverse) {
+        if (!Held(name, canonical)) victims_.push_back(canonical);
+      }
+    }
+    WriterLock lock(&mu_);
+    ++stats_.sweeps;
+    for (uint64_t canonical : victims_) EraseCanonical(*aliases, canonical);
+  }
+}
+
+void SglangAliasMap::Clear() {
+  WriterLock lock(&mu_);
+  for (auto& [name, aliases] : models_) {
+    stats_.removed += aliases->forward.size();
+    aliases->forward.clear();
+    aliases->reverse.clear();
+  }
+  stats_.entries = 0;
+}
+
+size_t SglangAliasMap::Translate(std::string_view model, std::span<uint64_t> hashes) const {
+  ReaderLock lock(&mu_);
+  auto it = models_.find(absl::string_view(model.data(), model.size()));
+  if (it == models_.end() || it->second->forward.empty()) return 0;
+  const absl::flat_hash_map<uint64_t, uint64_t>& forward = it->second->forward;
+  size_t translated = 0;
+  for (uint64_t& hash : hashes) {
+    auto alias = forward.find(hash);
+    if (alias == forward.end()) continue;
+    hash = alias->second;
+    ++translated;
+  }
+  return translated;
+}
+
+std::optional<uint64_t> SglangAliasMap::Find(std::string_view model, uint64_t sglang) const {
+  ReaderLock lock(&mu_);
+  auto it = models_.find(absl::string_view(model.data(), model.size()));
+  if (it == models_.end()) return std::nullopt;
+  auto alias = it->second->forward.find(sglang);
+  if (alias == it->second->forward.end()) return std::nullopt;
+  return alias->second;
+}
+
+SglangAliasStats SglangAliasMap::Stats() const {
+  ReaderLock lock(&mu_);
+  SglangAliasStats stats = stats_;
+  constexpr uint64_t kSlot = sizeof(std::pair<uint64_t, uint64_t>) + 1;
+  for (const auto& [name, aliases] : models_) {
+    stats.bytes += kSlot * (aliases->forward.capacity() + aliases->reverse.capacity());
+  }
+  return stats;
+}
+
+std::vector<SglangAlias> SglangAliasMap::Entries() const {
+  std::vector<SglangAlias> out;
+  {
+    ReaderLock lock(&mu_);
+    for (const auto& [name, aliases] : models_) {
+      for (const auto& [sglang, canonical] : aliases->forward) {
+        out.push_back({name, sglang, canonical});
+      }
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace kvindex::compat
