@@ -1,6 +1,7 @@
 #include "shared/compat/sglang_alias_map.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 namespace kvindex::compat {
@@ -30,23 +31,45 @@ void SglangAliasMap::Add(ModelAliases& aliases, const PlacementEvent& event) {
   for (size_t i = 0; i < event.block_hashes.size(); ++i) {
     const uint64_t sglang = event.sglang_hashes[i];
     const uint64_t canonical = event.block_hashes[i];
-    if (auto it = aliases.forward.find(sglang); it != aliases.forward.end()) {
-      if (it->second != canonical) ++stats_.conflicts;
+    if (aliases.closed || aliases.poisoned.contains(sglang)) {
+      ++stats_.refused_poisoned;
+      continue;
+    }
+    auto forward = aliases.forward.find(sglang);
+    if (forward != aliases.forward.end() && forward->second == canonical) {
       continue;  // known (another source stored the same block)
     }
-    if (aliases.reverse.contains(canonical)) {
-      ++stats_.conflicts;
+    auto reverse = aliases.reverse.find(canonical);
+    if (forward == aliases.forward.end() && reverse == aliases.reverse.end()) {
+      if (aliases.forward.size() >= options_.max_entries) {
+        ++stats_.refused_full;
+        continue;
+      }
+      aliases.forward.emplace(sglang, canonical);
+      aliases.reverse.emplace(canonical, sglang);
+      ++stats_.entries;
+      ++stats_.added;
       continue;
     }
-    if (stats_.entries >= options_.max_entries) {
-      ++stats_.refused_full;
-      continue;
-    }
-    aliases.forward.emplace(sglang, canonical);
-    aliases.reverse.emplace(canonical, sglang);
-    ++stats_.entries;
-    ++stats_.added;
+    // A conflict: neither side is trusted any more (fail closed).
+    ++stats_.conflicts;
+    const std::optional<uint64_t> other_block =
+        forward != aliases.forward.end() ? std::optional<uint64_t>(forward->second) : std::nullopt;
+    const std::optional<uint64_t> other_sglang =
+        reverse != aliases.reverse.end() ? std::optional<uint64_t>(reverse->second) : std::nullopt;
+    if (other_block.has_value()) EraseCanonical(aliases, *other_block);
+    if (other_sglang.has_value()) EraseCanonical(aliases, canonical);
+    Poison(aliases, sglang);
+    if (other_sglang.has_value()) Poison(aliases, *other_sglang);
   }
+}
+
+void SglangAliasMap::Poison(ModelAliases& aliases, uint64_t sglang) {
+  if (aliases.poisoned.size() >= options_.max_poisoned) {
+    aliases.closed = true;  // cannot remember it: learn nothing more
+    return;
+  }
+  if (aliases.poisoned.insert(sglang).second) ++stats_.poisoned;
 }
 
 void SglangAliasMap::EraseCanonical(ModelAliases& aliases, uint64_t canonical) {
@@ -146,6 +169,8 @@ void SglangAliasMap::Clear() {
     aliases->reverse.clear();
   }
   stats_.entries = 0;
+  // The poisoned hashes stay: they came from the log, which the new index
+  // state does not undo.
 }
 
 size_t SglangAliasMap::Translate(std::string_view model, std::span<uint64_t> hashes) const {
@@ -177,7 +202,8 @@ SglangAliasStats SglangAliasMap::Stats() const {
   SglangAliasStats stats = stats_;
   constexpr uint64_t kSlot = sizeof(std::pair<uint64_t, uint64_t>) + 1;
   for (const auto& [name, aliases] : models_) {
-    stats.bytes += kSlot * (aliases->forward.capacity() + aliases->reverse.capacity());
+    stats.bytes += kSlot * (aliases->forward.capacity() + aliases->reverse.capacity()) +
+                   (sizeof(uint64_t) + 1) * aliases->poisoned.capacity();
   }
   return stats;
 }

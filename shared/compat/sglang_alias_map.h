@@ -19,9 +19,15 @@
 // - A stored event whose sglang_hashes count equals its blocks' adds
 //   sglang[i] -> canonical[i] for each block; any other count is refused
 //   whole and counted (refused_mismatch), the blocks themselves still apply.
-// - One to one per model: an SGLang hash already aliased to another block,
-//   or a block already aliased by another SGLang hash, is not added
-//   (conflicts; the first stays).
+// - One to one per model, failing closed: a stored (sglang X, block C) that
+//   contradicts an alias (X already aliased to another block, or C already
+//   aliased by another SGLang hash Y) is a conflict: the aliases of X and of
+//   C are dropped and X (and Y) are poisoned: never aliased again in that
+//   model, so a node that stores its block under another prompt's SGLang
+//   hash cannot make sgl-router's query for that prompt answer its block
+//   (whoever came first). At most max_poisoned poisoned hashes per model;
+//   once a model has that many, it learns no new alias at all (counted in
+//   refused_poisoned): an undercount, never an overcount, never unbounded.
 // - An alias lives as long as some source holds its canonical block in the
 //   index: after the index applied a message, the canonical blocks of its
 //   removed events that nobody holds any more lose their aliases, and a
@@ -31,9 +37,10 @@
 //   goes through the index anyway. (A block the index left out for lack of
 //   memory keeps its alias until its removal or the next sweep: harmless,
 //   the index answers nothing for it.)
-// - At most SglangAliasOptions::max_entries aliases in all; past it new
-//   aliases are refused (refused_full): an undercount, never unbounded
-//   memory.
+// - At most SglangAliasOptions::max_entries aliases per model (so a router
+//   that follows only some models keeps the same aliases for them as one
+//   that follows all); past it new aliases are refused (refused_full): an
+//   undercount, never unbounded memory.
 // - Not checkpointed: after a restore the map refills from new stored
 //   events only (an undercount until then, never an overcount).
 //
@@ -61,6 +68,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "shared/base/mutex.h"
 #include "shared/index/index_interface.h"
 #include "shared/model/placement_event.h"
@@ -68,8 +76,11 @@
 namespace kvindex::compat {
 
 struct SglangAliasOptions {
-  // Aliases held in all models. Default: 4Mi (~140 MB at most).
+  // Aliases held per model. Default: 4Mi (~140 MB per model at most).
   size_t max_entries = size_t{1} << 22;
+  // Poisoned SGLang hashes held per model (conflicts); at this many the
+  // model learns no new alias. Default: 64Ki (~1.1 MB per model at most).
+  size_t max_poisoned = size_t{1} << 16;
 };
 
 struct SglangAliasStats {
@@ -82,8 +93,13 @@ struct SglangAliasStats {
   uint64_t refused_mismatch = 0;
   // Aliases not added: max_entries held.
   uint64_t refused_full = 0;
-  // Aliases not added: the SGLang hash or the block has another alias.
+  // Stored (SGLang hash, block) pairs contradicting an alias: both aliases
+  // dropped, the SGLang hashes poisoned.
   uint64_t conflicts = 0;
+  uint64_t poisoned = 0;  // poisoned SGLang hashes held
+  // Aliases not added: the SGLang hash is poisoned, or the model holds
+  // max_poisoned poisoned hashes.
+  uint64_t refused_poisoned = 0;
   // Sweeps of a model after a clear.
   uint64_t sweeps = 0;
 };
@@ -124,12 +140,15 @@ class SglangAliasMap {
   struct ModelAliases {
     absl::flat_hash_map<uint64_t, uint64_t> forward;  // sglang -> canonical
     absl::flat_hash_map<uint64_t, uint64_t> reverse;  // canonical -> sglang
+    absl::flat_hash_set<uint64_t> poisoned;           // sglang hashes
+    bool closed = false;                              // max_poisoned reached
   };
   // True when some source holds `canonical` in `model` (index lookup).
   bool Held(std::string_view model, uint64_t canonical) const;
   ModelAliases* ModelOf(std::string_view model, bool create) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Add(ModelAliases& aliases, const PlacementEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseCanonical(ModelAliases& aliases, uint64_t canonical) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Poison(ModelAliases& aliases, uint64_t sglang) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const index::IndexInterface* const index_;
   const SglangAliasOptions options_;

@@ -125,23 +125,90 @@ TEST(SglangAliasMapTest, HostileCountsConflictsAndTheCapAreCountedAndLeftOut) {
   EXPECT_EQ(f.aliases.Stats().refused_mismatch, 2u);
   EXPECT_EQ(f.index.Stats().entries[0], 3u);
 
-  // One to one: the first alias stays.
+  // One to one: a conflict drops both sides.
   f.Apply({Stored("m", "a", Tier::kDevice, {11}, {101})});
+  f.Apply({Stored("m", "a", Tier::kDevice, {14}, {104})});
   f.Apply({Stored("m", "b", Tier::kDevice, {12}, {101})});  // 101 is 11's
-  f.Apply({Stored("m", "b", Tier::kDevice, {11}, {109})});  // 11 is 101's
+  f.Apply({Stored("m", "b", Tier::kDevice, {14}, {109})});  // 14 is 104's
   EXPECT_EQ(f.aliases.Stats().conflicts, 2u);
-  EXPECT_EQ(f.aliases.Entries(), (std::vector<SglangAlias>{{"m", 101, 11}}));
+  EXPECT_TRUE(f.aliases.Entries().empty());
+  EXPECT_EQ(f.aliases.Stats().poisoned, 3u);  // 101, 109, 104
 
-  // The cap (8 in all).
+  // The cap: 8 per model, whatever the other models hold.
+  f.Apply({Stored("n", "a", Tier::kDevice, {21, 22, 23}, {201, 202, 203})});
   std::vector<uint64_t> blocks, sglang;
   for (uint64_t i = 0; i < 10; ++i) {
     blocks.push_back(1000 + i);
     sglang.push_back(5000 + i);
   }
   f.Apply({Stored("m", "c", Tier::kDevice, blocks, sglang)});
-  EXPECT_EQ(f.aliases.Stats().entries, 8u);
-  EXPECT_EQ(f.aliases.Stats().refused_full, 3u);
+  EXPECT_EQ(f.aliases.Stats().entries, 11u);
+  EXPECT_EQ(f.aliases.Stats().refused_full, 2u);
   EXPECT_GT(f.aliases.Stats().bytes, 0u);
+}
+
+// A node stores its block under another prompt's SGLang hash (forged):
+// whoever comes first, sgl-router's hash answers neither block, and never
+// again (poisoned), while the index keeps both blocks.
+TEST(SglangAliasMapTest, AForgedSglangHashIsNeverAnsweredWhoeverCameFirst) {
+  for (bool liar_first : {true, false}) {
+    SCOPED_TRACE(liar_first ? "liar first" : "honest first");
+    Fixture f;
+    const PlacementEvent honest = Stored("m", "honest", Tier::kDevice, {11}, {101});
+    const PlacementEvent liar = Stored("m", "liar", Tier::kDevice, {66}, {101});
+    f.Apply({liar_first ? liar : honest});
+    f.Apply({liar_first ? honest : liar});
+    EXPECT_FALSE(f.Find(101).has_value());
+    f.Apply({liar});
+    f.Apply({honest});
+    EXPECT_FALSE(f.Find(101).has_value());
+    std::vector<uint64_t> query = {101};
+    EXPECT_EQ(f.aliases.Translate("m", query), 0u);
+    EXPECT_EQ(f.aliases.Stats().conflicts, 1u);
+    EXPECT_EQ(f.aliases.Stats().refused_poisoned, 2u);
+    EXPECT_EQ(f.index.Stats().entries[0], 2u);
+    // Other hashes still learn; the poison is per model.
+    f.Apply({Stored("m", "honest", Tier::kDevice, {12}, {102}),
+             Stored("n", "honest", Tier::kDevice, {11}, {101})});
+    EXPECT_EQ(f.Find(102), 12u);
+    EXPECT_EQ(f.aliases.Find("n", 101), 11u);
+  }
+}
+
+// A forged hash for an honest block (the block already has its alias):
+// both SGLang hashes are poisoned, so the liar cannot block the honest
+// alias and then take the block back with its own.
+TEST(SglangAliasMapTest, ASecondSglangHashForABlockPoisonsBoth) {
+  Fixture f;
+  f.Apply({Stored("m", "liar", Tier::kDevice, {11}, {666})});
+  f.Apply({Stored("m", "honest", Tier::kDevice, {11}, {101})});
+  EXPECT_TRUE(f.aliases.Entries().empty());
+  f.Apply({Stored("m", "liar", Tier::kDevice, {11}, {666})});
+  f.Apply({Stored("m", "honest", Tier::kDevice, {11}, {101})});
+  EXPECT_TRUE(f.aliases.Entries().empty());
+  EXPECT_EQ(f.aliases.Stats().poisoned, 2u);
+}
+
+// The poisoned hashes are bounded: past max_poisoned the model learns no
+// new alias (fail closed), other models still do.
+TEST(SglangAliasMapTest, PastMaxPoisonedTheModelLearnsNothingMore) {
+  index::KvIndex index;
+  SglangAliasMap aliases(&index, SglangAliasOptions{.max_entries = 64, .max_poisoned = 2});
+  uint64_t position = 0;
+  auto apply = [&](std::vector<PlacementEvent> message) {
+    index.ApplyMessage(message, ++position);
+    aliases.OnApplied(message);
+  };
+  for (uint64_t k = 0; k < 3; ++k) {
+    apply({Stored("m", "a", Tier::kDevice, {10 + k}, {100 + k})});
+    apply({Stored("m", "b", Tier::kDevice, {20 + k}, {100 + k})});
+  }
+  EXPECT_EQ(aliases.Stats().poisoned, 2u);
+  apply(
+      {Stored("m", "a", Tier::kDevice, {30}, {300}), Stored("n", "a", Tier::kDevice, {30}, {300})});
+  EXPECT_FALSE(aliases.Find("m", 300).has_value());
+  EXPECT_FALSE(aliases.Find("m", 102).has_value());
+  EXPECT_EQ(aliases.Find("n", 300), 30u);
 }
 
 // Readers translate while the writer adds, removes and sweeps (TSan's
@@ -245,12 +312,13 @@ class Stream {
   std::mt19937_64 rng_;
 };
 
-void RunDifferential(uint64_t seed, int steps, size_t max_entries) {
+void RunDifferential(uint64_t seed, int steps, size_t max_entries, size_t max_poisoned) {
   SCOPED_TRACE("KVINDEX_SEED=" + std::to_string(seed));
   index::KvIndex index;
   index::ReferenceIndex oracle;
-  SglangAliasMap aliases(&index, SglangAliasOptions{.max_entries = max_entries});
-  SglangAliasReference reference(&oracle, max_entries);
+  SglangAliasMap aliases(
+      &index, SglangAliasOptions{.max_entries = max_entries, .max_poisoned = max_poisoned});
+  SglangAliasReference reference(&oracle, max_entries, max_poisoned);
   Stream stream(seed);
   size_t most = 0;
   for (int step = 1; step <= steps; ++step) {
@@ -270,7 +338,8 @@ void RunDifferential(uint64_t seed, int steps, size_t max_entries) {
       ASSERT_EQ(hash, alias.canonical);
     }
   }
-  EXPECT_GT(most, 4u);  // the stream did build aliases up
+  EXPECT_GT(most, 4u);                       // the stream did build aliases up
+  EXPECT_GT(aliases.Stats().conflicts, 0u);  // and contradicted some
 }
 
 uint64_t SeedFromEnv(uint64_t fallback) {
@@ -280,12 +349,12 @@ uint64_t SeedFromEnv(uint64_t fallback) {
 
 TEST(SglangAliasMapDifferentialTest, MatchesTheNaiveReference) {
   const uint64_t base = SeedFromEnv(std::random_device{}());
-  for (uint64_t k = 0; k < 3; ++k) RunDifferential(base + k, 1000, 1 << 20);
+  for (uint64_t k = 0; k < 3; ++k) RunDifferential(base + k, 1000, 1 << 20, 1 << 10);
 }
 
 TEST(SglangAliasMapDifferentialTest, MatchesTheNaiveReferenceAtTheCap) {
   const uint64_t base = SeedFromEnv(std::random_device{}());
-  for (uint64_t k = 0; k < 2; ++k) RunDifferential(base + k, 1000, 12);
+  for (uint64_t k = 0; k < 2; ++k) RunDifferential(base + k, 1000, 12, 6);
 }
 
 }  // namespace
