@@ -46,11 +46,18 @@ std::shared_ptr<metrics::CallbackCollectable> SglangAliasMetrics(
     out.push_back(metrics::CounterFamily(
         "kvindex_router_sglang_aliases_refused_total",
         "SGLang aliases not kept, by reason (mismatch: a stored event's sglang_hashes "
-        "count is not its blocks'; full: the cap; conflict: one hash, two blocks)"));
+        "count is not its blocks'; full: the cap; conflict: one hash, two blocks; "
+        "poisoned: the hash or its model's poisoned set is closed)"));
     metrics::AddSample(out.back(), static_cast<double>(stats.refused_mismatch),
                        {{"reason", "mismatch"}});
     metrics::AddSample(out.back(), static_cast<double>(stats.refused_full), {{"reason", "full"}});
     metrics::AddSample(out.back(), static_cast<double>(stats.conflicts), {{"reason", "conflict"}});
+    metrics::AddSample(out.back(), static_cast<double>(stats.refused_poisoned),
+                       {{"reason", "poisoned"}});
+    out.push_back(
+        metrics::GaugeFamily("kvindex_router_sglang_poisoned_hashes",
+                             "SGLang hashes never aliased again after a conflict (fail closed)"));
+    metrics::AddSample(out.back(), static_cast<double>(stats.poisoned));
     return out;
   });
 }
