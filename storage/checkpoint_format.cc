@@ -208,6 +208,15 @@ std::string EncodeManifest(const CheckpointImage& image, uint64_t chunks, uint64
   }
   PutString(&out, image.stream);
   PutVarint(&out, static_cast<uint64_t>(image.stream_created_ns));
+  for (const consume::AgentTable::AgentView& agent : image.agents) {  // version 4
+    PutVarint(&out, agent.subjects.size());
+    for (const auto& [token, subject] : agent.subjects) {
+      PutString(&out, token);
+      PutVarint(&out, subject.incarnation);
+      PutVarint(&out, subject.last_seq);
+      PutString(&out, subject.model);
+    }
+  }
   PutFixed64(&out, XXH3_64bits(out.data(), out.size()));
   return out;
 }
@@ -286,6 +295,19 @@ StatusOr<Manifest> DecodeManifest(std::string_view value) {
     uint64_t created = 0;
     KVINDEX_RETURN_IF_ERROR(in.Varint(&created, "stream created"));
     image.stream_created_ns = static_cast<int64_t>(created);
+  }
+  if (version >= 4) {
+    for (consume::AgentTable::AgentView& agent : image.agents) {
+      KVINDEX_RETURN_IF_ERROR(in.Count(&count, 4, "agent subjects"));
+      for (uint64_t i = 0; i < count; ++i) {
+        std::string token;
+        KVINDEX_RETURN_IF_ERROR(in.String(&token, "subject token"));
+        consume::AgentTable::SubjectState& subject = agent.subjects[std::move(token)];
+        KVINDEX_RETURN_IF_ERROR(in.Varint(&subject.incarnation, "subject incarnation"));
+        KVINDEX_RETURN_IF_ERROR(in.Varint(&subject.last_seq, "subject_seq"));
+        KVINDEX_RETURN_IF_ERROR(in.String(&subject.model, "subject model"));
+      }
+    }
   }
   if (!in.done()) return absl::DataLossError("checkpoint: trailing bytes in the manifest");
   return m;

@@ -15,9 +15,11 @@
 // little-endian u64 hashes (random 64-bit values: stored raw, uncompressed).
 // The manifest: u32 version, the fields of CheckpointImage except runs,
 // hashes and ingest states, then (version 2) each ingest source's key, size
-// and XXH3-64, then (version 3) the stream's name and creation time, then an
-// XXH3-64 of all the bytes before it. Versions 1 (no ingest section) and 2
-// (no stream identity) are still read.
+// and XXH3-64, then (version 3) the stream's name and creation time, then
+// (version 4) per agent its subjects' numbering (AgentTable::SubjectState:
+// token, incarnation, subject_seq, model), then an XXH3-64 of all the bytes
+// before it. Versions 1 (no ingest section), 2 (no stream identity) and 3
+// (no subject numbering) are still read.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -35,7 +37,7 @@
 
 namespace kvindex::storage::format {
 
-inline constexpr uint32_t kVersion = 3;
+inline constexpr uint32_t kVersion = 4;
 inline constexpr size_t kChunkBytes = size_t{1} << 20;
 
 std::string ManifestKey(uint64_t id);

@@ -108,6 +108,19 @@ void FillAgents(consume::AgentTable& table) {
   heartbeat.lease_ms = 3000;
   heartbeat.sources = {{"worker-0", 0}, {"worker-1", 1}};
   table.Observe(heartbeat, 3, std::chrono::steady_clock::now(), &clears);
+  // An agent numbering its subjects (docs/events.md, "Numbering").
+  consume::LogBatch::Message numbered;
+  numbered.position = 4;
+  numbered.subject = "kvindex.events.m.node-b";
+  numbered.header = {.agent = "node-b", .incarnation = 9, .msg_seq = 5, .subject_seq = 2};
+  PlacementEvent stored;
+  stored.kind = PlacementKind::kStored;
+  stored.model = "m";
+  stored.agent = "node-b";
+  stored.source = {"worker-2", 0};
+  stored.block_hashes = {1};
+  consume::LogRefusal refusal;
+  table.Admit(numbered, {&stored, 1}, &clears, &refusal);
 }
 
 void ExpectSameAgents(const consume::AgentTable& a, const consume::AgentTable& b) {
@@ -120,6 +133,14 @@ void ExpectSameAgents(const consume::AgentTable& a, const consume::AgentTable& b
     EXPECT_EQ(x[i].last_heartbeat_position, y[i].last_heartbeat_position);
     EXPECT_EQ(x[i].lease_ms, y[i].lease_ms);
     EXPECT_EQ(x[i].sources, y[i].sources);
+    ASSERT_EQ(x[i].subjects.size(), y[i].subjects.size());
+    for (auto p = x[i].subjects.begin(), q = y[i].subjects.begin(); p != x[i].subjects.end();
+         ++p, ++q) {
+      EXPECT_EQ(p->first, q->first);
+      EXPECT_EQ(p->second.incarnation, q->second.incarnation);
+      EXPECT_EQ(p->second.last_seq, q->second.last_seq);
+      EXPECT_EQ(p->second.model, q->second.model);
+    }
   }
 }
 

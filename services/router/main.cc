@@ -130,6 +130,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--models", options.models, "Models to index, comma separated (default: all)")
       ->delimiter(',');
+  app.add_flag("--filter-subjects", options.filter_subjects,
+               "With --nats and --models: read only those models' subjects (and the agents' "
+               "heartbeats and expiries), not every model's messages (docs/scaling.md)");
   app.add_option("--tokenizer", options.tokenizers,
                  "MODEL=DIR: load DIR/tokenizer.json for MODEL so /v1/match accepts \"text\" "
                  "(repeatable)");

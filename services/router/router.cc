@@ -2,7 +2,9 @@
 
 #include "shared/base/strings.h"
 #include "shared/codec/placement_codec.h"
+#include "shared/consume/filtered_log_reader.h"
 #include "shared/consume/jetstream_log_reader.h"
+#include "shared/consume/next_by_subject.h"
 #include "shared/http/client.h"
 #include "shared/log/log.h"
 
@@ -28,6 +30,9 @@ Status RouterOptions::Validate() const {
     return absl::InvalidArgumentError(
         "--embedded needs at least one --source (or engines registered over HTTP: "
         "--max-registrations > 0)");
+  }
+  if (filter_subjects && (embedded || models.empty())) {
+    return absl::InvalidArgumentError("--filter-subjects needs --nats and --models");
   }
   KVINDEX_RETURN_IF_ERROR(HttpOptions().Validate());
   if (sglang_ingest && (!embedded || sglang_listen.empty())) {
@@ -177,7 +182,23 @@ Status Router::Start() {
     log_options.prepare = [connection, stream] {
       return nats::EnsureStream(connection->jetstream(), stream);
     };
-    reader_ = std::make_unique<consume::JetStreamLogReader>(js, std::move(log_options));
+    if (options_.filter_subjects) {
+      consume::FilteredLogOptions filtered;
+      filtered.subjects = consume::FilterSubjects(options_.stream.subjects, options_.models);
+      filtered.log = std::move(log_options);
+      filtered.next_by_subject = [connection, name = stream.name](uint64_t seq,
+                                                                  const std::string& subject) {
+        return consume::NextBySubject(connection->raw(), name, seq, subject);
+      };
+      filtered.stream_last = [connection, name = stream.name]() -> StatusOr<uint64_t> {
+        KVINDEX_ASSIGN_OR_RETURN(nats::StreamState state,
+                                 nats::GetStreamState(connection->jetstream(), name));
+        return state.last_seq;
+      };
+      reader_ = std::make_unique<consume::FilteredLogReader>(js, std::move(filtered));
+    } else {
+      reader_ = std::make_unique<consume::JetStreamLogReader>(js, std::move(log_options));
+    }
   }
   apply_ = std::make_unique<consume::ApplyLoop>(reader_.get(), index_.get(), probe_.get(),
                                                 apply_options);

@@ -113,6 +113,10 @@ struct RouterOptions {
   std::string bootstrap_ca;
   // Models to index; empty = all. Default: empty.
   std::vector<std::string> models;
+  // JetStream mode: read only the subjects of `models` (and the agents'
+  // control and expiry subjects), one consumer per subject merged in stream
+  // order (consume::FilteredLogReader); --filter-subjects. Default: false.
+  bool filter_subjects = false;
   // "MODEL=DIR": the tokenizer.json of MODEL for /v1/match "text". Default: none.
   std::vector<std::string> tokenizers;
   // Bearer token for the API; empty = no authentication. Default: "".

@@ -27,6 +27,7 @@ constexpr std::string_view kSources = "sources";
 constexpr std::string_view kHeartbeatSeq = "heartbeat_seq";
 constexpr std::string_view kIncarnation = "incarnation";
 constexpr std::string_view kMsgSeq = "msg_seq";
+constexpr std::string_view kSubjectSeq = "subject_seq";
 constexpr std::string_view kEndpoints = "endpoints";
 constexpr std::string_view kAddress = "address";
 // Longest endpoint address accepted ("host:port"; a DNS name is <= 253).
@@ -283,7 +284,8 @@ void EncodePlacementBatch(std::span<const PlacementEvent> events, std::string* o
                           const MessageHeader& header) {
   msgpack::sbuffer buffer(256 + events.size() * 64);
   Packer packer(buffer);
-  packer.pack_map(header.sequenced() ? 5 : 2);
+  const bool subject_seq = header.sequenced() && header.subject_seq != 0;
+  packer.pack_map(header.sequenced() ? (subject_seq ? 6 : 5) : 2);
   PackString(packer, kVersion);
   packer.pack_uint32(kPlacementSchemaVersion);
   if (header.sequenced()) {
@@ -293,6 +295,10 @@ void EncodePlacementBatch(std::span<const PlacementEvent> events, std::string* o
     packer.pack_uint64(header.incarnation);
     PackString(packer, kMsgSeq);
     packer.pack_uint64(header.msg_seq);
+    if (subject_seq) {
+      PackString(packer, kSubjectSeq);
+      packer.pack_uint64(header.subject_seq);
+    }
   }
   PackString(packer, kEvents);
   packer.pack_array(static_cast<uint32_t>(events.size()));
@@ -322,6 +328,8 @@ StatusOr<DecodedPlacementBatch> DecodePlacementBatch(std::string_view bytes) {
           KVINDEX_ASSIGN_OR_RETURN(batch.header.incarnation, AsUint(value, key));
         } else if (key == kMsgSeq) {
           KVINDEX_ASSIGN_OR_RETURN(batch.header.msg_seq, AsUint(value, key));
+        } else if (key == kSubjectSeq) {
+          KVINDEX_ASSIGN_OR_RETURN(batch.header.subject_seq, AsUint(value, key));
         }
         return Status();
       }));

@@ -33,6 +33,10 @@ struct MessageHeader {
   std::string agent;         // node id of the sending agent; "" = unsequenced
   uint64_t incarnation = 0;  // the sending process's start, ns since the epoch
   uint64_t msg_seq = 0;      // 1, 2, 3, ... within the incarnation; 0 = unsequenced
+  // 1, 2, 3, ... per subject within the incarnation (docs/events.md,
+  // "Numbering"); 0 = absent (an agent from before the field): gaps are
+  // judged by msg_seq.
+  uint64_t subject_seq = 0;
 
   bool sequenced() const { return msg_seq != 0; }
   friend bool operator==(const MessageHeader&, const MessageHeader&) = default;

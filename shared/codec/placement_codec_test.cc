@@ -89,6 +89,14 @@ TEST(PlacementCodecTest, SequencedHeaderRoundTrips) {
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->header, header);
   EXPECT_EQ(decoded->events, events);
+  EXPECT_EQ(decoded->header.subject_seq, 0u);  // absent: an agent from before the field
+
+  MessageHeader numbered = header;
+  numbered.subject_seq = 7;
+  EncodePlacementBatch(events, &bytes, numbered);
+  decoded = DecodePlacementBatch(bytes);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->header, numbered);
 
   // Unsequenced messages (router expiry decisions) carry no header fields.
   EncodePlacementBatch(events, &bytes);

@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "absl/container/flat_hash_set.h"
+#include "shared/nats/subjects.h"
 
 namespace kvindex::consume {
 
@@ -16,9 +17,28 @@ void AgentTable::AppendClear(const SourceKey& source, const std::string& name,
 }
 
 void AgentTable::FailClosed(AgentState& agent, const std::string& name, uint64_t position,
-                            std::vector<PlacementEvent>* clears) {
+                            std::vector<PlacementEvent>* clears, std::string_view model) {
   agent.gaps += 1;
-  for (const SourceKey& source : agent.sources) AppendClear(source, name, clears);
+  for (const SourceKey& source : agent.sources) {
+    AppendClear(source, name, clears);
+    clears->back().model = model;
+  }
+  resync_.push_back({name, position});
+}
+
+void AgentTable::FailClosedOn(AgentState& agent, const std::string& name, uint64_t position,
+                              const LogSubject& origin, std::vector<PlacementEvent>* clears) {
+  if (origin.kind != LogSubject::kEvents) return FailClosed(agent, name, position, clears);
+  if (auto it = agent.subjects.find(origin.token);
+      it != agent.subjects.end() && !it->second.model.empty()) {
+    return FailClosed(agent, name, position, clears, it->second.model);
+  }
+  // No readable message of the model from this node yet: the token spells
+  // the model unless it is the hashed form of a long name, and then the
+  // node's model state here (which only its model subject carries) is none.
+  StatusOr<std::string> model = nats::DecodeToken(origin.token);
+  if (model.ok()) return FailClosed(agent, name, position, clears, *model);
+  agent.gaps += 1;
   resync_.push_back({name, position});
 }
 
@@ -27,6 +47,42 @@ namespace {
 // Live: not expired, or expired and owning sources claimed since (the same
 // rule as Leases()).
 bool Live(const AgentTable::AgentState& agent) { return !agent.expired || !agent.sources.empty(); }
+
+// What a sender's number says (Sequencing and Incarnations in the header's
+// comment), for msg_seq and subject_seq alike.
+struct Numbering {
+  bool stale = false;        // skip the message
+  bool new_process = false;  // another incarnation starts here
+  bool lost = false;         // messages before this one are missing
+  bool first_seen = false;   // new_process, and the first incarnation seen
+};
+
+// Judges number `seq` of incarnation `sent` against a counter's state
+// (`incarnation`, `last`; `renumber`: an undecodable message already failed
+// closed) and moves the counter unless the message is stale. A message
+// numbered 1 of another incarnation starts a new process, lower or higher (a
+// restart on a clock behind); a higher incarnation starts one at any number;
+// later numbers of a lower incarnation, or at or below the last, are stale.
+Numbering Judge(uint64_t& incarnation, uint64_t& last, bool renumber, uint64_t sent, uint64_t seq) {
+  Numbering n;
+  const bool start = seq == 1 && sent != incarnation;
+  if (!start && (sent < incarnation || (sent == incarnation && seq <= last))) {
+    n.stale = true;
+    return n;
+  }
+  if (start || sent > incarnation) {
+    // Its first message clears its sources itself (start-up clear), so only
+    // a hole inside its own numbering is a loss.
+    n.new_process = true;
+    n.first_seen = incarnation == 0;
+    n.lost = seq != 1;
+    incarnation = sent;
+  } else {
+    n.lost = seq != last + 1 && !renumber;
+  }
+  last = seq;
+  return n;
+}
 
 }  // namespace
 
@@ -96,6 +152,11 @@ std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message
   };
   for (const PlacementEvent& event : events) {
     if (event.agent != node) return LogRefusal::kForeignEvent;
+    // A model subject carries that model's events only (never every
+    // model's: a router reading some models' subjects would miss them).
+    if (origin.kind == LogSubject::kEvents && nats::ModelToken(event.model) != origin.token) {
+      return LogRefusal::kSubjectMismatch;
+    }
     switch (event.kind) {
       case PlacementKind::kHeartbeat:
         for (const SourceKey& source : event.sources) {
@@ -122,7 +183,14 @@ std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message
   auto it = agents_.find(node);
   const size_t owned = it == agents_.end() ? 0 : it->second.sources.size();
   if (owned + claims.size() > options_.max_sources_per_node) return LogRefusal::kTooManySources;
-  const uint64_t current = it == agents_.end() ? 0 : it->second.incarnation;
+  uint64_t current = it == agents_.end() ? 0 : it->second.incarnation;
+  if (header.subject_seq != 0) {  // the subject follows incarnations on its own
+    current = 0;
+    if (it != agents_.end()) {
+      auto subject = it->second.subjects.find(origin.token);
+      if (subject != it->second.subjects.end()) current = subject->second.incarnation;
+    }
+  }
   if (header.incarnation > current && message.stored_ns != 0) {
     const auto ahead = static_cast<uint64_t>(options_.max_incarnation_ahead.count());
     if (header.incarnation > message.stored_ns && header.incarnation - message.stored_ns > ahead) {
@@ -146,47 +214,77 @@ AgentTable::Verdict AgentTable::Admit(const LogBatch::Message& message,
   if (message.invalid) {
     auto it = agents_.find(header.agent);
     if (it != agents_.end()) {
-      FailClosed(it->second, header.agent, message.position, clears);
+      // What it held was its subject's: that model's, or every model's on
+      // the control subject.
+      FailClosedOn(it->second, header.agent, message.position, origin, clears);
       it->second.renumber = true;
+      if (auto subject = it->second.subjects.find(origin.token);
+          subject != it->second.subjects.end()) {
+        subject->second.renumber = true;
+      }
     }
     return Verdict::kApply;  // nothing to apply but its position
   }
   if (!header.sequenced()) return Verdict::kApply;
+  if (header.subject_seq != 0 && origin.kind != LogSubject::kTrusted) {
+    return AdmitNumbered(message, events, origin, clears);
+  }
   AgentState& agent = agents_[header.agent];
   // A process's first message starts it, whatever its incarnation's value:
   // a restart on a clock behind the previous run's (another host) numbers
   // itself lower and would otherwise be stale for good. Later messages of a
   // lower incarnation are a late (or still running) older process: stale.
-  const bool start = header.msg_seq == 1 && header.incarnation != agent.incarnation;
-  if (!start &&
-      (header.incarnation < agent.incarnation ||
-       (header.incarnation == agent.incarnation && header.msg_seq <= agent.last_msg_seq))) {
+  const Numbering n = Judge(agent.incarnation, agent.last_msg_seq, agent.renumber,
+                            header.incarnation, header.msg_seq);
+  if (n.stale) {
     agent.stale += 1;
     return Verdict::kStale;
   }
-  if (start || header.incarnation > agent.incarnation) {
-    // A new process: its first message clears its sources itself (start-up
-    // clear), so only a gap inside its own numbering is a loss. Its first
-    // heartbeat decides what the previous incarnation's sources become.
-    const bool first_seen = agent.incarnation == 0;
-    agent.incarnation = header.incarnation;
-    agent.last_heartbeat_position = 0;
-    if (header.msg_seq != 1) {
-      if (first_seen) {
-        // The log no longer holds the agent's start (retention): what was
-        // missed can only be missing stores, so nothing to clear, but the
-        // agent's full state is wanted.
-        resync_.push_back({header.agent, message.position});
-      } else {
-        FailClosed(agent, header.agent, message.position, clears);
-      }
-    }
-  } else if (header.msg_seq != agent.last_msg_seq + 1 && !agent.renumber) {
+  // A new process: its first heartbeat decides what the previous
+  // incarnation's sources become.
+  if (n.new_process) agent.last_heartbeat_position = 0;
+  if (n.lost && n.first_seen) {
+    // The log no longer holds the agent's start (retention): what was
+    // missed can only be missing stores, so nothing to clear, but the
+    // agent's full state is wanted.
+    resync_.push_back({header.agent, message.position});
+  } else if (n.lost) {
     FailClosed(agent, header.agent, message.position, clears);
   }
   // Whatever the undecodable message held preceded this one and was cleared.
   agent.renumber = false;
-  agent.last_msg_seq = header.msg_seq;
+  return Verdict::kApply;
+}
+
+AgentTable::Verdict AgentTable::AdmitNumbered(const LogBatch::Message& message,
+                                              std::span<const PlacementEvent> events,
+                                              const LogSubject& origin,
+                                              std::vector<PlacementEvent>* clears) {
+  const codec::MessageHeader& header = message.header;
+  AgentState& agent = agents_[header.agent];
+  SubjectState& subject = agent.subjects[origin.token];
+  const bool control = origin.kind == LogSubject::kAgent;
+  // The same rules as by msg_seq (Admit), on this subject's numbers only.
+  const Numbering n = Judge(subject.incarnation, subject.last_seq, subject.renumber,
+                            header.incarnation, header.subject_seq);
+  if (n.stale) {
+    agent.stale += 1;
+    return Verdict::kStale;
+  }
+  if (!control && !events.empty()) subject.model = events.front().model;
+  if (n.new_process && control) {
+    // Heartbeats travel here: the agent's incarnation is this subject's.
+    agent.incarnation = header.incarnation;
+    agent.last_heartbeat_position = 0;
+  }
+  if (n.lost && n.first_seen) {
+    resync_.push_back({header.agent, message.position});
+  } else if (n.lost) {
+    FailClosedOn(agent, header.agent, message.position, origin, clears);
+  }
+  subject.renumber = false;
+  agent.renumber = false;
+  agent.last_msg_seq = header.msg_seq;  // informational here
   return Verdict::kApply;
 }
 

@@ -15,18 +15,28 @@
 //     refused too: one forged message cannot number a node into silence.
 //     The in-process log (no subject) is the router's own embedded agent's
 //     and is trusted.
-//   - Sequencing (docs/events.md, "Message"): an agent numbers its messages
-//     1, 2, 3, ... per incarnation. A message whose msg_seq is at or below
+//   - Sequencing (docs/events.md, "Message" and "Numbering"): an agent
+//     numbers its messages 1, 2, 3, ... per incarnation, and each of its
+//     subjects on its own (subject_seq). Gaps are judged per (agent,
+//     subject) when the message carries subject_seq, by msg_seq otherwise
+//     (agents from before the field). A message whose number is at or below
 //     the last applied one of that incarnation (a late retry, a duplicate
 //     outside JetStream's window), or of an older incarnation, is stale and
 //     skipped. A message after a gap (a lost message may have removed
-//     blocks) or an undecodable one first clears every source the agent
-//     owns: fail closed, the agent republishes snapshots.
+//     blocks) or an undecodable one first clears the agent's sources (fail
+//     closed, the agent republishes snapshots): in the subject's model for
+//     a model subject, in every model for the agent's control subject (and
+//     for msg_seq gaps). So a model's state depends only on its own
+//     subject's, the control subject's and the expiry subject's messages: a
+//     router reading only those (FilteredLogReader) judges it as one reading
+//     every message. A model subject carries only that model's events.
 //   - Incarnations: a message numbered 1 of another incarnation than the
 //     current one starts a new process, lower or higher (a restart on a
 //     clock behind); a higher incarnation starts one at any msg_seq (its
 //     start no longer in the log: fail closed), so one message cannot
-//     silence a node whose process goes on. The first heartbeat of a new
+//     silence a node whose process goes on. With subject_seq each subject
+//     follows the incarnations on its own and the control subject's is the
+//     agent's (heartbeats travel there). The first heartbeat of a new
 //     incarnation decides what the previous incarnation's sources become:
 //     those it does not list are cleared and released (a source the
 //     restarted agent no longer follows, or a rank learned from envelopes,
@@ -55,8 +65,10 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "shared/base/mutex.h"
@@ -92,6 +104,15 @@ class AgentTable {
  public:
   enum class Verdict { kApply, kStale, kRefused };
 
+  // Per (agent, subject token) numbering (docs/events.md, "Numbering").
+  struct SubjectState {
+    uint64_t incarnation = 0;
+    uint64_t last_seq = 0;  // last subject_seq applied of `incarnation`
+    // A model subject: the model its messages carry (what a gap clears).
+    std::string model;
+    // As AgentState::renumber, per subject. Not checkpointed.
+    bool renumber = false;
+  };
   struct AgentState {
     uint64_t incarnation = 0;
     uint64_t last_msg_seq = 0;
@@ -111,6 +132,9 @@ class AgentTable {
     // second clear. Not checkpointed: a replica restored in between clears
     // again, which changes nothing (the node sent nothing since its clear).
     bool renumber = false;
+    // Subjects the agent numbers with subject_seq, by token ("_agent" or a
+    // model token).
+    absl::btree_map<std::string, SubjectState> subjects;
     // Router-local; not part of the replicated state.
     std::chrono::steady_clock::time_point heartbeat_seen{};
   };
@@ -192,8 +216,19 @@ class AgentTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void AppendClear(const SourceKey& source, const std::string& name,
                           std::vector<PlacementEvent>* clears);
+  // `model` empty: every model.
   void FailClosed(AgentState& agent, const std::string& name, uint64_t position,
-                  std::vector<PlacementEvent>* clears) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                  std::vector<PlacementEvent>* clears, std::string_view model = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FailClosed for a loss on `origin`'s subject: the subject's model (every
+  // model for the control subject).
+  void FailClosedOn(AgentState& agent, const std::string& name, uint64_t position,
+                    const LogSubject& origin, std::vector<PlacementEvent>* clears)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sequencing by subject_seq (see the file comment).
+  Verdict AdmitNumbered(const LogBatch::Message& message, std::span<const PlacementEvent> events,
+                        const LogSubject& origin, std::vector<PlacementEvent>* clears)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictTombstones() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const AgentTableOptions options_;

@@ -168,7 +168,8 @@ void ApplyLoop::ApplyBatch(const LogBatch& batch) {
     const LogBatch::Message& message = batch.messages[m];
     const std::span<const PlacementEvent> events = batch.Events(m);
     if (message.invalid) ++invalid;
-    if (const uint64_t expected = position() + 1; message.position > expected) {
+    if (const uint64_t expected = position() + 1;
+        message.position > expected && !message.filtered) {
       // The log no longer holds what came between (retention, or a purge):
       // the senders' own numbering shows what was lost, and AgentTable
       // clears and resyncs those agents.

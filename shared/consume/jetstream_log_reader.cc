@@ -169,6 +169,11 @@ Status JetStreamLogReader::CheckStall() {
   }
   last_progress_ = std::chrono::steady_clock::now();
   if (bounds.last_seq <= last_returned_) return absl::OkStatus();
+  if (options_.next_by_subject) {  // the newer messages may all be other subjects'
+    KVINDEX_ASSIGN_OR_RETURN(uint64_t next,
+                             options_.next_by_subject(last_returned_ + 1, options_.subjects));
+    if (next == 0) return absl::OkStatus();
+  }
   log::Get("consume")->warn(
       "stream '{}' holds messages up to {} but delivery stalled after {}: resubscribing",
       options_.stream, bounds.last_seq, last_returned_);

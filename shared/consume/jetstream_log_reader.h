@@ -57,6 +57,12 @@ struct JetStreamLogOptions {
   // dialled). Read moves to a new one by itself, resubscribing after the
   // last message it returned. Default: none (the constructor's, for good).
   std::function<jsCtx*()> current_js;
+  // With a filter narrower than the stream (FilteredLogReader): where the
+  // stream stores the next message of `subjects` at or after a position, 0
+  // for none (NextBySubject). The stall check then asks it instead of
+  // comparing with the stream's last position, which may be another
+  // subject's. Default: none (the filter is the whole stream).
+  std::function<StatusOr<uint64_t>(uint64_t seq, const std::string& subject)> next_by_subject;
   // Testing (fault injection): called instead of natsSubscription_NextMsg.
   // Default: none (the client library's).
   std::function<natsStatus(natsMsg**, natsSubscription*, int64_t)> next_msg;

@@ -45,6 +45,10 @@ struct LogBatch {
     // epoch; the same on every replica, unlike a replica's clock. 0: unknown
     // (in-process log).
     uint64_t stored_ns = 0;
+    // Read through a subject filter (FilteredLogReader): the positions
+    // between the previous message and this one are other subjects', not
+    // lost (no position_gap).
+    bool filtered = false;
   };
   std::vector<PlacementEvent> events;
   std::vector<Message> messages;

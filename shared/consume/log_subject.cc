@@ -28,6 +28,7 @@ LogSubject ParseLogSubject(std::string_view subject) {
   }
   out.kind = kind;
   out.node = std::move(*node);
+  out.token = std::string(class_token);
   return out;
 }
 

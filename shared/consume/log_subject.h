@@ -30,6 +30,9 @@ struct LogSubject {
   };
   Kind kind = kTrusted;
   std::string node;  // decoded node id (kEvents, kAgent, kExpire)
+  // The class token as written: the model token (kEvents), "_agent" or
+  // "_expire"; what an agent numbers on its own (docs/events.md, "Numbering").
+  std::string token;
 };
 
 // The subject's last token is the node and the one before it the class

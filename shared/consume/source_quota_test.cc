@@ -44,7 +44,9 @@ struct Fleet {
   void Send(const std::string& node, std::vector<PlacementEvent> events) {
     const codec::MessageHeader header{
         .agent = node, .incarnation = kLogNow - 1000, .msg_seq = ++seq[node]};
-    reader.Add(++position, header, std::move(events), false, "kvindex.events.m." + node, kLogNow);
+    // A model subject carries its model's events only (AgentTable).
+    const std::string subject = "kvindex.events." + events.front().model + "." + node;
+    reader.Add(++position, header, std::move(events), false, subject, kLogNow);
   }
   void Expire(const std::string& node) {
     PlacementEvent e;

@@ -414,9 +414,11 @@ void JetStreamPublisher::SealLocked(const std::string& subject, OpenBatch& batch
   Outgoing& out = outbox_.emplace_back();
   out.msg_seq = next_msg_seq_++;
   out.subject = subject;
-  codec::EncodePlacementBatch(
-      batch.events, &out.data,
-      {.agent = options_.node, .incarnation = options_.incarnation, .msg_seq = out.msg_seq});
+  codec::EncodePlacementBatch(batch.events, &out.data,
+                              {.agent = options_.node,
+                               .incarnation = options_.incarnation,
+                               .msg_seq = out.msg_seq,
+                               .subject_seq = batch.next_subject_seq++});
   out.sealed = std::chrono::steady_clock::now();
   outbox_bytes_ += out.data.size();
   open_bytes_ -= batch.bytes;

@@ -9,8 +9,10 @@
 // Batching: events are grouped per subject (one per model, plus the agent's
 // control subject) and sealed into one message at max_batch_bytes or after
 // max_delay, whichever comes first. Every sealed message gets the next
-// msg_seq of this incarnation and the Nats-Msg-Id "<node>:<incarnation>:
-// <msg_seq>", stable across retries, so JetStream drops duplicates.
+// msg_seq of this incarnation, the next subject_seq of its subject (what
+// routers judge gaps by, so a router reading some subjects only sees no
+// holes) and the Nats-Msg-Id "<node>:<incarnation>:<msg_seq>", stable
+// across retries, so JetStream drops duplicates.
 //
 // Sending: one sender thread publishes asynchronously, in msg_seq order,
 // with at most max_in_flight messages unacknowledged, and only while
@@ -175,6 +177,8 @@ class JetStreamPublisher final : public PlacementPublisher {
     std::vector<PlacementEvent> events;
     size_t bytes = 0;
     std::chrono::steady_clock::time_point first{};
+    // The subject's next subject_seq (docs/events.md, "Numbering").
+    uint64_t next_subject_seq = 1;
   };
   struct Outgoing {
     uint64_t msg_seq = 0;

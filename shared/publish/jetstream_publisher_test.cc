@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <future>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <set>
@@ -25,25 +26,14 @@
 #include "shared/nats/connection.h"
 #include "shared/nats/stream.h"
 #include "shared/nats/testing/nats_server.h"
+#include "shared/nats/testing/stream_fixture.h"
 
 namespace kvindex {
 namespace {
 
 // A nats-server, a connection to it and the default stream, for each test.
-class JetStreamPublisherTest : public ::testing::Test {
+class JetStreamPublisherTest : public nats::testing::StreamTest {
  protected:
-  void SetUp() override {
-    auto server = nats::testing::NatsServerProcess::Start({});
-    ASSERT_TRUE(server.ok()) << server.status();
-    server_ = std::move(*server);
-    nats::NatsOptions nats_options;
-    nats_options.url = server_->url();
-    auto connection = nats::Connection::Connect(nats_options, &registry_, "agent", {}, false);
-    ASSERT_TRUE(connection.ok()) << connection.status();
-    connection_ = std::move(*connection);
-    ASSERT_TRUE(nats::EnsureStream(connection_->jetstream(), stream_).ok());
-  }
-
   // The value of counter/gauge `name` with `label`=`value` ("" = any), -1 when absent.
   double Metric(const std::string& name, const std::string& label = "",
                 const std::string& value = "") {
@@ -87,11 +77,6 @@ class JetStreamPublisherTest : public ::testing::Test {
     }
     return out;
   }
-
-  std::unique_ptr<nats::testing::NatsServerProcess> server_;
-  prometheus::Registry registry_;
-  std::unique_ptr<nats::Connection> connection_;
-  nats::StreamOptions stream_;
 };
 
 // The codec writes a sequenced header with whatever agent it is given; the
@@ -105,6 +90,43 @@ TEST(JetStreamPublisherOptionsTest, AnEmptyNodeIsRefused) {
   EXPECT_NE(status.message().find("node id is empty"), std::string_view::npos);
   options.node = "node-a";
   EXPECT_TRUE(options.Validate().ok()) << options.Validate().message();
+}
+
+// docs/events.md "Numbering": besides msg_seq (1, 2, 3, ... over every
+// message), each subject of the agent (a model's, the agent's control one)
+// is numbered 1, 2, 3, ... on its own, so a router reading one model's
+// subject sees no holes where the other model's messages are.
+TEST_F(JetStreamPublisherTest, EachSubjectIsNumberedOnItsOwn) {
+  JetStreamPublisherOptions options;
+  options.node = "node-a";
+  options.subjects = stream_.subjects;
+  options.max_delay = std::chrono::microseconds(1000);
+  JetStreamPublisher publisher(connection_->raw(), options, &registry_);
+  ASSERT_TRUE(publisher.Start().ok());
+  const char* const order[] = {"a", "b", "b", "", "a", "b", "a", ""};
+  for (size_t i = 0; i < std::size(order); ++i) {
+    PlacementEvent event;
+    event.kind = *order[i] == 0 ? PlacementKind::kHeartbeat : PlacementKind::kStored;
+    event.model = order[i];
+    event.agent = "node-a";
+    event.source = {"w0", 0};
+    event.block_size = 16;
+    event.block_hashes = {i + 1};
+    ASSERT_TRUE(publisher.Publish({&event, 1}).ok());
+    ASSERT_TRUE(publisher.Flush().ok());  // one message each
+  }
+  publisher.Stop();
+  std::map<std::string, std::vector<uint64_t>> by_subject;
+  std::vector<uint64_t> msg_seqs;
+  for (const consume::LogBatch& message : ReadNode("node-a")) {
+    by_subject[message.messages[0].subject].push_back(message.messages[0].header.subject_seq);
+    msg_seqs.push_back(message.messages[0].header.msg_seq);
+  }
+  EXPECT_EQ(msg_seqs, (std::vector<uint64_t>{1, 2, 3, 4, 5, 6, 7, 8}));
+  const std::vector<uint64_t> three = {1, 2, 3};
+  EXPECT_EQ(by_subject[stream_.subjects.Events("a", "node-a")], three);
+  EXPECT_EQ(by_subject[stream_.subjects.Events("b", "node-a")], three);
+  EXPECT_EQ(by_subject[stream_.subjects.Agent("node-a")], (std::vector<uint64_t>{1, 2}));
 }
 
 TEST_F(JetStreamPublisherTest, EventsLargerThanMaxPayloadAreSplitInChainOrder) {

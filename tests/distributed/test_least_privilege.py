@@ -58,7 +58,7 @@ def router_permissions():
     """The permissions block of docs/operations.md for routers."""
     return """{
       publish: {
-        allow: ["%(p)s._expire.*", "$JS.API.STREAM.INFO.%(s)s",
+        allow: ["%(p)s._expire.*", "$JS.API.STREAM.INFO.%(s)s", "$JS.API.STREAM.MSG.GET.%(s)s",
                 "$JS.API.STREAM.CREATE.%(s)s", "$JS.API.STREAM.UPDATE.%(s)s",
                 "$JS.API.CONSUMER.CREATE.%(s)s", "$JS.API.CONSUMER.DELETE.%(s)s.*",
                 "$JS.FC.%(s)s.>"]
