@@ -217,6 +217,10 @@ std::string EncodeManifest(const CheckpointImage& image, uint64_t chunks, uint64
       PutString(&out, subject.model);
     }
   }
+  for (const consume::AgentTable::AgentView& agent : image.agents) {  // version 5
+    out.push_back(agent.renumber ? 1 : 0);
+    for (const auto& [token, subject] : agent.subjects) out.push_back(subject.renumber ? 1 : 0);
+  }
   PutFixed64(&out, XXH3_64bits(out.data(), out.size()));
   return out;
 }
@@ -306,6 +310,17 @@ StatusOr<Manifest> DecodeManifest(std::string_view value) {
         KVINDEX_RETURN_IF_ERROR(in.Varint(&subject.incarnation, "subject incarnation"));
         KVINDEX_RETURN_IF_ERROR(in.Varint(&subject.last_seq, "subject_seq"));
         KVINDEX_RETURN_IF_ERROR(in.String(&subject.model, "subject model"));
+      }
+    }
+  }
+  if (version >= 5) {  // before: not saved, read as false
+    for (consume::AgentTable::AgentView& agent : image.agents) {
+      uint8_t renumber = 0;
+      KVINDEX_RETURN_IF_ERROR(in.Byte(&renumber, "agent renumber"));
+      agent.renumber = renumber != 0;
+      for (auto& [token, subject] : agent.subjects) {
+        KVINDEX_RETURN_IF_ERROR(in.Byte(&renumber, "subject renumber"));
+        subject.renumber = renumber != 0;
       }
     }
   }

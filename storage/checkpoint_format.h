@@ -17,9 +17,11 @@
 // hashes and ingest states, then (version 2) each ingest source's key, size
 // and XXH3-64, then (version 3) the stream's name and creation time, then
 // (version 4) per agent its subjects' numbering (AgentTable::SubjectState:
-// token, incarnation, subject_seq, model), then an XXH3-64 of all the bytes
-// before it. Versions 1 (no ingest section), 2 (no stream identity) and 3
-// (no subject numbering) are still read.
+// token, incarnation, subject_seq, model), then (version 5) per agent a byte
+// AgentState::renumber and one SubjectState::renumber byte per subject (in
+// the version 4 order), then an XXH3-64 of all the bytes before it. Versions
+// 1 (no ingest section), 2 (no stream identity), 3 (no subject numbering)
+// and 4 (no renumber flags: read as false) are still read.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -37,7 +39,7 @@
 
 namespace kvindex::storage::format {
 
-inline constexpr uint32_t kVersion = 4;
+inline constexpr uint32_t kVersion = 5;
 inline constexpr size_t kChunkBytes = size_t{1} << 20;
 
 std::string ManifestKey(uint64_t id);

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <algorithm>
 #include <chrono>
@@ -96,6 +97,17 @@ void Fill(index::IndexInterface* index, uint64_t seed, int messages) {
   }
 }
 
+// Block 1 of model "m" stored on `worker` (rank 0), as `node`'s agent sends it.
+PlacementEvent StoredBy(const std::string& node, const std::string& worker) {
+  PlacementEvent stored;
+  stored.kind = PlacementKind::kStored;
+  stored.model = "m";
+  stored.agent = node;
+  stored.source = {worker, 0};
+  stored.block_hashes = {1};
+  return stored;
+}
+
 void FillAgents(consume::AgentTable& table) {
   consume::LogBatch::Message message;
   message.position = 3;
@@ -113,12 +125,7 @@ void FillAgents(consume::AgentTable& table) {
   numbered.position = 4;
   numbered.subject = "kvindex.events.m.node-b";
   numbered.header = {.agent = "node-b", .incarnation = 9, .msg_seq = 5, .subject_seq = 2};
-  PlacementEvent stored;
-  stored.kind = PlacementKind::kStored;
-  stored.model = "m";
-  stored.agent = "node-b";
-  stored.source = {"worker-2", 0};
-  stored.block_hashes = {1};
+  const PlacementEvent stored = StoredBy("node-b", "worker-2");
   consume::LogRefusal refusal;
   table.Admit(numbered, {&stored, 1}, &clears, &refusal);
 }
@@ -133,6 +140,7 @@ void ExpectSameAgents(const consume::AgentTable& a, const consume::AgentTable& b
     EXPECT_EQ(x[i].last_heartbeat_position, y[i].last_heartbeat_position);
     EXPECT_EQ(x[i].lease_ms, y[i].lease_ms);
     EXPECT_EQ(x[i].sources, y[i].sources);
+    EXPECT_EQ(x[i].renumber, y[i].renumber);
     ASSERT_EQ(x[i].subjects.size(), y[i].subjects.size());
     for (auto p = x[i].subjects.begin(), q = y[i].subjects.begin(); p != x[i].subjects.end();
          ++p, ++q) {
@@ -140,6 +148,7 @@ void ExpectSameAgents(const consume::AgentTable& a, const consume::AgentTable& b
       EXPECT_EQ(p->second.incarnation, q->second.incarnation);
       EXPECT_EQ(p->second.last_seq, q->second.last_seq);
       EXPECT_EQ(p->second.model, q->second.model);
+      EXPECT_EQ(p->second.renumber, q->second.renumber);
     }
   }
 }
@@ -217,6 +226,107 @@ TEST(CheckpointStoreTest, StreamedRestoreEqualsTheOriginal) {
   ExpectSameAgents(restored_agents, agents);
   // A restore into a non-empty index is refused, not retried.
   EXPECT_FALSE(RestoreNewest(**store, &restored, nullptr, &id, &skipped).ok());
+}
+
+// Review s11 item 3: the `renumber` flags (an undecodable message already
+// failed closed) are part of what a replica judges the next message by. A
+// replica restored from a checkpoint taken between an undecodable message
+// and the next one judges that one as the replica that read the whole log:
+// node-a numbers its subjects (the control subject's flag), node-b only
+// msg_seq (the agent's flag).
+TEST(CheckpointStoreTest, ARestoredTableJudgesTheNextMessageAsTheWholeLog) {
+  constexpr uint64_t kIncarnation = 1'700'000'000'000'000'000ull;
+  auto message = [&](uint64_t position, const std::string& node, const std::string& token,
+                     uint64_t msg_seq, uint64_t subject_seq, bool invalid) {
+    consume::LogBatch::Message m;
+    m.position = position;
+    m.subject = "kvindex.events." + token + "." + node;
+    m.header = {
+        .agent = node, .incarnation = kIncarnation, .msg_seq = msg_seq, .subject_seq = subject_seq};
+    m.invalid = invalid;
+    return m;
+  };
+  auto heartbeat = [](const std::string& node, const std::string& worker) {
+    PlacementEvent e;
+    e.kind = PlacementKind::kHeartbeat;
+    e.agent = node;
+    e.lease_ms = 1000;
+    e.sources = {{worker, 0}};
+    return e;
+  };
+  auto feed = [](consume::AgentTable& table, const consume::LogBatch::Message& m,
+                 std::vector<PlacementEvent> events) {
+    std::vector<PlacementEvent> clears;
+    consume::LogRefusal refusal;
+    const auto verdict = table.Admit(m, events, &clears, &refusal);
+    if (verdict == consume::AgentTable::Verdict::kApply) {
+      for (const PlacementEvent& event : events) {
+        table.Observe(event, m.position, std::chrono::steady_clock::now(), &clears);
+      }
+    }
+    return std::make_pair(verdict, clears.size());
+  };
+  const PlacementEvent stored = StoredBy("node-a", "wa");
+
+  consume::AgentTable whole;
+  feed(whole, message(1, "node-a", "_agent", 1, 1, false), {heartbeat("node-a", "wa")});
+  feed(whole, message(2, "node-b", "_agent", 1, 0, false), {heartbeat("node-b", "wb")});
+  // Undecodable: each clears its node's sources, every model.
+  feed(whole, message(3, "node-a", "_agent", 0, 0, true), {});
+  feed(whole, message(4, "node-b", "_agent", 0, 0, true), {});
+  feed(whole, message(5, "node-a", "m", 3, 1, false), {stored});
+
+  TempDir dir;
+  index::KvIndex index;
+  auto store = CheckpointStore::Open(dir.path() + "/db");
+  ASSERT_TRUE(store.ok());
+  ASSERT_TRUE((*store)->Write(CaptureCheckpoint(index, &whole)).ok());
+  index::KvIndex restored_index;
+  consume::AgentTable restored;
+  ASSERT_NE(RestoreNewestInto(**store, &restored_index, &restored), 0u);
+
+  // The next numbers follow the undecodable ones: no loss.
+  for (consume::AgentTable* table : {&whole, &restored}) {
+    const auto a =
+        feed(*table, message(6, "node-a", "_agent", 4, 3, false), {heartbeat("node-a", "wa")});
+    const auto b =
+        feed(*table, message(7, "node-b", "_agent", 3, 0, false), {heartbeat("node-b", "wb")});
+    EXPECT_EQ(a, std::make_pair(consume::AgentTable::Verdict::kApply, size_t{0}));
+    EXPECT_EQ(b, std::make_pair(consume::AgentTable::Verdict::kApply, size_t{0}));
+  }
+  ExpectSameAgents(restored, whole);
+  const auto x = whole.Agents(), y = restored.Agents();
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) EXPECT_EQ(x[i].gaps, y[i].gaps);
+}
+
+// A version 4 manifest (before the renumber flags) still decodes: the same
+// manifest as version 5 without the flag bytes, flags read as false.
+TEST(CheckpointStoreTest, AVersion4ManifestStillDecodes) {
+  index::KvIndex source;
+  consume::AgentTable agents;
+  FillAgents(agents);
+  CheckpointImage image = CaptureCheckpoint(source, &agents);
+  size_t flag_bytes = 0;
+  for (const auto& agent : image.agents) flag_bytes += 1 + agent.subjects.size();
+  ASSERT_EQ(flag_bytes, 3u);  // node-a; node-b and its subject "m"
+  const std::string v5 = format::EncodeManifest(image, 0, 0);
+  std::string v4 = v5.substr(0, v5.size() - 8 - flag_bytes);
+  v4[3] = 4;  // big-endian version
+  uint64_t checksum = XXH3_64bits(v4.data(), v4.size());
+  v4.append(reinterpret_cast<const char*>(&checksum), 8);  // little-endian host
+  auto decoded = format::DecodeManifest(v4);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_EQ(decoded->image.agents.size(), 2u);
+  EXPECT_EQ(decoded->image.agents[1].subjects.at("m").last_seq, 2u);
+  EXPECT_FALSE(decoded->image.agents[1].subjects.at("m").renumber);
+  // Version 5 carries the flags.
+  image.agents[1].renumber = true;
+  image.agents[1].subjects.at("m").renumber = true;
+  auto flagged = format::DecodeManifest(format::EncodeManifest(image, 0, 0));
+  ASSERT_TRUE(flagged.ok()) << flagged.status();
+  EXPECT_TRUE(flagged->image.agents[1].renumber);
+  EXPECT_TRUE(flagged->image.agents[1].subjects.at("m").renumber);
+  EXPECT_FALSE(flagged->image.agents[0].renumber);
 }
 
 // WriteCapture names sources by each model's own ids: here "w2" is id 1 of

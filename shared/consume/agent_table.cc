@@ -183,6 +183,13 @@ std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message
   auto it = agents_.find(node);
   const size_t owned = it == agents_.end() ? 0 : it->second.sources.size();
   if (owned + claims.size() > options_.max_sources_per_node) return LogRefusal::kTooManySources;
+  // A subject the node is not numbered on yet gets state only when the
+  // message has something to number (AdmitNumbered): bounded per node.
+  if (header.subject_seq != 0 && (origin.kind == LogSubject::kAgent || !events.empty()) &&
+      it != agents_.end() && !it->second.subjects.contains(origin.token) &&
+      it->second.subjects.size() >= options_.max_subjects_per_node) {
+    return LogRefusal::kTooManySubjects;
+  }
   uint64_t current = it == agents_.end() ? 0 : it->second.incarnation;
   if (header.subject_seq != 0) {  // the subject follows incarnations on its own
     current = 0;
@@ -262,8 +269,17 @@ AgentTable::Verdict AgentTable::AdmitNumbered(const LogBatch::Message& message,
                                               std::vector<PlacementEvent>* clears) {
   const codec::MessageHeader& header = message.header;
   AgentState& agent = agents_[header.agent];
-  SubjectState& subject = agent.subjects[origin.token];
   const bool control = origin.kind == LogSubject::kAgent;
+  if (!control && events.empty() && !agent.subjects.contains(origin.token)) {
+    // A header alone on a model subject the node sent no events on: no
+    // model state to number, so none is kept (any token a node may publish
+    // on would otherwise stay in the table). Its first message with events
+    // is judged as a first sight (nothing to clear).
+    agent.renumber = false;
+    agent.last_msg_seq = header.msg_seq;  // informational here
+    return Verdict::kApply;
+  }
+  SubjectState& subject = agent.subjects[origin.token];
   // The same rules as by msg_seq (Admit), on this subject's numbers only.
   const Numbering n = Judge(subject.incarnation, subject.last_seq, subject.renumber,
                             header.incarnation, header.subject_seq);

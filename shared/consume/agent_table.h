@@ -90,6 +90,11 @@ struct AgentTableOptions {
   // refused (too_many_sources), so one node cannot fill a model's source
   // ids (4,096) with made-up workers. Default: 256.
   size_t max_sources_per_node = 256;
+  // Most subjects ("_agent" and model tokens) one node is numbered on: a
+  // message on a new one past it is refused (too_many_subjects), so the
+  // tokens a node may publish on cannot grow the table (and every
+  // checkpoint) without bound. Default: 64.
+  size_t max_subjects_per_node = 64;
   // Most live nodes (not expired, or expired still owning sources): a
   // message from a node that is not live while this many are is refused
   // whole (too_many_nodes). Also sizes a node's guaranteed share of a model
@@ -110,7 +115,7 @@ class AgentTable {
     uint64_t last_seq = 0;  // last subject_seq applied of `incarnation`
     // A model subject: the model its messages carry (what a gap clears).
     std::string model;
-    // As AgentState::renumber, per subject. Not checkpointed.
+    // As AgentState::renumber, per subject. Checkpointed (format v5).
     bool renumber = false;
   };
   struct AgentState {
@@ -129,8 +134,8 @@ class AgentTable {
     uint64_t expiries = 0;  // agent_expired events that cleared it
     // An undecodable message (no readable msg_seq) already failed closed:
     // the next message of the incarnation takes up the numbering without a
-    // second clear. Not checkpointed: a replica restored in between clears
-    // again, which changes nothing (the node sent nothing since its clear).
+    // second clear. Checkpointed (format v5): a replica restored in between
+    // judges the next message as one that read the whole log.
     bool renumber = false;
     // Subjects the agent numbers with subject_seq, by token ("_agent" or a
     // model token).

@@ -266,6 +266,39 @@ TEST(LogAuthorityTest, ANodeOwnsABoundedNumberOfSources) {
   EXPECT_TRUE(r.Holders(3).empty());
 }
 
+// Review s11 item 2: per-subject numbering state comes from the wire (any
+// model token a node may publish on). A header-only message on a token the
+// node never sent events on leaves no state; past max_subjects_per_node
+// subjects a message on a new one is refused whole (too_many_subjects).
+TEST(LogAuthorityTest, ANodesSubjectStateIsBounded) {
+  Replica r;
+  uint64_t position = 0;
+  uint64_t msg_seq = 0;
+  auto send = [&](const std::string& token, std::vector<PlacementEvent> events) {
+    ++position;
+    ++msg_seq;
+    r.reader.Add(
+        position,
+        {.agent = "node-a", .incarnation = kNow - 1000, .msg_seq = msg_seq, .subject_seq = 1},
+        std::move(events), false, "kvindex.events." + token + ".node-a", kNow);
+  };
+  send("_agent", {Heartbeat("node-a", {{"w0", 0}})});
+  for (int i = 0; i < 100; ++i) send("ghost" + std::to_string(i), {});  // header only
+  for (int i = 0; i < 4; ++i) {
+    const std::string model = "m" + std::to_string(i);
+    send(model, {index::testing::Stamped(
+                    "node-a", kNow,
+                    index::testing::Stored("w0", Tier::kDevice, {uint64_t(i) + 1}, 0, model))});
+  }
+  ApplyOptions options;
+  options.agents.max_subjects_per_node = 3;  // "_agent", m0, m1
+  r.Run(options);
+  EXPECT_EQ(r.Agent("node-a").subjects.size(), 3u);
+  EXPECT_EQ(r.Refused("too_many_subjects"), 2);
+  EXPECT_EQ(testing::Holders(r.index, "m1", 2), std::vector<std::string>{"w0"});
+  EXPECT_TRUE(testing::Holders(r.index, "m2", 3).empty());
+}
+
 // #21: an incarnation far ahead of the log's own clock would number the
 // node's real messages stale until that time: refused.
 TEST(LogAuthorityTest, AnIncarnationFarAheadOfTheLogIsRefused) {

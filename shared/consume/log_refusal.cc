@@ -22,6 +22,8 @@ std::string_view LogRefusalLabel(LogRefusal refusal) {
       return "too_many_nodes";
     case LogRefusal::kModelSourcesFull:
       return "model_sources_full";
+    case LogRefusal::kTooManySubjects:
+      return "too_many_subjects";
   }
   return "unknown";
 }

@@ -20,12 +20,13 @@ enum class LogRefusal : uint8_t {
   // Stored events of sources the node may not add to a model more than 3/4
   // full (SourceQuota): only those sources' events are dropped.
   kModelSourcesFull = 8,
+  kTooManySubjects = 9,  // a new subject past max_subjects_per_node (AgentTableOptions)
 };
-inline constexpr int kNumLogRefusals = 9;
+inline constexpr int kNumLogRefusals = 10;
 
 // "bad_subject", "subject_mismatch", "foreign_event", "foreign_source",
 // "kind_not_allowed", "incarnation_ahead", "too_many_sources",
-// "too_many_nodes", "model_sources_full".
+// "too_many_nodes", "model_sources_full", "too_many_subjects".
 std::string_view LogRefusalLabel(LogRefusal refusal);
 
 }  // namespace kvindex::consume
