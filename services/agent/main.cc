@@ -27,6 +27,7 @@
 #include "shared/http/server.h"
 #include "shared/ingest/agent_pipeline.h"
 #include "shared/log/log.h"
+#include "shared/metrics/heap_trimmer.h"
 #include "shared/metrics/metrics.h"
 #include "shared/nats/flags.h"
 #include "shared/nats/subjects.h"
@@ -388,9 +389,14 @@ int main(int argc, char** argv) {
                                       options.node, options.sources, load_interval_ms, &registry)
           : nullptr;
 
+  // Engines' replay bursts and JetStream back-pressure leave freed heap behind.
+  metrics::HeapTrimmer heap_trimmer({}, &registry, "kvindex_agent");
+  heap_trimmer.Start();
+
   int signal_number = 0;
   sigwait(&signals, &signal_number);
   logger->info("signal {}: stopping", signal_number);
+  heap_trimmer.Stop();
   if (load) load->Stop();
   pipeline.Stop();
   stopping.store(true);

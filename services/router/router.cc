@@ -425,6 +425,9 @@ Status Router::Start() {
     stream_stop_.Reset();
     stream_watch_ = std::thread([this] { WatchStream(); });
   }
+  heap_trimmer_ = std::make_unique<metrics::HeapTrimmer>(metrics::HeapTrimmerOptions{},
+                                                         registry_.get(), "kvindex_router");
+  heap_trimmer_->Start();
   running_ = true;
   return absl::OkStatus();
 }
@@ -552,6 +555,7 @@ bool Router::StreamReady(std::string* reason) const {
 
 void Router::Stop() {
   if (!running_) return;
+  heap_trimmer_.reset();  // stops its thread
   StopLoadSignals();
   if (sglang_) sglang_->Stop();
   if (epp_) epp_->Stop();

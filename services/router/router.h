@@ -54,6 +54,7 @@
 #include "shared/http/server.h"
 #include "shared/index/kv_index.h"
 #include "shared/ingest/agent_pipeline.h"
+#include "shared/metrics/heap_trimmer.h"
 #include "shared/nats/connection.h"
 #include "shared/nats/stream.h"
 #include "shared/publish/in_process_sink.h"
@@ -243,6 +244,8 @@ class Router {
   std::unique_ptr<SglangBridgeIngest> sglang_bridge_;  // --sglang-ingest
   std::unique_ptr<SglangService> sglang_;              // after api_ and the bridge: it uses both
   std::unique_ptr<http::Server> server_;
+  // Returns the heap a catch-up burst (queued JetStream messages) left free.
+  std::unique_ptr<metrics::HeapTrimmer> heap_trimmer_;
   storage::RestoreResult restored_;
   bool running_ = false;
   std::thread stream_watch_;
