@@ -189,9 +189,10 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   }
   if (load_ != nullptr) {
     const auto now = LoadTable::Clock::now();
-    for (Candidate& c : candidates) {
-      if (auto fresh = load_->Fresh(c.endpoint->source, now)) c.load = *fresh;
-    }
+    load_->FreshEach(
+        candidates.size(),
+        [&](size_t i) -> const SourceKey& { return candidates[i].endpoint->source; }, now,
+        [&](size_t i, const codec::EngineLoad& load) { candidates[i].load = load; });
     std::erase_if(candidates, [](const Candidate& c) { return !c.load.healthy; });
     if (candidates.empty()) return absl::UnavailableError("every eligible engine is unhealthy");
   }
