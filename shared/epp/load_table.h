@@ -27,6 +27,25 @@ class LoadTable {
   // The source's sample when it is at most max_age old; nullopt when there
   // is none or it is stale (then counted in stale()).
   std::optional<codec::EngineLoad> Fresh(const SourceKey& source, Clock::time_point now) const;
+  // Fresh for many sources under one lock (the picker's candidates): for
+  // each i < n, on_fresh(i, sample) when source_of(i) has a fresh sample;
+  // stale ones are counted as by Fresh.
+  template <typename SourceOf, typename OnFresh>
+  void FreshEach(size_t n, SourceOf source_of, Clock::time_point now, OnFresh on_fresh) const {
+    ReaderLock lock(&mu_);
+    if (entries_.empty()) return;
+    uint64_t stale = 0;
+    for (size_t i = 0; i < n; ++i) {
+      auto it = entries_.find(source_of(i));
+      if (it == entries_.end()) continue;
+      if (now - it->second.received > max_age_) {
+        ++stale;
+      } else {
+        on_fresh(i, it->second.load);
+      }
+    }
+    if (stale > 0) stale_.fetch_add(stale, std::memory_order_relaxed);
+  }
 
   uint64_t updates() const { return updates_.load(std::memory_order_relaxed); }
   uint64_t stale() const { return stale_.load(std::memory_order_relaxed); }

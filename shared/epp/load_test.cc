@@ -65,6 +65,32 @@ TEST(LoadTableTest, StaleSamplesAreNotUsedAndCounted) {
   EXPECT_EQ(table.stale(), 1u);
 }
 
+// The picker's batch read: the fresh samples of many sources under one
+// lock, the same as Fresh one by one, stale ones counted.
+TEST(LoadTableTest, FreshEachAgreesWithFresh) {
+  LoadTable table(100ms);
+  const auto t0 = LoadTable::Clock::now();
+  codec::EngineLoad load;
+  load.waiting = 3;
+  table.Update({"w0", 0}, load, t0);
+  load.waiting = 5;
+  table.Update({"w1", 1}, load, t0 + 80ms);
+  const std::vector<SourceKey> sources = {{"w1", 1}, {"w2", 0}, {"w0", 0}, {"w1", 0}, {"w1", 1}};
+  std::vector<int> seen;
+  table.FreshEach(
+      sources.size(), [&](size_t i) -> const SourceKey& { return sources[i]; }, t0 + 150ms,
+      [&](size_t i, const codec::EngineLoad& l) {
+        seen.push_back(static_cast<int>(i));
+        EXPECT_EQ(l.waiting, 5);
+      });
+  EXPECT_EQ(seen, (std::vector<int>{0, 4}));  // w0's sample is 150 ms old
+  EXPECT_EQ(table.stale(), 1u);
+  for (size_t i = 0; i < sources.size(); ++i) {
+    const bool fresh = table.Fresh(sources[i], t0 + 150ms).has_value();
+    EXPECT_EQ(fresh, i == 0 || i == 4) << i;
+  }
+}
+
 // A real HTTP server plays the engine's /metrics; the scraper reads it and
 // reports an engine that stops answering as unhealthy.
 TEST(LoadScraperTest, ScrapesAnEnginesMetricsAndReportsItsAbsence) {

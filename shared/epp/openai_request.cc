@@ -3,6 +3,7 @@
 #include <simdjson.h>
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "shared/query/match_request.h"
@@ -112,6 +113,162 @@ bool Validate(od::value value) {
   return false;
 }
 
+// The body in storage with simdjson's padding after it (which also keeps
+// the token scanner's reads in bounds): one copy per thread, reused.
+const std::string& Padded(std::string_view body) {
+  thread_local std::string padded;
+  padded.reserve(body.size() + simdjson::SIMDJSON_PADDING);
+  padded.assign(body);
+  return padded;
+}
+
+// ---- The whole-body scanner ------------------------------------------------
+// The usual body from a gateway, a flat object of a model, a token-id (or
+// plain text) prompt and a few scalar options, is read in one pass like
+// /v1/match's FastParse: no simdjson stage 1, no on-demand walk, the token
+// array decoded by /v1/match's scanner straight from the body. It declines
+// (false) whatever it cannot decide exactly as the DOM parse would:
+// "messages", a nested value other than the prompt's array, a string with
+// an escape, a control or non-ASCII byte, a number outside a plain range
+// (so that no number the DOM parse would refuse for its size slips
+// through), a repeated model, prompt or cache_salt, any stray byte. The
+// on-demand path and the DOM parse then decide.
+
+const char* SkipSpace(const char* p, const char* end) {
+  while (p < end && IsJsonSpace(*p)) ++p;
+  return p;
+}
+
+// A string at `p` (its opening quote) without escapes, control or non-ASCII
+// bytes; returns the position after its closing quote, or null.
+const char* PlainString(const char* p, const char* end, std::string_view* out) {
+  if (p >= end || *p != '"') return nullptr;
+  const char* const start = ++p;
+  for (; p < end; ++p) {
+    const auto c = static_cast<unsigned char>(*p);
+    if (c == '"') {
+      *out = std::string_view(start, static_cast<size_t>(p - start));
+      return p + 1;
+    }
+    if (c == '\\' || c < 0x20 || c >= 0x80) return nullptr;
+  }
+  return nullptr;
+}
+
+// Up to `max` digits at `p` (at least one); returns the position after them.
+const char* Digits(const char* p, const char* end, int max) {
+  const char* const start = p;
+  while (p < end && *p >= '0' && *p <= '9') ++p;
+  return p == start || p - start > max ? nullptr : p;
+}
+
+// A JSON number whose value no parser refuses: -?(0|[1-9]d*)(.d+)?([eE][+-]?d+)?
+// with at most 15 digits before and after the point and 2 in the exponent
+// (a double, neither overflowing nor underflowing, or an exact integer).
+const char* PlainNumber(const char* p, const char* end) {
+  if (p < end && *p == '-') ++p;
+  if (p < end && *p == '0') {
+    ++p;
+  } else if ((p = Digits(p, end, 15)) == nullptr) {
+    return nullptr;
+  }
+  if (p < end && *p == '.' && (p = Digits(p + 1, end, 15)) == nullptr) return nullptr;
+  if (p < end && (*p == 'e' || *p == 'E')) {
+    ++p;
+    if (p < end && (*p == '+' || *p == '-')) ++p;
+    if ((p = Digits(p, end, 2)) == nullptr) return nullptr;
+  }
+  return p;
+}
+
+// A scalar: a plain string or number, true, false or null.
+const char* PlainScalar(const char* p, const char* end) {
+  if (p >= end) return nullptr;
+  std::string_view ignored;
+  switch (*p) {
+    case '"':
+      return PlainString(p, end, &ignored);
+    case 't':
+      return end - p >= 4 && std::string_view(p, 4) == "true" ? p + 4 : nullptr;
+    case 'f':
+      return end - p >= 5 && std::string_view(p, 5) == "false" ? p + 5 : nullptr;
+    case 'n':
+      return end - p >= 4 && std::string_view(p, 4) == "null" ? p + 4 : nullptr;
+    default:
+      return PlainNumber(p, end);
+  }
+}
+
+// `body` is followed by simdjson's padding (Padded).
+bool ScanCompletions(std::string_view body, OpenAiRequest* out) {
+  const char* p = body.data();
+  const char* const end = p + body.size();
+  p = SkipSpace(p, end);
+  if (p >= end || *p != '{') return false;
+  p = SkipSpace(p + 1, end);
+  bool model_seen = false, salt_seen = false, prompt_seen = false;
+  while (p < end) {
+    std::string_view key;
+    if ((p = PlainString(p, end, &key)) == nullptr) return false;
+    p = SkipSpace(p, end);
+    if (p >= end || *p != ':') return false;
+    p = SkipSpace(p + 1, end);
+    if (key == "model") {
+      std::string_view model;
+      if (model_seen || (p = PlainString(p, end, &model)) == nullptr || model.empty()) {
+        return false;
+      }
+      model_seen = true;
+      out->model.assign(model);
+    } else if (key == "prompt") {
+      if (prompt_seen || p >= end) return false;
+      prompt_seen = true;
+      if (*p == '"') {
+        std::string_view text;
+        if ((p = PlainString(p, end, &text)) == nullptr) return false;
+        out->prompt_text.assign(text);
+        out->has_prompt_text = true;
+      } else {
+        // The first ']' closes a flat array; in a nested one the scanner
+        // meets a '[' and declines.
+        const void* close = p < end && *p == '[' ? std::memchr(p, ']', size_t(end - p)) : nullptr;
+        if (close == nullptr) return false;
+        const char* const after = static_cast<const char*>(close) + 1;
+        if (!query::FastParseU32Array(std::string_view(p, size_t(after - p)), kMaxPromptTokens,
+                                      &out->prompt_tokens) ||
+            out->prompt_tokens.empty()) {
+          return false;
+        }
+        out->has_prompt_tokens = true;
+        p = after;
+      }
+    } else if (key == "cache_salt") {
+      if (salt_seen || p >= end) return false;
+      salt_seen = true;
+      std::string_view salt;
+      if (*p == '"') {
+        if ((p = PlainString(p, end, &salt)) == nullptr) return false;
+        out->cache_salt.assign(salt);
+      } else if ((p = PlainScalar(p, end)) == nullptr) {
+        return false;
+      }
+    } else if (key == "messages" || (p = PlainScalar(p, end)) == nullptr) {
+      return false;
+    }
+    p = SkipSpace(p, end);
+    if (p >= end) return false;
+    if (*p == '}') {
+      if (SkipSpace(p + 1, end) != end || !model_seen || !prompt_seen) return false;
+      out->kind = OpenAiRequest::Kind::kCompletions;
+      return true;
+    }
+    if (*p != ',') return false;
+    p = SkipSpace(p + 1, end);
+  }
+  return false;
+}
+
+// ---- The on-demand path ----------------------------------------------------
 // The common request, read once on demand (no DOM tape: each token id is
 // parsed once, straight into the output): a completions body whose prompt
 // is a non-empty array of token ids or a string, no "messages". Every other
@@ -119,11 +276,8 @@ bool Validate(od::value value) {
 // counts, as in the DOM parse. Returns false for anything else, valid or
 // not (a batch, chat, errors): the DOM parse then decides, with its
 // messages.
-bool ParseCommonCompletions(std::string_view body, OpenAiRequest* out) {
+bool ParseCommonCompletions(const std::string& padded, OpenAiRequest* out) {
   thread_local od::parser parser;
-  thread_local std::string padded;
-  padded.reserve(body.size() + simdjson::SIMDJSON_PADDING);
-  padded.assign(body);
   od::document doc;
   if (parser.iterate(simdjson::padded_string_view(padded.data(), padded.size(), padded.capacity()))
           .get(doc) != simdjson::SUCCESS) {
@@ -255,10 +409,18 @@ Status ParseOpenAiRequest(std::string_view body, std::string_view path, OpenAiRe
   out->Clear();
   const bool chat_path = IsChatPath(path);
   if (!chat_path) {
-    if (ParseCommonCompletions(body, out)) return absl::OkStatus();
+    const std::string& padded = Padded(body);
+    if (ScanCompletions(padded, out)) return absl::OkStatus();
+    out->Clear();
+    if (ParseCommonCompletions(padded, out)) return absl::OkStatus();
     out->Clear();
   }
   return ParseWithDom(body, chat_path, out);
+}
+
+bool internal::ScanOpenAiCompletions(std::string_view body, OpenAiRequest* out) {
+  out->Clear();
+  return ScanCompletions(Padded(body), out);
 }
 
 Status internal::ParseOpenAiRequestWithDom(std::string_view body, std::string_view path,

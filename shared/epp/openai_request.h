@@ -43,6 +43,11 @@ struct OpenAiRequest {
 Status ParseOpenAiRequest(std::string_view body, std::string_view path, OpenAiRequest* out);
 
 namespace internal {
+// The whole-body scanner alone (the common completions body): true when it
+// read the body, with the fields ParseOpenAiRequest gives; false when it
+// declines it (the other paths decide then). Tests check it takes the
+// usual bodies and agrees with the DOM parse.
+bool ScanOpenAiCompletions(std::string_view body, OpenAiRequest* out);
 // The DOM parse alone, without the on-demand path in front (tests compare
 // the two on the same bodies). Same contract as ParseOpenAiRequest.
 Status ParseOpenAiRequestWithDom(std::string_view body, std::string_view path, OpenAiRequest* out);

@@ -161,6 +161,117 @@ TEST(OpenAiRequestTest, TokenArrayEdgesAgreeWithDom) {
   }
 }
 
+// The whole-body scanner (the usual completions body, read without
+// simdjson) takes the common bodies, and for every body, taken or declined,
+// ParseOpenAiRequest answers as the DOM parse alone does.
+TEST(OpenAiRequestTest, ScannerTakesCommonBodiesAndAgreesWithDom) {
+  OpenAiRequest r;
+  for (const char* common :
+       {R"({"model":"m","prompt":[1,2,3],"max_tokens":1})",
+        R"( { "model" : "m" , "prompt" : [ 1 , 2 ] , "stream" : false } )",
+        R"({"prompt":"hi","model":"m","temperature":0.7,"top_p":1e-2,"seed":-3,"user":null})",
+        R"({"model":"m","cache_salt":"s","prompt":[4294967295,0],"n":1,"echo":true})",
+        R"({"model":"m","prompt":[7],"cache_salt":null,"x":-0.5E+12})"}) {
+    EXPECT_TRUE(internal::ScanOpenAiCompletions(common, &r)) << common;
+  }
+  ASSERT_TRUE(internal::ScanOpenAiCompletions(
+      R"({"model":"m1","prompt":[5,6],"cache_salt":"s","max_tokens":1})", &r));
+  EXPECT_EQ(r.model, "m1");
+  EXPECT_EQ(r.cache_salt, "s");
+  EXPECT_EQ(r.kind, OpenAiRequest::Kind::kCompletions);
+  EXPECT_TRUE(r.has_prompt_tokens);
+  EXPECT_EQ(r.prompt_tokens, (std::vector<uint32_t>{5, 6}));
+  ASSERT_TRUE(internal::ScanOpenAiCompletions(R"({"model":"m","prompt":"a b"})", &r));
+  EXPECT_TRUE(r.has_prompt_text);
+  EXPECT_EQ(r.prompt_text, "a b");
+  EXPECT_FALSE(r.has_prompt_tokens);
+
+  // Other fields' values, some valid, some not, some the scanner declines.
+  const std::vector<std::string> values = {"1",
+                                           "0",
+                                           "-0",
+                                           "-0.0",
+                                           "12.5",
+                                           "1e5",
+                                           "1E-5",
+                                           "1e+05",
+                                           "-1.25e-3",
+                                           "123456789012345",
+                                           "1234567890123456",
+                                           "12345678901234567890",
+                                           "184467440737095516160",
+                                           "1.0000000000000001",
+                                           "1e308",
+                                           "1e309",
+                                           "1e400",
+                                           "-1e400",
+                                           "1e-400",
+                                           "01",
+                                           "-",
+                                           "-a",
+                                           "1.",
+                                           ".5",
+                                           "1e",
+                                           "1e+",
+                                           "+1",
+                                           "0x1",
+                                           "NaN",
+                                           "Infinity",
+                                           "true",
+                                           "false",
+                                           "null",
+                                           "tru",
+                                           "nul",
+                                           "falsey",
+                                           "\"\"",
+                                           "\"x\"",
+                                           "\"a\\nb\"",
+                                           "\"\\u00e9\"",
+                                           "\"\\q\"",
+                                           "\"\xc3\xa9\"",
+                                           "\"\xff\"",
+                                           "\"\t\"",
+                                           "[]",
+                                           "[1,2]",
+                                           "{}",
+                                           "{\"a\":1}",
+                                           "[1,",
+                                           "{\"a\"}",
+                                           "\"unterminated"};
+  size_t taken = 0;
+  for (const std::string& v : values) {
+    for (const std::string& body :
+         {R"({"model":"m","prompt":[1,2],"x":)" + v + "}",
+          R"({"x":)" + v + R"(,"model":"m","prompt":"t"})",
+          R"({"model":"m","cache_salt":)" + v + R"(,"prompt":[3]})",
+          R"({"model":)" + v + R"(,"prompt":[3]})", R"({"model":"m","prompt":)" + v + "}",
+          R"({"model":"m","prompt":[1],"model":)" + v + "}", R"({"model":"m","prompt":[1]})" + v,
+          R"({"model":"m","prompt":[1], )" + v + "}"}) {
+      OpenAiRequest scanned, full, dom;
+      const bool took = internal::ScanOpenAiCompletions(body, &scanned);
+      taken += took;
+      const Status a = ParseOpenAiRequest(body, "/v1/completions", &full);
+      const Status b = internal::ParseOpenAiRequestWithDom(body, "/v1/completions", &dom);
+      const std::string what = body.substr(0, 120);
+      ASSERT_EQ(a.ok(), b.ok()) << what << ": " << a << " / " << b;
+      EXPECT_EQ(a.message(), b.message()) << what;
+      if (took) {
+        ASSERT_TRUE(b.ok()) << what << ": the scanner took what the DOM parse refuses: " << b;
+      }
+      for (const OpenAiRequest* x : {&full, took ? &scanned : &full}) {
+        EXPECT_EQ(x->model, dom.model) << what;
+        EXPECT_EQ(x->cache_salt, dom.cache_salt) << what;
+        EXPECT_EQ(x->kind, dom.kind) << what;
+        EXPECT_EQ(x->has_prompt_tokens, dom.has_prompt_tokens) << what;
+        EXPECT_EQ(x->prompt_tokens, dom.prompt_tokens) << what;
+        EXPECT_EQ(x->has_prompt_text, dom.has_prompt_text) << what;
+        EXPECT_EQ(x->prompt_text, dom.prompt_text) << what;
+      }
+    }
+  }
+  EXPECT_GE(taken, 40u);  // the comparison covers bodies the scanner took
+}
+
 TEST(TokenChainTest, PromptFirstRenderFailsOver) {
   // A render URL nobody listens on: the render source fails, counted; a
   // token prompt never reaches it.

@@ -189,9 +189,10 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   }
   if (load_ != nullptr) {
     const auto now = LoadTable::Clock::now();
-    for (Candidate& c : candidates) {
-      if (auto fresh = load_->Fresh(c.endpoint->source, now)) c.load = *fresh;
-    }
+    load_->FreshEach(
+        candidates.size(),
+        [&](size_t i) -> const SourceKey& { return candidates[i].endpoint->source; }, now,
+        [&](size_t i, const codec::EngineLoad& load) { candidates[i].load = load; });
     std::erase_if(candidates, [](const Candidate& c) { return !c.load.healthy; });
     if (candidates.empty()) return absl::UnavailableError("every eligible engine is unhealthy");
   }
@@ -210,52 +211,58 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
 
   PickResult result;
   uint64_t request_key = 0;
+  // The request's canonical block hashes, computed once: the index's
+  // lookup and predict on route both take them.
+  thread_local std::vector<uint64_t> local;
+  thread_local std::vector<uint64_t> seq_hashes;
+  seq_hashes.clear();
   if (input.tokens != nullptr && !input.tokens->empty()) {
     request_key = XXH3_64bits(input.tokens->data(), input.tokens->size() * sizeof(uint32_t));
-    // The one query core: the same lookup as /v1/match.
-    StatusOr<index::MatchResult> match = index_->MatchTokens(
-        model, std::span<const uint32_t>(*input.tokens), lora, input.cache_salt);
-    if (match.ok()) {
-      result.prefix_scored = true;
-      result.request_blocks = match->blocks;
-      if (match->blocks > 0) {
-        for (const index::WorkerMatch& row : match->workers) {
-          for_source(row.source, [&](Candidate& c) {
-            c.matched = row.longest;
-            c.prefix =
-                (config_.tier_weights[0] * row.device + config_.tier_weights[1] * row.host +
-                 config_.tier_weights[2] * row.disk + config_.tier_weights[3] * row.external) /
-                match->blocks;
-          });
+    // The one query core: the same lookup as /v1/match, as
+    // IndexInterface::MatchTokens makes it (the model's block size, the
+    // lora/salt seed, the full blocks chained, MatchSequenceHashes), with
+    // the hashes kept for predict on route instead of computed twice.
+    if (const std::optional<uint32_t> block_size = index_->BlockSize(model);
+        block_size.has_value() && *block_size > 0) {
+      const size_t full_blocks = input.tokens->size() / *block_size;
+      hashing::ComputeLocalHashes(
+          std::span<const uint32_t>(*input.tokens).first(full_blocks * *block_size), *block_size,
+          hashing::LocalHashSeed(lora, input.cache_salt), &local);
+      hashing::ComputeSequenceHashes(local, std::nullopt, &seq_hashes);
+      StatusOr<index::MatchResult> match =
+          index_->MatchSequenceHashes(model, std::span<const uint64_t>(seq_hashes));
+      if (match.ok()) {
+        result.prefix_scored = true;
+        result.request_blocks = static_cast<uint32_t>(full_blocks);
+        if (full_blocks > 0) {
+          for (const index::WorkerMatch& row : match->workers) {
+            for_source(row.source, [&](Candidate& c) {
+              c.matched = row.longest;
+              c.prefix =
+                  (config_.tier_weights[0] * row.device + config_.tier_weights[1] * row.host +
+                   config_.tier_weights[2] * row.disk + config_.tier_weights[3] * row.external) /
+                  static_cast<double>(full_blocks);
+            });
+          }
         }
       }
     }
   } else {
     request_key = load_only_counter_.fetch_add(1, std::memory_order_relaxed) + 1;
   }
-  thread_local std::vector<uint64_t> seq_hashes;
-  seq_hashes.clear();
-  if (result.prefix_scored && result.request_blocks > 0 && speculative_ != nullptr &&
-      speculative_->enabled()) {
+  const bool predict = result.prefix_scored && result.request_blocks > 0 &&
+                       speculative_ != nullptr && speculative_->enabled();
+  if (predict) {
     // Predict on route: blocks recent picks sent to a source count for it
     // as device blocks, only past what the index holds (max, never a sum).
-    if (const std::optional<uint32_t> block_size = index_->BlockSize(model);
-        block_size.has_value() && *block_size > 0) {
-      thread_local std::vector<uint64_t> local;
-      hashing::ComputeLocalHashes(std::span<const uint32_t>(*input.tokens)
-                                      .first(size_t{result.request_blocks} * *block_size),
-                                  *block_size, hashing::LocalHashSeed(lora, input.cache_salt),
-                                  &local);
-      hashing::ComputeSequenceHashes(local, std::nullopt, &seq_hashes);
-      thread_local std::vector<std::pair<SourceKey, uint32_t>> held;
-      speculative_->Prefixes(model, seq_hashes, SpeculativeCache::Clock::now(), &held);
-      for (const auto& [source, blocks] : held) {
-        for_source(source, [&, blocks = blocks](Candidate& c) {
-          if (blocks <= c.matched) return;
-          c.speculative = blocks - c.matched;
-          c.prefix = std::max(c.prefix, config_.tier_weights[0] * blocks / result.request_blocks);
-        });
-      }
+    thread_local std::vector<std::pair<SourceKey, uint32_t>> held;
+    speculative_->Prefixes(model, seq_hashes, SpeculativeCache::Clock::now(), &held);
+    for (const auto& [source, blocks] : held) {
+      for_source(source, [&, blocks = blocks](Candidate& c) {
+        if (blocks <= c.matched) return;
+        c.speculative = blocks - c.matched;
+        c.prefix = std::max(c.prefix, config_.tier_weights[0] * blocks / result.request_blocks);
+      });
     }
   }
 
@@ -301,7 +308,7 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   }
   result.matched_blocks = candidates[0].matched + candidates[0].speculative;
   result.speculative_blocks = candidates[0].speculative;
-  if (!seq_hashes.empty()) {
+  if (predict) {
     if (result.speculative_blocks > 0) speculative_->CountPick();
     speculative_->Record(model, candidates[0].endpoint->source, seq_hashes,
                          SpeculativeCache::Clock::now());

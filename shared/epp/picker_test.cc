@@ -107,6 +107,57 @@ TEST_F(PickerTest, PrefixWinsWeightedByTier) {
   EXPECT_EQ(host_cheap.Pick(In("m", &tokens_))->endpoints[0], "10.0.0.3:8000");
 }
 
+// The lookup and predict on route hash the request once, seeded by the
+// cache salt and the alias's LoRA adapter, over its full blocks only.
+TEST_F(PickerTest, SaltAndLoraSeedTheLookupAndThePrediction) {
+  std::vector<uint32_t> tokens = tokens_;
+  tokens.push_back(17);  // a partial fifth block: not hashed
+  auto seeded = [&](std::string_view lora, std::string_view salt) {
+    std::vector<uint64_t> local, seq;
+    hashing::ComputeLocalHashes(tokens_, kBlock, hashing::LocalHashSeed(lora, salt), &local);
+    hashing::ComputeSequenceHashes(local, std::nullopt, &seq);
+    return seq;
+  };
+  Store("w1", Tier::kDevice, seeded("", "s"));
+  Store("w2", Tier::kDevice, seeded("adapter", ""));
+  PickerConfig config;
+  config.aliases["chat"] = {.model = "m", .lora = "adapter"};
+  config.speculative.ttl = std::chrono::seconds(60);
+  SpeculativeCache cache(config.speculative);
+  Picker picker(config, &index_, &endpoints_);
+  picker.SetSpeculative(&cache);
+  PickInput salted = In("m", &tokens);
+  salted.cache_salt = "s";
+  auto pick = picker.Pick(salted);
+  ASSERT_TRUE(pick.ok()) << pick.status();
+  EXPECT_EQ(pick->request_blocks, 4u);
+  EXPECT_EQ(pick->matched_blocks, 4u);
+  EXPECT_EQ(pick->speculative_blocks, 0u);
+  EXPECT_EQ(pick->endpoints[0], "10.0.0.2:8000");
+  pick = picker.Pick(In("chat", &tokens));
+  ASSERT_TRUE(pick.ok()) << pick.status();
+  EXPECT_EQ(pick->matched_blocks, 4u);
+  EXPECT_EQ(pick->endpoints[0], "10.0.0.3:8000");
+  // Unsalted base model: the index holds none of it; the pick is recorded
+  // and the same request next time finds it in speculation only.
+  pick = picker.Pick(In("m", &tokens));
+  ASSERT_TRUE(pick.ok()) << pick.status();
+  EXPECT_TRUE(pick->prefix_scored);
+  EXPECT_EQ(pick->matched_blocks, 0u);
+  const std::string first = pick->endpoints[0];
+  pick = picker.Pick(In("m", &tokens));
+  ASSERT_TRUE(pick.ok()) << pick.status();
+  EXPECT_EQ(pick->speculative_blocks, 4u);
+  EXPECT_EQ(pick->endpoints[0], first);
+  // Another salt: the prediction is not the salted request's.
+  PickInput other = In("m", &tokens);
+  other.cache_salt = "u";
+  pick = picker.Pick(other);
+  ASSERT_TRUE(pick.ok()) << pick.status();
+  EXPECT_EQ(pick->matched_blocks, 0u);
+  EXPECT_EQ(pick->speculative_blocks, 0u);
+}
+
 TEST_F(PickerTest, InFlightSpreadsTiesAndSubsetRestricts) {
   PickerConfig config;
   config.fallbacks = 0;

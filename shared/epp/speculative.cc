@@ -43,6 +43,8 @@ void SpeculativeCache::Record(std::string_view model, const SourceKey& source,
   const uint32_t id = Intern(model, source);
   const uint32_t generation = sources_[id].generation;
   bool purged = false;
+  // Counted once per call, not with an atomic add per block.
+  uint64_t recorded = 0;
   for (size_t i = 0; i < seq_hashes.size(); ++i) {
     const BlockKey key{model_hash, seq_hashes[i]};
     auto it = blocks_.find(key);
@@ -52,7 +54,7 @@ void SpeculativeCache::Record(std::string_view model, const SourceKey& source,
       if (holder != it->second.end()) {
         holder->generation = generation;
         holder->expires_ns = expires_ns;
-        counters_.recorded.fetch_add(1, std::memory_order_relaxed);
+        ++recorded;
         continue;
       }
     }
@@ -63,13 +65,14 @@ void SpeculativeCache::Record(std::string_view model, const SourceKey& source,
     }
     if (entries_ >= max_entries_) {
       counters_.dropped_full.fetch_add(seq_hashes.size() - i, std::memory_order_relaxed);
-      return;
+      break;
     }
     if (it == blocks_.end()) it = blocks_.try_emplace(key).first;
     it->second.push_back({id, generation, expires_ns});
     ++entries_;
-    counters_.recorded.fetch_add(1, std::memory_order_relaxed);
+    ++recorded;
   }
+  counters_.recorded.fetch_add(recorded, std::memory_order_relaxed);
 }
 
 void SpeculativeCache::Prefixes(std::string_view model, std::span<const uint64_t> seq_hashes,
