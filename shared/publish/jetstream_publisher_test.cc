@@ -51,6 +51,16 @@ class JetStreamPublisherTest : public nats::testing::StreamTest {
     return -1;
   }
 
+  // Flush, within `timeout`: its status, or DeadlineExceeded (the publisher
+  // stopped, which releases Flush) when it did not return by then.
+  static Status FlushWithin(JetStreamPublisher& publisher, std::chrono::seconds timeout) {
+    auto flushed = std::async(std::launch::async, [&] { return publisher.Flush(); });
+    if (flushed.wait_for(timeout) == std::future_status::ready) return flushed.get();
+    publisher.Stop();
+    flushed.get().IgnoreError();  // FailedPrecondition: stopped
+    return absl::DeadlineExceededError("Flush did not return");
+  }
+
   // Every message of `node` in the stream, in order, decoded.
   std::vector<consume::LogBatch> ReadNode(const std::string& node) {
     consume::JetStreamLogOptions log_options;
@@ -150,11 +160,8 @@ TEST_F(JetStreamPublisherTest, EventsLargerThanMaxPayloadAreSplitInChainOrder) {
   JetStreamPublisher publisher(connection_->raw(), options, &registry_);
   ASSERT_TRUE(publisher.Start().ok());
   ASSERT_TRUE(publisher.Publish(events).ok());
-  auto flushed = std::async(std::launch::async, [&] { return publisher.Flush(); });
-  const bool done = flushed.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
-  if (!done) publisher.Stop();  // releases Flush
-  ASSERT_TRUE(done) << "messages over max_payload are refused and retried forever";
-  ASSERT_TRUE(flushed.get().ok());
+  ASSERT_TRUE(FlushWithin(publisher, std::chrono::seconds(30)).ok())
+      << "messages over max_payload are refused and retried forever";
   publisher.Stop();
 
   consume::JetStreamLogOptions log_options;
@@ -226,11 +233,8 @@ TEST_F(JetStreamPublisherTest, BatchesOfSmallEventsFitMaxPayloadOnceEncoded) {
   JetStreamPublisher publisher(connection_->raw(), options, &registry_);
   ASSERT_TRUE(publisher.Start().ok());
   ASSERT_TRUE(publisher.Publish(events).ok());
-  auto flushed = std::async(std::launch::async, [&] { return publisher.Flush(); });
-  const bool done = flushed.wait_for(std::chrono::seconds(20)) == std::future_status::ready;
-  if (!done) publisher.Stop();  // releases Flush
-  ASSERT_TRUE(done) << "a message over max_payload is never sent";
-  ASSERT_TRUE(flushed.get().ok());
+  ASSERT_TRUE(FlushWithin(publisher, std::chrono::seconds(20)).ok())
+      << "a message over max_payload is never sent";
   publisher.Stop();
   size_t read = 0, messages = 0;
   for (const consume::LogBatch& batch : ReadNode("node-a")) {
