@@ -124,6 +124,22 @@ void PackEvent(Packer& packer, const PlacementEvent& event) {
   }
 }
 
+// msgpack sizes, mirroring PackEvent: an integer at its widest (uint64),
+// a string or container header by its length (fixstr/str8/16/32, fix/16/32).
+constexpr size_t kIntBound = 9;
+size_t StringBytes(size_t length) {
+  const size_t header = length < 32 ? 1 : length < 256 ? 2 : length < 65536 ? 3 : 5;
+  return header + length;
+}
+size_t StringBytes(std::string_view value) { return StringBytes(value.size()); }
+size_t ContainerHeaderBytes(size_t count) { return count < 16 ? 1 : count < 65536 ? 3 : 5; }
+// A key and an integer value.
+size_t IntField(std::string_view key) { return StringBytes(key) + kIntBound; }
+// A key and an array of hashes.
+size_t HashesField(std::string_view key, size_t count) {
+  return StringBytes(key) + ContainerHeaderBytes(count) + kIntBound * count;
+}
+
 Status FieldError(std::string_view field, std::string_view problem) {
   return internal::FieldError(kWhat, field, problem);
 }
@@ -304,6 +320,53 @@ void EncodePlacementBatch(std::span<const PlacementEvent> events, std::string* o
   packer.pack_array(static_cast<uint32_t>(events.size()));
   for (const PlacementEvent& event : events) PackEvent(packer, event);
   out->assign(buffer.data(), buffer.size());
+}
+
+size_t EncodedEventBound(const PlacementEvent& event) {
+  // The same fields, in the same cases, as PackEvent (the codec test checks
+  // the bound against the encoding of every kind).
+  const bool blocks = event.kind == PlacementKind::kStored || event.kind == PlacementKind::kRemoved;
+  const bool stored = event.kind == PlacementKind::kStored;
+  const bool heartbeat = event.kind == PlacementKind::kHeartbeat;
+  const bool sglang = stored && !event.sglang_hashes.empty();
+  size_t bytes = ContainerHeaderBytes(16);  // the map: 16 fields at most
+  bytes += StringBytes(kKind) + StringBytes(PlacementKindName(event.kind));
+  bytes += StringBytes(kModel) + StringBytes(event.model);
+  bytes += StringBytes(kWorker) + StringBytes(event.source.worker);
+  bytes += IntField(kDpRank) + StringBytes(kAgent) + StringBytes(event.agent);
+  bytes += IntField(kEventId) + IntField(kTimestamp);
+  if (blocks) {
+    bytes += StringBytes(kTier) + StringBytes(TierName(event.tier));
+    bytes += HashesField(kHashes, event.block_hashes.size());
+  }
+  if (stored) bytes += IntField(kBlockSize) + IntField(kParent);
+  if (sglang) bytes += HashesField(kSglangHashes, event.sglang_hashes.size());
+  if (heartbeat) {
+    bytes +=
+        IntField(kLeaseMs) + StringBytes(kSources) + ContainerHeaderBytes(event.sources.size());
+    for (const SourceKey& source : event.sources) {
+      bytes += ContainerHeaderBytes(2) + StringBytes(source.worker) + kIntBound;
+    }
+    if (!event.endpoints.empty()) {
+      bytes += StringBytes(kEndpoints) + ContainerHeaderBytes(event.endpoints.size());
+      for (const SourceEndpoint& endpoint : event.endpoints) {
+        bytes += ContainerHeaderBytes(4) + StringBytes(kWorker) +
+                 StringBytes(endpoint.source.worker) + IntField(kDpRank) + StringBytes(kModel) +
+                 StringBytes(endpoint.model) + StringBytes(kAddress) +
+                 StringBytes(endpoint.address);
+      }
+    }
+  }
+  if (event.kind == PlacementKind::kAgentExpired) bytes += IntField(kHeartbeatSeq);
+  return bytes;
+}
+
+size_t EncodedHeaderBound(std::string_view agent) {
+  // The map, version, agent, incarnation, msg_seq, subject_seq, and the
+  // events array's header.
+  return ContainerHeaderBytes(6) + IntField(kVersion) + StringBytes(kAgent) + StringBytes(agent) +
+         IntField(kIncarnation) + IntField(kMsgSeq) + IntField(kSubjectSeq) + StringBytes(kEvents) +
+         ContainerHeaderBytes(size_t{1} << 32);
 }
 
 StatusOr<DecodedPlacementBatch> DecodePlacementBatch(std::string_view bytes) {

@@ -51,6 +51,14 @@ struct MessageHeader {
 void EncodePlacementBatch(std::span<const PlacementEvent> events, std::string* out,
                           const MessageHeader& header = {});
 
+// An upper bound of the bytes `event` takes in an encoded batch (every
+// integer counted at its widest, strings and containers exactly): a batch of
+// events encodes to at most EncodedHeaderBound(agent) plus the sum of theirs.
+// What a producer sizes its messages with (JetStreamPublisher: a message over
+// the server's max_payload is refused by the client, so never sent).
+size_t EncodedEventBound(const PlacementEvent& event);
+size_t EncodedHeaderBound(std::string_view agent);
+
 struct DecodedPlacementBatch {
   uint32_t version = 0;
   MessageHeader header;

@@ -79,6 +79,61 @@ TEST(PlacementCodecTest, RoundTripsEveryKind) {
   EXPECT_EQ(decoded->events, events);
 }
 
+// EncodedEventBound is what the publisher keeps messages under max_payload
+// with: it must never be below the encoding, whatever the kind, the integers
+// (all at their widest here), the strings' and arrays' lengths (across
+// msgpack's header sizes). It was an estimate ~20% under for small SGLang
+// stores, and a batch of thousands of them outgrew max_payload.
+TEST(PlacementCodecTest, EncodedEventBoundIsAtLeastTheEncoding) {
+  constexpr uint64_t kWide = ~uint64_t{0};
+  std::vector<PlacementEvent> events = SampleEvents();
+  for (PlacementEvent& event : SampleEvents()) {
+    event.model.assign(300, 'm');
+    event.source = {std::string(40, 'w'), 0xFFFFFFFF};
+    event.agent.assign(70000, 'a');
+    event.event_id = event.timestamp_ns = event.heartbeat_seq = kWide;
+    event.lease_ms = event.block_size = 0xFFFFFFFF;
+    if (event.parent_hash) event.parent_hash = kWide;
+    for (uint64_t& hash : event.block_hashes) hash = kWide;
+    if (event.kind == PlacementKind::kStored) event.sglang_hashes = event.block_hashes;
+    event.sources.assign(20, event.source);
+    for (SourceEndpoint& endpoint : event.endpoints) endpoint.address.assign(260, '1');
+    events.push_back(event);
+  }
+  const size_t narrow = SampleEvents().size();  // the ones before: small integers
+  PlacementEvent stored = events[narrow];       // a wide one
+  for (size_t count : {1u, 15u, 16u, 65535u, 65536u}) {
+    stored.block_hashes.assign(count, kWide);
+    stored.sglang_hashes.assign(count, kWide - 1);
+    events.push_back(stored);
+  }
+  stored.sglang_hashes.clear();  // not written
+  events.push_back(stored);
+  const std::string agent(300, 'n');
+  size_t total = 0;
+  std::string one, batch;
+  for (size_t i = 0; i < events.size(); ++i) {
+    const PlacementEvent& event = events[i];
+    EncodePlacementBatch({&event, 1}, &one);
+    EncodePlacementBatch({}, &batch);
+    const size_t encoded = one.size() - batch.size();  // (a fixarray header either way)
+    SCOPED_TRACE(std::string(PlacementKindName(event.kind)) + " of " +
+                 std::to_string(event.block_hashes.size()) + " hashes");
+    EXPECT_GE(EncodedEventBound(event), encoded);
+    // ... and close to it (uint32s counted as uint64s, the map's header as
+    // map16's): a loose bound makes needlessly small messages.
+    if (i >= narrow) {
+      EXPECT_LE(EncodedEventBound(event),
+                encoded + 16 + 8 * (event.sources.size() + event.endpoints.size()));
+    }
+    total += EncodedEventBound(event);
+  }
+  EncodePlacementBatch(
+      events, &batch,
+      {.agent = agent, .incarnation = kWide, .msg_seq = kWide, .subject_seq = kWide});
+  EXPECT_GE(EncodedHeaderBound(agent) + total, batch.size());
+}
+
 TEST(PlacementCodecTest, SequencedHeaderRoundTrips) {
   const std::vector<PlacementEvent> events = SampleEvents();
   const MessageHeader header{

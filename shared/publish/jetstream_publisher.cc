@@ -20,12 +20,11 @@ uint64_t WallClockNs() {
                                    .count());
 }
 
-// Encoded size estimate of one event (msgpack: keys, strings, 9 bytes per
-// hash at most). Only bounds batches and the buffer; never exact.
-size_t EstimateBytes(const PlacementEvent& event) {
-  return 128 + event.model.size() + event.source.worker.size() + event.agent.size() +
-         9 * (event.block_hashes.size() + event.sglang_hashes.size()) + 16 * event.sources.size();
-}
+// Encoded size of one event, at most: what batches (kept under max_payload)
+// and the buffer are counted in. An estimate below the encoding let a batch
+// of many small events outgrow max_payload, a message the client refuses to
+// send, for ever (the agent then silent, expired by every router).
+size_t EstimateBytes(const PlacementEvent& event) { return codec::EncodedEventBound(event); }
 
 constexpr char kMsgIdHeader[] = "Nats-Msg-Id";
 // Room left in a message for its header (message id) and msgpack framing.
@@ -380,9 +379,13 @@ void JetStreamPublisher::AppendSplitLocked(const PlacementEvent& event,
   // SGLang's engine hashes, when they ride along, are split with theirs.
   const bool sglang =
       !event.sglang_hashes.empty() && event.sglang_hashes.size() == event.block_hashes.size();
-  const size_t per_piece = std::max<size_t>(1, (batch_limit_ / 2 - 1024) / (sglang ? 18 : 9));
   PlacementEvent piece = event;
   if (!sglang) piece.sglang_hashes.clear();  // malformed: not published
+  // Each piece within half a batch: its fields, and 9 bytes per hash at most.
+  const size_t per_hash = sglang ? 18 : 9;
+  const size_t fixed = EstimateBytes(piece) - per_hash * event.block_hashes.size();
+  const size_t per_piece =
+      std::max<size_t>(1, (batch_limit_ / 2 - std::min(batch_limit_ / 4, fixed)) / per_hash);
   for (size_t begin = 0; begin < event.block_hashes.size(); begin += per_piece) {
     const size_t end = std::min(event.block_hashes.size(), begin + per_piece);
     piece.block_hashes.assign(event.block_hashes.begin() + begin, event.block_hashes.begin() + end);
@@ -488,6 +491,15 @@ bool JetStreamPublisher::SendOneLocked() {
   if (retry) Probe::Inc(probe_->retried);
   mu_.Lock();
   if (status != NATS_OK) {
+    // Said (a message the client never sends, e.g. one over max_payload,
+    // would otherwise stall this agent without a word).
+    static log::RateLimiter warnings{std::chrono::seconds(10)};
+    uint64_t suppressed = 0;
+    if (warnings.Allow(&suppressed)) {
+      log::Get("publish")->warn("placement message {} ({} bytes) not sent: {} ({} suppressed)",
+                                next->msg_seq, next->data.size(), natsStatus_GetText(status),
+                                suppressed);
+    }
     // Not sent: it stays first in line and is tried again after a pause.
     // (`next` is still valid: a deque keeps references on push_back, and an
     // unsent message is never acknowledged, so never popped.)

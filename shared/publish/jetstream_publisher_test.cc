@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <random>
 #include <set>
 #include <thread>
 
@@ -48,6 +49,16 @@ class JetStreamPublisherTest : public nats::testing::StreamTest {
       }
     }
     return -1;
+  }
+
+  // Flush, within `timeout`: its status, or DeadlineExceeded (the publisher
+  // stopped, which releases Flush) when it did not return by then.
+  static Status FlushWithin(JetStreamPublisher& publisher, std::chrono::seconds timeout) {
+    auto flushed = std::async(std::launch::async, [&] { return publisher.Flush(); });
+    if (flushed.wait_for(timeout) == std::future_status::ready) return flushed.get();
+    publisher.Stop();
+    flushed.get().IgnoreError();  // FailedPrecondition: stopped
+    return absl::DeadlineExceededError("Flush did not return");
   }
 
   // Every message of `node` in the stream, in order, decoded.
@@ -149,11 +160,8 @@ TEST_F(JetStreamPublisherTest, EventsLargerThanMaxPayloadAreSplitInChainOrder) {
   JetStreamPublisher publisher(connection_->raw(), options, &registry_);
   ASSERT_TRUE(publisher.Start().ok());
   ASSERT_TRUE(publisher.Publish(events).ok());
-  auto flushed = std::async(std::launch::async, [&] { return publisher.Flush(); });
-  const bool done = flushed.wait_for(std::chrono::seconds(30)) == std::future_status::ready;
-  if (!done) publisher.Stop();  // releases Flush
-  ASSERT_TRUE(done) << "messages over max_payload are refused and retried forever";
-  ASSERT_TRUE(flushed.get().ok());
+  ASSERT_TRUE(FlushWithin(publisher, std::chrono::seconds(30)).ok())
+      << "messages over max_payload are refused and retried forever";
   publisher.Stop();
 
   consume::JetStreamLogOptions log_options;
@@ -195,6 +203,51 @@ TEST_F(JetStreamPublisherTest, EventsLargerThanMaxPayloadAreSplitInChainOrder) {
   EXPECT_EQ(removed_hashes, removed.block_hashes);
   whole.ApplyMessage(events, 1);
   EXPECT_EQ(pieces.Stats().digest, whole.Stats().digest);
+}
+
+// A burst of small events (a snapshot, a backlog after an outage) fills one
+// batch with thousands of them: the batch, sealed on estimated sizes, must
+// still fit the server's max_payload once encoded. Each event here is a
+// one-block SGLang store with full 64-bit hashes (the reliability matrix's
+// nats_one_killed: a message of 1,056,797 bytes refused by the client for
+// every resend, the agent silent, every router expiring it).
+TEST_F(JetStreamPublisherTest, BatchesOfSmallEventsFitMaxPayloadOnceEncoded) {
+  std::mt19937_64 random(24);
+  std::vector<PlacementEvent> events(12000);
+  for (size_t i = 0; i < events.size(); ++i) {
+    PlacementEvent& event = events[i];
+    event.model = "sim-a";
+    event.source = {"w2", 0};
+    event.agent = "node-a";
+    event.event_id = random();
+    event.timestamp_ns = random();
+    event.block_size = 16;
+    event.parent_hash = random();
+    event.block_hashes = {random()};
+    event.sglang_hashes = {random()};
+  }
+  JetStreamPublisherOptions options;
+  options.node = "node-a";
+  options.subjects = stream_.subjects;
+  options.max_delay = std::chrono::seconds(5);  // one burst, sealed by size
+  JetStreamPublisher publisher(connection_->raw(), options, &registry_);
+  ASSERT_TRUE(publisher.Start().ok());
+  ASSERT_TRUE(publisher.Publish(events).ok());
+  ASSERT_TRUE(FlushWithin(publisher, std::chrono::seconds(20)).ok())
+      << "a message over max_payload is never sent";
+  publisher.Stop();
+  size_t read = 0, messages = 0;
+  for (const consume::LogBatch& batch : ReadNode("node-a")) {
+    ++messages;
+    for (const PlacementEvent& event : batch.events) {
+      ASSERT_LT(read, events.size());
+      EXPECT_EQ(event.block_hashes, events[read].block_hashes);
+      EXPECT_EQ(event.sglang_hashes, events[read].sglang_hashes);
+      ++read;
+    }
+  }
+  EXPECT_EQ(read, events.size());
+  EXPECT_GE(messages, 3u);  // ~2.3 MB encoded
 }
 
 TEST_F(JetStreamPublisherTest, NothingIsSentBeforeTheStreamIsReady) {
