@@ -39,6 +39,13 @@ Status EngineEndpoint::Bind() {
     pub_.bind(options_.pub_endpoint);
     if (replay_) {
       replay_->set(zmq::sockopt::linger, 0);
+      // A ROUTER drops, silently, what exceeds its send HWM (libzmq default:
+      // 1,000 messages). One answer is up to replay_buffer batches, queued at
+      // once: an agent restarted late in a run (a replay from seq 0) lost
+      // batches in mid-stream whenever its I/O lagged, saw a gap inside the
+      // replay and cleared a source the ground truth said it still held
+      // (issue #26). No limit: the buffer bounds every answer.
+      replay_->set(zmq::sockopt::sndhwm, 0);
       replay_->bind(options_.replay_endpoint);
     }
   } catch (const zmq::error_t& e) {

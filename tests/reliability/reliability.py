@@ -193,6 +193,13 @@ class AgentProc(ne.Agent):
     def metric(self, name):
         return metric_sum(http_get(self.http_host, self.http_port, "/metrics")[1], name)
 
+    def start(self):
+        # Appends: a restart keeps the previous run's log (--keep-logs).
+        self.out = open(os.path.join(self.dir, "stdout"), "a")
+        self.err = open(os.path.join(self.dir, "stderr"), "a")
+        self.proc = subprocess.Popen(self.args, env=self.env, stdout=self.out, stderr=self.err)
+        return self
+
     def restart(self, env=None):
         self.kill()
         if env is not None:
@@ -458,6 +465,40 @@ class Topology:
         self.probe.cleanup()
         subprocess.run(["umount", "-l", self.tmpfs], check=False)
         shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def keep_logs(self, out):
+        """Diagnostics (--keep-logs DIR): every process's whole log, and what
+        the routers, agents and the simulator's truth say now, copied to
+        `out` before the temp dirs go."""
+        os.makedirs(out, exist_ok=True)
+
+        def save(name, text):
+            with open(os.path.join(out, name), "w") as f:
+                f.write(text)
+
+        def grab(name, fetch):
+            try:
+                save(name, fetch())
+            except Exception as error:  # keep the rest
+                save(name, "unavailable: %r\n" % error)
+        for i, r in enumerate(self.all_routers()):
+            grab("router%d.log" % i, r.logs)
+            grab("router%d.state.json" % i, lambda r=r: json.dumps(r.state(), indent=1))
+            grab("router%d.workers.json" % i,
+                 lambda r=r: json.dumps(r.json("GET", "/v1/workers"), indent=1))
+            grab("router%d.metrics" % i, lambda r=r: r.request("GET", "/metrics")[2])
+        for node, a in self.agents.items():
+            grab("agent-%s.log" % node, a.logs)
+            grab("agent-%s.metrics" % node,
+                 lambda a=a: http_get(a.http_host, a.http_port, "/metrics")[1])
+        for s in self.servers:
+            grab("nats-%s.log" % s.args[s.args.index("-n") + 1],
+                 lambda s=s: open(os.path.join(s.dir, "server.log")).read())
+        if self.sim is not None:
+            grab("mockengine.log", self.sim.logs)
+            grab("truth.json", lambda: json.dumps(self.sim.json("GET", "/v1/truth"), indent=1))
+            grab("progress.json", lambda: json.dumps(self.progress(), indent=1))
+        log("logs kept in %s" % out)
 
     def dump_logs(self):
         named = {"router%d" % i: r for i, r in enumerate(self.all_routers())}
@@ -942,6 +983,9 @@ def main(argv):
     parser.add_argument("--fault-every", type=float, default=20)
     parser.add_argument("--seed", type=int, default=25)
     parser.add_argument("--summary-out", default="")
+    parser.add_argument("--keep-logs", default="",
+                        help="diagnostics: on failure, copy every process's whole log and "
+                        "the routers', agents' and truth's state to this directory")
     parser.add_argument("--rss-bound", type=float, default=5.0,
                         help="soak: largest RSS growth after warm-up, %% (0: report only)")
     args = parser.parse_args(argv[1:])
@@ -980,6 +1024,8 @@ def main(argv):
         return 0
     except BaseException:
         t.dump_logs()
+        if args.keep_logs:
+            t.keep_logs(args.keep_logs)
         raise
     finally:
         t.cleanup()
