@@ -106,6 +106,7 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
   const SourceKey source{request.worker_id(), 0};
   MutexLock publish_lock(&publish_mu_);
   bool clear_first = false;
+  bool held = false;
   {
     MutexLock lock(&mu_);
     auto it = workers_.find(request.worker_id());
@@ -120,6 +121,7 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
     } else if (request.seq() != it->second.last_seq + 1) {
       clear_first = true;  // a gap (lost batches) or a restarted bridge
     }
+    held = it->second.may_hold;
     it->second.last_seq = request.seq();
     it->second.address = request.worker_address();
   }
@@ -137,13 +139,18 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
     return e;
   };
   if (clear_first) add(PlacementKind::kCleared);  // empty model: every model
+  // Whether the source may hold a block once the batch is applied: false
+  // after a clear with no report behind it (its slot is then given back).
+  bool may_hold = !clear_first && held;
   for (const pb::ExternalKvAction& action : request.actions()) {
     const Tier tier = *TierOf(action.tier());
     if (action.type() == pb::ACTION_CLEAR_ALL_AT_TIER) {
       add(PlacementKind::kCleared);  // the whole source: an undercount at worst
+      may_hold = false;
       continue;
     }
     if (action.hashes_size() == 0) continue;
+    if (action.type() == pb::ACTION_REPORT) may_hold = true;
     PlacementEvent& e =
         add(action.type() == pb::ACTION_REPORT ? PlacementKind::kStored : PlacementKind::kRemoved);
     e.model = model->first;
@@ -155,12 +162,20 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
     }
   }
   next_event_id_ = event_id;
-  if (events.empty()) return SglangStatus{};
   // Without mu_: Publish waits while the log is full.
-  if (Status s = sink_->Publish(events); !s.ok()) {
-    MutexLock lock(&mu_);
-    workers_.erase(request.worker_id());  // its next batch clears first
-    return Refuse(SglangCode::kUnavailable, Outcome::kUnavailable, std::string(s.message()));
+  const Status published = events.empty() ? Status() : sink_->Publish(events);
+  MutexLock lock(&mu_);
+  if (!published.ok() || !may_hold) {
+    // A failed publish: its next batch clears first. Nothing held: the slot
+    // is free for another worker (max_workers bounds the live ones); back,
+    // it is a new worker (cleared first).
+    workers_.erase(request.worker_id());
+  } else {
+    workers_[request.worker_id()].may_hold = true;
+  }
+  if (!published.ok()) {
+    return Refuse(SglangCode::kUnavailable, Outcome::kUnavailable,
+                  std::string(published.message()));
   }
   return SglangStatus{};
 }
