@@ -98,15 +98,11 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
   if (!model.has_value()) {
     return Refuse(SglangCode::kFailedPrecondition, Outcome::kBlockSizeUnknown, why);
   }
-  if (options_.reserved && options_.reserved(request.worker_id())) {
-    return Refuse(SglangCode::kFailedPrecondition, Outcome::kRegistrationConflict,
-                  strings::Cat("worker_id '", request.worker_id(),
-                               "' is a --source worker or a registered instance of this router"));
-  }
   const SourceKey source{request.worker_id(), 0};
   MutexLock publish_lock(&publish_mu_);
   bool clear_first = false;
   bool held = false;
+  bool created = false;
   {
     MutexLock lock(&mu_);
     auto it = workers_.find(request.worker_id());
@@ -116,14 +112,29 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
                       strings::Cat("already ", workers_.size(), " SGLang bridge workers (at most ",
                                    options_.max_workers, ")"));
       }
+      // Claimed before `reserved` is asked (below, without mu_): a
+      // registration checks InUse after claiming its name, so of two racing
+      // claims at least one sees the other.
       it = workers_.emplace(request.worker_id(), Worker{}).first;
+      created = true;
       clear_first = true;  // whatever the log held of it before is not known to be current
     } else if (request.seq() != it->second.last_seq + 1) {
       clear_first = true;  // a gap (lost batches) or a restarted bridge
     }
     held = it->second.may_hold;
-    it->second.last_seq = request.seq();
-    it->second.address = request.worker_address();
+  }
+  if (options_.reserved && options_.reserved(request.worker_id())) {
+    MutexLock lock(&mu_);
+    if (created) workers_.erase(request.worker_id());  // the claim, unused
+    return Refuse(SglangCode::kFailedPrecondition, Outcome::kRegistrationConflict,
+                  strings::Cat("worker_id '", request.worker_id(),
+                               "' is a --source worker or a registered instance of this router"));
+  }
+  {
+    MutexLock lock(&mu_);
+    Worker& worker = workers_[request.worker_id()];
+    worker.last_seq = request.seq();
+    worker.address = request.worker_address();
   }
 
   std::vector<PlacementEvent> events;
@@ -178,6 +189,11 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
                   std::string(published.message()));
   }
   return SglangStatus{};
+}
+
+bool SglangBridgeIngest::InUse(const std::string& worker) const {
+  MutexLock lock(&mu_);
+  return workers_.contains(worker);
 }
 
 std::string SglangBridgeIngest::Address(const SourceKey& source) const {

@@ -55,8 +55,8 @@ struct SglangBridgeOptions {
   // True for a worker id another source of the log owns (a --source worker,
   // a registered instance): its batches are refused (FAILED_PRECONDITION,
   // registration_conflict), or they would clear and rewrite that engine's
-  // entries through the trusted in-process log. Called without mu_; null =
-  // none.
+  // entries through the trusted in-process log. Called without mu_, after
+  // the worker's slot is claimed (see InUse); null = none.
   std::function<bool(const std::string& worker)> reserved;
 };
 
@@ -69,6 +69,9 @@ class SglangBridgeIngest {
   SglangBridgeIngest(SglangBridgeOptions options, InProcessSink* sink);
 
   compat::SglangStatus Apply(const compat::pb::ApplyExternalKvBatchRequest& request);
+  // True while `worker` holds a slot (the name is the bridge's: a
+  // registration of it is refused). Takes mu_ only.
+  bool InUse(const std::string& worker) const;
   // The worker_address a worker's last batch gave ("" = none).
   std::string Address(const SourceKey& source) const;
 

@@ -119,5 +119,27 @@ TEST(SglangBridgeIngestTest, FreedWorkerComesBackClearedFirst) {
   EXPECT_EQ(bridge.Address({"w", 0}), "http://10.0.0.1:30000");
 }
 
+// A worker_id another source owns is refused, and the claim it made (the
+// slot, InUse) does not outlive the refusal: a registration of that name
+// is not blocked by a batch that was refused.
+TEST(SglangBridgeIngestTest, ReservedWorkerRefusedWithoutKeepingItsClaim) {
+  InProcessSink sink;
+  SglangBridgeOptions options = Options(1);
+  options.reserved = [](const std::string& worker) { return worker == "r1"; };
+  SglangBridgeIngest bridge(options, &sink);
+  pb::ApplyExternalKvBatchRequest taken = Batch("r1", 1);
+  Add(&taken, pb::ACTION_REPORT, {1});
+  const compat::SglangStatus refused = bridge.Apply(taken);
+  EXPECT_EQ(refused.code, compat::SglangCode::kFailedPrecondition);
+  EXPECT_EQ(refused.outcome, query::CompatApi::Outcome::kRegistrationConflict);
+  EXPECT_FALSE(bridge.InUse("r1"));
+  EXPECT_EQ(sink.published(), 0u);
+  pb::ApplyExternalKvBatchRequest other = Batch("w", 1);  // the only slot is free
+  Add(&other, pb::ACTION_REPORT, {1});
+  ASSERT_TRUE(bridge.Apply(other).ok());
+  EXPECT_TRUE(bridge.InUse("w"));
+  Drain(sink);
+}
+
 }  // namespace
 }  // namespace kvindex::router
