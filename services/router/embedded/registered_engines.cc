@@ -182,7 +182,12 @@ Status RegisteredEngines::Start() {
       }
       // A pending instance's entries (a checkpoint's) leave the index: it is
       // not followed until it starts (and then starts cleared).
+      // Not an instance a --source now follows: those entries are its.
       for (const auto& [key, pending] : pending_) {
+        if (std::any_of(options_.configured.begin(), options_.configured.end(),
+                        [&](const ingest::SourceSpec& c) { return c.worker == key.first; })) {
+          continue;
+        }
         for (PlacementEvent& clear :
              ClearsFor(key.first, key.second, NodeOf(pending.registration))) {
           clears.push_back(std::move(clear));

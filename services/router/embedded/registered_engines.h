@@ -28,7 +28,8 @@
 // sequence state is not checkpointed, unlike a --source's). A saved entry
 // that cannot start (refused for now: --max-registrations lowered, the
 // model's block size, a pipeline that fails to start) stays in the file,
-// pending: its instance is cleared from the index, it is listed by
+// pending: its instance is cleared from the index (unless a --source
+// follows it now: those entries are the --source's), it is listed by
 // Registered (/workers) and Follows, and retried every retry_interval until
 // it runs or is unregistered. Only an entry that does not read back (a
 // wrong type, an integer out of range) is dropped.

@@ -133,6 +133,36 @@ TEST_F(RegisteredEnginesTest, PendingEntriesUnregisterAndRegisterAgain) {
   second.Stop();
 }
 
+// A saved instance that a --source now follows stays pending, and its
+// "cleared" is not published: the entries are the --source's now.
+TEST_F(RegisteredEnginesTest, PendingInstanceOfASourceIsNotCleared) {
+  {
+    RegisteredEngines first(Options(4), &sink_, nullptr);
+    ASSERT_TRUE(first.Start().ok());
+    bool created = false;
+    ASSERT_TRUE(first.Register(Registration("a", 1), &created).ok());
+    ASSERT_TRUE(first.Register(Registration("b", 2), &created).ok());
+    first.Stop();
+  }
+  std::vector<PlacementEvent> events;
+  while (sink_.Drain(&events, 1 << 16, std::chrono::milliseconds(0)) > 0) {
+  }
+  RegisteredEnginesOptions options = Options(4);
+  auto specs =
+      ingest::ParseSourceSpec("worker=a,engine=vllm,model=m,block_size=4,pub=tcp://127.0.0.1:9");
+  ASSERT_TRUE(specs.ok()) << specs.status();
+  options.configured = *specs;
+  RegisteredEngines second(options, &sink_, nullptr);
+  ASSERT_TRUE(second.Start().ok());
+  EXPECT_EQ(second.size(), 1u);  // b runs, a is pending
+  EXPECT_EQ(second.SavedInstances(), (std::vector<std::string>{"a", "b"}));
+  events.clear();
+  while (sink_.Drain(&events, 1 << 16, std::chrono::milliseconds(0)) > 0) {
+  }
+  for (const PlacementEvent& e : events) EXPECT_NE(e.source.worker, "a") << e.agent;
+  second.Stop();
+}
+
 // The reverse of the bridge's check: an instance named like a worker the
 // SGLang bridge feeds is refused (its "cleared" would wipe that worker).
 TEST_F(RegisteredEnginesTest, BridgeWorkerNamesAreRefused) {
