@@ -61,6 +61,23 @@ class RegisteredEnginesTest : public ::testing::Test {
     return done();
   }
 
+  // Registers "a" (tcp://127.0.0.1:1) and "b" (:2), saved, then stopped.
+  void SaveTwo() {
+    RegisteredEngines first(Options(2), &sink_, nullptr);
+    ASSERT_TRUE(first.Start().ok());
+    bool created = false;
+    ASSERT_TRUE(first.Register(Registration("a", 1), &created).ok());
+    ASSERT_TRUE(first.Register(Registration("b", 2), &created).ok());
+    first.Stop();
+  }
+
+  std::vector<PlacementEvent> DrainAll() {
+    std::vector<PlacementEvent> events;
+    while (sink_.Drain(&events, 1 << 16, std::chrono::milliseconds(0)) > 0) {
+    }
+    return events;
+  }
+
   std::filesystem::path dir_;
   std::atomic<uint32_t> block_size_{0};
   InProcessSink sink_;
@@ -71,14 +88,7 @@ class RegisteredEnginesTest : public ::testing::Test {
 // index differs for a while): both stay in the file, marked pending, listed,
 // retried; they run once they can, and nothing was lost.
 TEST_F(RegisteredEnginesTest, SavedEntriesThatCannotStartAreKeptAndRetried) {
-  {
-    RegisteredEngines first(Options(2), &sink_, nullptr);
-    ASSERT_TRUE(first.Start().ok());
-    bool created = false;
-    ASSERT_TRUE(first.Register(Registration("a", 1), &created).ok());
-    ASSERT_TRUE(first.Register(Registration("b", 2), &created).ok());
-    first.Stop();
-  }
+  ASSERT_NO_FATAL_FAILURE(SaveTwo());
   {
     block_size_ = 8;  // every saved entry refused for now
     RegisteredEngines second(Options(1), &sink_, nullptr);
@@ -103,14 +113,7 @@ TEST_F(RegisteredEnginesTest, SavedEntriesThatCannotStartAreKeptAndRetried) {
 // A pending registration is unregistered like a running one (gone from the
 // file), and registering its fields again tries it at once.
 TEST_F(RegisteredEnginesTest, PendingEntriesUnregisterAndRegisterAgain) {
-  {
-    RegisteredEngines first(Options(4), &sink_, nullptr);
-    ASSERT_TRUE(first.Start().ok());
-    bool created = false;
-    ASSERT_TRUE(first.Register(Registration("a", 1), &created).ok());
-    ASSERT_TRUE(first.Register(Registration("b", 2), &created).ok());
-    first.Stop();
-  }
+  ASSERT_NO_FATAL_FAILURE(SaveTwo());
   block_size_ = 8;
   RegisteredEnginesOptions options = Options(4);
   options.retry_interval = std::chrono::hours(1);
@@ -136,17 +139,8 @@ TEST_F(RegisteredEnginesTest, PendingEntriesUnregisterAndRegisterAgain) {
 // A saved instance that a --source now follows stays pending, and its
 // "cleared" is not published: the entries are the --source's now.
 TEST_F(RegisteredEnginesTest, PendingInstanceOfASourceIsNotCleared) {
-  {
-    RegisteredEngines first(Options(4), &sink_, nullptr);
-    ASSERT_TRUE(first.Start().ok());
-    bool created = false;
-    ASSERT_TRUE(first.Register(Registration("a", 1), &created).ok());
-    ASSERT_TRUE(first.Register(Registration("b", 2), &created).ok());
-    first.Stop();
-  }
-  std::vector<PlacementEvent> events;
-  while (sink_.Drain(&events, 1 << 16, std::chrono::milliseconds(0)) > 0) {
-  }
+  ASSERT_NO_FATAL_FAILURE(SaveTwo());
+  DrainAll();
   RegisteredEnginesOptions options = Options(4);
   auto specs =
       ingest::ParseSourceSpec("worker=a,engine=vllm,model=m,block_size=4,pub=tcp://127.0.0.1:9");
@@ -156,10 +150,7 @@ TEST_F(RegisteredEnginesTest, PendingInstanceOfASourceIsNotCleared) {
   ASSERT_TRUE(second.Start().ok());
   EXPECT_EQ(second.size(), 1u);  // b runs, a is pending
   EXPECT_EQ(second.SavedInstances(), (std::vector<std::string>{"a", "b"}));
-  events.clear();
-  while (sink_.Drain(&events, 1 << 16, std::chrono::milliseconds(0)) > 0) {
-  }
-  for (const PlacementEvent& e : events) EXPECT_NE(e.source.worker, "a") << e.agent;
+  for (const PlacementEvent& e : DrainAll()) EXPECT_NE(e.source.worker, "a") << e.agent;
   second.Stop();
 }
 
