@@ -184,8 +184,9 @@ Status RegisteredEngines::Start() {
       // not followed until it starts (and then starts cleared).
       // Not an instance a --source now follows: those entries are its.
       for (const auto& [key, pending] : pending_) {
+        const std::string& instance = key.first;  // (a lambda cannot name a binding)
         if (std::any_of(options_.configured.begin(), options_.configured.end(),
-                        [&](const ingest::SourceSpec& c) { return c.worker == key.first; })) {
+                        [&](const ingest::SourceSpec& c) { return c.worker == instance; })) {
           continue;
         }
         for (PlacementEvent& clear :
