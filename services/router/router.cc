@@ -119,6 +119,7 @@ Status Router::Start() {
   // point at each other).
   server_.reset();
   sglang_.reset();
+  if (registered_) registered_->SetBridgeWorkers(nullptr);  // it asks the bridge
   sglang_bridge_.reset();
   api_.reset();
   registered_.reset();
@@ -383,6 +384,12 @@ Status Router::Start() {
                            [&](const ingest::SourceSpec& s) { return s.worker == worker; });
       };
       sglang_bridge_ = std::make_unique<SglangBridgeIngest>(std::move(bridge), sink_.get());
+      // The reverse: no registration named like a worker the bridge feeds.
+      if (registered_) {
+        registered_->SetBridgeWorkers([bridge = sglang_bridge_.get()](const std::string& worker) {
+          return bridge->InUse(worker);
+        });
+      }
     }
     // SGLang's KV indexer (--sglang-indexer): the same lookup as the API.
     sglang_ = std::make_unique<SglangService>(

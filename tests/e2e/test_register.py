@@ -7,7 +7,8 @@ Mooncake's /query; GET /workers lists them; re-registering is idempotent;
 other fields under a taken instance are refused; the number is bounded
 (--max-registrations); hostile bodies get a 4xx with a counted reason;
 /unregister stops following and clears the entries; and the registrations
-survive a restart (DATA_DIR/registrations.json).
+survive a restart (DATA_DIR/registrations.json), also one that cannot start
+then (kept, pending, started once it can).
 
 Usage: test_register.py BIN_DIR
 """
@@ -195,9 +196,31 @@ def main():
         assert rows_of(router, "inst-a") == [], "inst-a came back"
         assert {w["instance_id"] for w in router.json("GET", "/workers")} == {"inst-b"}
 
+        # A saved registration that cannot start at the next start (here
+        # --max-registrations lowered to 1) is not lost: it stays in the
+        # file, pending (listed, its old entries cleared, not followed), and
+        # starts once it can (a slot freed, tried again every 5 s).
+        path = os.path.join(router.data_dir, "registrations.json")
+        router.json("POST", "/register", registration(c, "inst-c"), expect=201)
+        c.publish([c.stored([31], TOKENS[:4], B)])
+        wait_rows(router, "inst-c", 1, c)
+        assert router.stop() == 0
+        router.args[router.args.index("--max-registrations") + 1] = "1"
+        router.start()
+        router.wait_ready()
+        wait_rows(router, "inst-b", 3, b)
+        saved = json.load(open(path))
+        assert [r["instance_id"] for r in saved["registrations"]] == ["inst-b", "inst-c"], saved
+        assert {w["instance_id"] for w in router.json("GET", "/workers")} == \
+            {"inst-b", "inst-c"}
+        e2e.wait_for(lambda: rows_of(router, "inst-c") == [], 10, "pending inst-c cleared")
+        router.json("POST", "/unregister", {"instance_id": "inst-b"})
+        wait_rows(router, "inst-c", 1, c)
+        saved = json.load(open(path))
+        assert [r["instance_id"] for r in saved["registrations"]] == ["inst-c"], saved
+
         # A registrations file past its size bound (16 MiB) is not read.
         assert router.stop() == 0
-        path = os.path.join(router.data_dir, "registrations.json")
         text = open(path).read()
         with open(path, "w") as out:
             out.write(text + " " * (17 << 20))

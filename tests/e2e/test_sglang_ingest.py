@@ -5,7 +5,9 @@
 protobuf wire by hand from the field numbers of SGLang's kv_indexer.proto:
 reported hashes show up in /v1/match and in MatchExternalKvPrefix (with the
 batch's worker_address), revokes remove them, a sequence gap clears the
-worker first, CLEAR_ALL_AT_TIER clears it; oversized or malformed batches
+worker first, CLEAR_ALL_AT_TIER clears it; a worker_id naming a --source or
+a registered instance is refused, and so is a registration naming a bridge
+worker; oversized or malformed batches
 (more than 256 actions, a tier outside 1..3, an unknown action) are refused
 whole with INVALID_ARGUMENT and counted; a --nats router refuses the flag
 naming kvindex-agent.
@@ -87,6 +89,7 @@ def main():
 
     ctx = zmq.Context()
     engine = e2e.Engine(ctx)  # the model's --source (its block size)
+    engines = [engine]
     port = e2e.free_port()
     router = e2e.Router(bin_dir, [engine.source("w0", MODEL, B)],
                         ["--sglang-indexer", "127.0.0.1:%d" % port, "--sglang-ingest"])
@@ -138,6 +141,30 @@ def main():
         else:
             raise AssertionError("accepted: a batch for the --source worker w0")
         assert outcome_count(router, "registration_conflict") == 1
+        # Both directions with an instance registered over HTTP (POST
+        # /register): a worker_id naming it is refused as w0 was, and a
+        # registration naming a worker the bridge feeds is refused (409):
+        # either would clear the other's entries.
+        registered = e2e.Engine(ctx)
+        engines.append(registered)
+        body = {"endpoint": "tcp://127.0.0.1:%d" % registered.pub_port,
+                "replay_endpoint": "tcp://127.0.0.1:%d" % registered.replay_port,
+                "type": "vLLM", "modelname": MODEL, "lora_name": "", "tenant_id": "default",
+                "instance_id": "r1", "block_size": B, "dp_rank": 0, "additionalsalt": ""}
+        router.json("POST", "/register", body, expect=201)
+        try:
+            apply(batch("r1", 1, [action(REPORT, HBM, S)]))
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.FAILED_PRECONDITION, error
+            assert "registered instance" in error.details(), error.details()
+        else:
+            raise AssertionError("accepted: a batch for the registered instance r1")
+        assert outcome_count(router, "registration_conflict") == 2
+        status, _, text = router.request("POST", "/register", dict(
+            body, instance_id="sg0", endpoint="tcp://127.0.0.1:1", replay_endpoint=""))
+        assert status == 409 and "SGLang bridge" in text, (status, text)
+        assert "sg0" not in {w["instance_id"] for w in router.json("GET", "/workers")
+                             if w["source"] == "register"}
         apply(batch("sg0", 3, []))  # a later batch lands after them: nothing else changed
         assert w0(router) is not None and w0(router)["longest"] == 1, w0(router)
         assert sg0(router)["longest"] == 2, sg0(router)
@@ -160,7 +187,8 @@ def main():
         if client is not None:
             client.channel.close()
         router.cleanup()
-        engine.close()
+        for e in engines:
+            e.close()
         ctx.term()
 
 

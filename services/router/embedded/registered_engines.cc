@@ -143,26 +143,103 @@ RegisteredEngines::RegisteredEngines(RegisteredEnginesOptions options, InProcess
 RegisteredEngines::~RegisteredEngines() { Stop(); }
 
 Status RegisteredEngines::Start() {
-  MutexLock change(&change_mu_);
-  stopping_ = false;
-  auto logger = log::Get("router");
-  StatusOr<std::vector<EngineRegistration>> saved = ReadSaved(options_.state_file);
-  if (!saved.ok()) {
-    // Not fatal: the engines can be registered again. The file stays as it
-    // is until the next registration replaces it.
-    logger->error("{}: no registered engine followed", saved.status().ToString());
-    return absl::OkStatus();
-  }
-  if (saved->empty()) return absl::OkStatus();
-  for (const EngineRegistration& r : *saved) {
-    if (Status s = StartOne(r, /*persist=*/false); !s.ok()) {
-      logger->error("registration {} not restored: {}", RegistrationId(r), s.ToString());
+  Status status = absl::OkStatus();
+  {
+    MutexLock change(&change_mu_);
+    stopping_ = false;
+    auto logger = log::Get("router");
+    StatusOr<std::vector<EngineRegistration>> saved = ReadSaved(options_.state_file);
+    if (!saved.ok()) {
+      // Not fatal: the engines can be registered again. The file stays as it
+      // is until the next registration replaces it.
+      logger->error("{}: no registered engine followed", saved.status().ToString());
+      saved = std::vector<EngineRegistration>();
+    }
+    for (const EngineRegistration& r : *saved) {
+      const Key key{r.instance_id, r.dp_rank};
+      {
+        MutexLock lock(&mu_);
+        if (entries_.count(key) != 0 || pending_.count(key) != 0) {
+          logger->error("registration {} saved twice: the second one skipped", RegistrationId(r));
+          continue;
+        }
+      }
+      if (Status s = StartOne(r, /*persist=*/false); !s.ok()) {
+        // Kept (in the file too) and retried: the reason may pass (an engine
+        // or a limit), a registration is never lost to it.
+        logger->error("registration {} not started, kept and retried every {} ms: {}",
+                      RegistrationId(r), options_.retry_interval.count(), s.ToString());
+        MutexLock lock(&mu_);
+        pending_[key] = Pending{r, s.ToString()};
+      }
+    }
+    std::vector<PlacementEvent> clears;
+    {
+      MutexLock lock(&mu_);
+      if (!saved->empty()) {
+        logger->info("{} registered engine(s) restored from '{}', {} pending", entries_.size(),
+                     options_.state_file, pending_.size());
+      }
+      // A pending instance's entries (a checkpoint's) leave the index: it is
+      // not followed until it starts (and then starts cleared).
+      // Not an instance a --source now follows: those entries are its.
+      for (const auto& [key, pending] : pending_) {
+        const std::string& instance = key.first;  // (a lambda cannot name a binding)
+        if (std::any_of(options_.configured.begin(), options_.configured.end(),
+                        [&](const ingest::SourceSpec& c) { return c.worker == instance; })) {
+          continue;
+        }
+        for (PlacementEvent& clear :
+             ClearsFor(key.first, key.second, NodeOf(pending.registration))) {
+          clears.push_back(std::move(clear));
+        }
+      }
+      // Rewritten without the entries that did not read back.
+      if (!saved->empty()) status = Save();
+    }
+    if (Status s = clears.empty() ? Status() : sink_->Publish(clears); !s.ok()) {
+      logger->warn("pending registrations: clear not published: {}", s.ToString());
     }
   }
+  retry_stop_.Reset();
+  if (!retry_thread_.joinable()) {
+    retry_thread_ = std::thread([this] {
+      while (!retry_stop_.WaitFor(options_.retry_interval)) RetryPending();
+    });
+  }
+  return status;
+}
+
+void RegisteredEngines::RetryPending() {
+  MutexLock change(&change_mu_);
+  if (stopping_) return;
+  std::vector<EngineRegistration> todo;
+  {
+    MutexLock lock(&mu_);
+    for (const auto& [key, pending] : pending_) todo.push_back(pending.registration);
+  }
+  for (const EngineRegistration& r : todo) {
+    const Status s = StartOne(r, /*persist=*/false);
+    MutexLock lock(&mu_);
+    auto it = pending_.find(Key{r.instance_id, r.dp_rank});
+    if (it == pending_.end()) continue;
+    if (s.ok()) {
+      pending_.erase(it);
+    } else if (s.ToString() != it->second.error) {
+      log::Get("router")->warn("registration {} still pending: {}", RegistrationId(r),
+                               s.ToString());
+      it->second.error = s.ToString();
+    }
+  }
+}
+
+void RegisteredEngines::SetBridgeWorkers(std::function<bool(const std::string&)> in_use) {
   MutexLock lock(&mu_);
-  logger->info("{} registered engine(s) restored from '{}'", entries_.size(), options_.state_file);
-  // The file now says what runs.
-  return Save();
+  bridge_workers_ = std::move(in_use);
+}
+
+std::string RegisteredEngines::NodeOf(const EngineRegistration& r) const {
+  return strings::Cat(options_.base.node, "/register/", r.instance_id, "/", r.dp_rank);
 }
 
 std::vector<std::string> RegisteredEngines::SavedInstances() const {
@@ -175,12 +252,15 @@ std::vector<std::string> RegisteredEngines::SavedInstances() const {
 }
 
 void RegisteredEngines::Stop() {
+  retry_stop_.Raise();
+  if (retry_thread_.joinable()) retry_thread_.join();
   MutexLock change(&change_mu_);
   stopping_ = true;
   std::map<Key, Entry> stopped;
   {
     MutexLock lock(&mu_);
     stopped.swap(entries_);
+    pending_.clear();  // the file keeps them
   }
   for (auto& [key, entry] : stopped) entry.pipeline->Stop();
 }
@@ -218,6 +298,12 @@ StatusOr<ingest::SourceSpec> RegisteredEngines::Validate(const EngineRegistratio
   if (specs->size() != 1) return absl::InvalidArgumentError("registration: one rank expected");
   ingest::SourceSpec spec = std::move(specs->front());
 
+  if (bridge_workers_ && bridge_workers_(r.instance_id)) {
+    return absl::AlreadyExistsError(
+        strings::Cat("instance '", r.instance_id,
+                     "' is a worker_id the SGLang bridge (--sglang-ingest) feeds; it cannot be "
+                     "registered"));
+  }
   for (const ingest::SourceSpec& c : options_.configured) {
     if (c.worker == r.instance_id) {
       return absl::AlreadyExistsError(strings::Cat(
@@ -238,6 +324,12 @@ StatusOr<ingest::SourceSpec> RegisteredEngines::Validate(const EngineRegistratio
     }
     if (entry.spec.model == spec.model && !known.has_value()) known = entry.spec.block_size;
   }
+  for (const auto& [key, pending] : pending_) {
+    if (pending.registration.endpoint == r.endpoint && key != Key{r.instance_id, r.dp_rank}) {
+      return absl::AlreadyExistsError(strings::Cat(
+          "endpoint ", r.endpoint, " is registered (pending) for instance '", key.first, "'"));
+    }
+  }
   if (known.has_value() && *known != spec.block_size) {
     return absl::InvalidArgumentError(strings::Cat("block_size ", spec.block_size,
                                                    " is not the block size of '", r.model, "' (",
@@ -247,6 +339,7 @@ StatusOr<ingest::SourceSpec> RegisteredEngines::Validate(const EngineRegistratio
 }
 
 Status RegisteredEngines::StartOne(const EngineRegistration& registration, bool persist) {
+  const Key key{registration.instance_id, registration.dp_rank};
   ingest::SourceSpec spec;
   {
     MutexLock lock(&mu_);
@@ -258,27 +351,34 @@ Status RegisteredEngines::StartOne(const EngineRegistration& registration, bool 
           strings::Cat("already ", entries_.size(), " registered engines (--max-registrations ",
                        options_.max_registrations, "): unregister one first"));
     }
+    // Claimed (Follows says so) before the pipeline publishes: the bridge
+    // checks Follows after claiming its worker, this side checked the bridge
+    // above, in the same critical section as the claim.
+    starting_.insert(key);
   }
   Entry entry;
   entry.registration = registration;
   entry.spec = spec;
-  entry.node = strings::Cat(options_.base.node, "/register/", registration.instance_id, "/",
-                            registration.dp_rank);
+  entry.node = NodeOf(registration);
   ingest::AgentOptions agent = options_.base;
   agent.node = entry.node;
   agent.sources = {spec};
   entry.pipeline = std::make_unique<ingest::AgentPipeline>(std::move(agent), sink_, registry_);
-  KVINDEX_RETURN_IF_ERROR(entry.pipeline->Start());
+  if (Status s = entry.pipeline->Start(); !s.ok()) {
+    MutexLock lock(&mu_);
+    starting_.erase(key);
+    return s;
+  }
   Status saved = absl::OkStatus();
   Entry removed;
   std::vector<PlacementEvent> clears;
   {
     MutexLock lock(&mu_);
-    auto [it, inserted] =
-        entries_.emplace(Key{registration.instance_id, registration.dp_rank}, std::move(entry));
+    starting_.erase(key);
+    auto [it, inserted] = entries_.emplace(key, std::move(entry));
     if (persist) saved = Save();
     if (!saved.ok()) {
-      clears = ClearsFor(it->second);
+      clears = ClearsFor(key.first, key.second, it->second.node);
       removed = std::move(it->second);
       entries_.erase(it);
     }
@@ -301,37 +401,57 @@ Status RegisteredEngines::Register(const EngineRegistration& registration, bool*
     return absl::ResourceExhaustedError(
         "registration is off on this router (--max-registrations 0): use --source");
   }
+  const Key key{registration.instance_id, registration.dp_rank};
+  bool pending = false;
   {
     MutexLock lock(&mu_);
-    if (auto it = entries_.find(Key{registration.instance_id, registration.dp_rank});
-        it != entries_.end()) {
+    const EngineRegistration* taken = nullptr;
+    if (auto it = entries_.find(key); it != entries_.end()) {
       if (it->second.registration == registration) return absl::OkStatus();  // idempotent
+      taken = &it->second.registration;
+    } else if (auto p = pending_.find(key); p != pending_.end()) {
+      pending = p->second.registration == registration;  // tried again now
+      if (!pending) taken = &p->second.registration;
+    }
+    if (taken != nullptr) {
       return absl::AlreadyExistsError(
           strings::Cat("instance '", registration.instance_id, "' rank ", registration.dp_rank,
-                       " is registered with other fields (", it->second.registration.endpoint, ", ",
-                       it->second.registration.model, "): unregister it first"));
+                       " is registered with other fields (", taken->endpoint, ", ", taken->model,
+                       "): unregister it first"));
     }
   }
-  KVINDEX_RETURN_IF_ERROR(StartOne(registration, /*persist=*/true));
+  // A pending registration is in the file already.
+  const Status started = StartOne(registration, /*persist=*/!pending);
+  if (pending) {
+    MutexLock lock(&mu_);
+    if (started.ok()) {
+      pending_.erase(key);
+    } else {
+      pending_[key].error = started.ToString();
+    }
+  }
+  KVINDEX_RETURN_IF_ERROR(started);
   *created = true;
   return absl::OkStatus();
 }
 
-std::vector<PlacementEvent> RegisteredEngines::ClearsFor(const Entry& entry) const {
+std::vector<PlacementEvent> RegisteredEngines::ClearsFor(const std::string& instance,
+                                                         uint32_t dp_rank,
+                                                         const std::string& node) const {
   // The ranks this source's envelopes could name (SourceSpec::dp_rank_limit:
   // 0..dp_rank), less those another registration of the instance serves.
   std::vector<PlacementEvent> clears;
   const uint64_t now = WallClockNs();
   // Validate bounds dp_rank below kMaxDpRanks; the min keeps the loop finite
   // whatever reached the entry.
-  const uint32_t last = std::min(entry.spec.dp_rank, ingest::kMaxDpRanks - 1);
+  const uint32_t last = std::min(dp_rank, ingest::kMaxDpRanks - 1);
   for (uint32_t rank = 0; rank <= last; ++rank) {
-    const Key other{entry.registration.instance_id, rank};
-    if (rank != entry.spec.dp_rank && entries_.count(other) != 0) continue;
+    const Key other{instance, rank};
+    if (rank != dp_rank && entries_.count(other) != 0) continue;
     PlacementEvent& clear = clears.emplace_back();
     clear.kind = PlacementKind::kCleared;  // empty model: every model
-    clear.source = SourceKey{entry.registration.instance_id, rank};
-    clear.agent = entry.node;
+    clear.source = SourceKey{instance, rank};
+    clear.agent = node;
     clear.event_id = now + rank;
     clear.timestamp_ns = now;
   }
@@ -354,6 +474,7 @@ Status RegisteredEngines::Unregister(const std::string& instance_id,
   if (stopping_) return absl::UnavailableError("the router is stopping");
   std::vector<std::pair<Entry, std::vector<PlacementEvent>>> stopped;
   Status saved = absl::OkStatus();
+  bool unpended = false;
   {
     MutexLock lock(&mu_);
     std::vector<std::map<Key, Entry>::iterator> found;
@@ -362,7 +483,17 @@ Status RegisteredEngines::Unregister(const std::string& instance_id,
         found.push_back(it);
       }
     }
-    if (found.empty()) {
+    // Pending ones: no pipeline, their entries were cleared at Start.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->first.first == instance_id && (!dp_rank || it->first.second == *dp_rank)) {
+        removed->push_back(RegistrationId(it->second.registration));
+        it = pending_.erase(it);
+        unpended = true;
+      } else {
+        ++it;
+      }
+    }
+    if (found.empty() && !unpended) {
       for (const ingest::SourceSpec& c : options_.configured) {
         if (c.worker == instance_id) {
           return absl::FailedPreconditionError(
@@ -378,14 +509,16 @@ Status RegisteredEngines::Unregister(const std::string& instance_id,
     // Highest rank first: a lower rank still registered clears itself after.
     std::reverse(found.begin(), found.end());
     for (auto it : found) {
-      std::vector<PlacementEvent> clears = ClearsFor(it->second);
+      std::vector<PlacementEvent> clears =
+          ClearsFor(it->first.first, it->first.second, it->second.node);
       stopped.emplace_back(std::move(it->second), std::move(clears));
       entries_.erase(it);
     }
     saved = Save();
   }
   for (auto& [entry, clears] : stopped) StopAndPublish(entry, clears);
-  log::Get("router")->info("unregistered {} engine(s) of instance {}", stopped.size(), instance_id);
+  log::Get("router")->info("unregistered {} engine(s) of instance {}", removed->size(),
+                           instance_id);
   if (!saved.ok()) {
     return absl::UnavailableError(
         strings::Cat("stopped, but the registrations file was not updated: ", saved.message()));
@@ -395,9 +528,12 @@ Status RegisteredEngines::Unregister(const std::string& instance_id,
 
 std::vector<EngineRegistration> RegisteredEngines::Registered() const {
   MutexLock lock(&mu_);
+  std::map<Key, const EngineRegistration*> all;
+  for (const auto& [key, entry] : entries_) all[key] = &entry.registration;
+  for (const auto& [key, pending] : pending_) all[key] = &pending.registration;
   std::vector<EngineRegistration> out;
-  out.reserve(entries_.size());
-  for (const auto& [key, entry] : entries_) out.push_back(entry.registration);
+  out.reserve(all.size());
+  for (const auto& [key, registration] : all) out.push_back(*registration);
   return out;
 }
 
@@ -429,13 +565,20 @@ bool RegisteredEngines::Follows(const std::string& instance) const {
   }
   MutexLock lock(&mu_);
   auto it = entries_.lower_bound(Key{instance, 0});
-  return it != entries_.end() && it->first.first == instance;
+  if (it != entries_.end() && it->first.first == instance) return true;
+  auto p = pending_.lower_bound(Key{instance, 0});
+  if (p != pending_.end() && p->first.first == instance) return true;
+  auto s = starting_.lower_bound(Key{instance, 0});
+  return s != starting_.end() && s->first == instance;
 }
 
 Status RegisteredEngines::Save() const {
   if (options_.state_file.empty()) return absl::OkStatus();
+  std::map<Key, const EngineRegistration*> all;  // running and pending
+  for (const auto& [key, entry] : entries_) all[key] = &entry.registration;
+  for (const auto& [key, pending] : pending_) all[key] = &pending.registration;
   nlohmann::json list = nlohmann::json::array();
-  for (const auto& [key, entry] : entries_) list.push_back(ToJson(entry.registration));
+  for (const auto& [key, registration] : all) list.push_back(ToJson(*registration));
   const std::string text = nlohmann::json{{"registrations", list}}.dump(2) + "\n";
   const std::string temporary = options_.state_file + ".tmp";
   std::FILE* file = std::fopen(temporary.c_str(), "wb");

@@ -23,9 +23,21 @@
 // instance): what it held leaves the index as an expired source's would.
 //
 // Restarts: the registrations are saved to `state_file` (JSON, written to a
-// temporary file and renamed) on every change and run again by Start; each
-// starts cleared and replays its engine from seq 0 (its sequence state is
-// not checkpointed, unlike a --source's).
+// temporary file and renamed, the directory synced) on every change and run
+// again by Start; each starts cleared and replays its engine from seq 0 (its
+// sequence state is not checkpointed, unlike a --source's). A saved entry
+// that cannot start (refused for now: --max-registrations lowered, the
+// model's block size, a pipeline that fails to start) stays in the file,
+// pending: its instance is cleared from the index (unless a --source
+// follows it now: those entries are the --source's), it is listed by
+// Registered (/workers) and Follows, and retried every retry_interval until
+// it runs or is unregistered. Only an entry that does not read back (a
+// wrong type, an integer out of range) is dropped.
+//
+// The SGLang bridge (SetBridgeWorkers): an instance named like a worker the
+// bridge feeds is refused (AlreadyExists), as the bridge refuses a worker
+// named like a registered instance; each side claims the name before it
+// checks the other's, so two racing claims cannot both win.
 //
 // Thread safety: Start/Stop from the controlling thread; Register,
 // Unregister, Registered, Sources, Ready, Follows from any thread. Ready and
@@ -35,17 +47,21 @@
 
 #include <prometheus/registry.h>
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "shared/base/mutex.h"
 #include "shared/base/status.h"
+#include "shared/base/stop_signal.h"
 #include "shared/ingest/agent_pipeline.h"
 #include "shared/model/ingest_status.h"
 #include "shared/publish/in_process_sink.h"
@@ -65,6 +81,8 @@ struct RegisteredEnginesOptions {
   std::string state_file;
   // The block size the index already knows for a model (nullopt: none).
   std::function<std::optional<uint32_t>(const std::string& model)> model_block_size;
+  // How often saved registrations that could not start are tried again.
+  std::chrono::milliseconds retry_interval{5000};
 };
 
 class RegisteredEngines final : public query::EngineRegistry {
@@ -82,6 +100,9 @@ class RegisteredEngines final : public query::EngineRegistry {
   std::vector<std::string> SavedInstances() const;
   // Stops every pipeline (the file keeps them for the next Start).
   void Stop();
+  // True for a worker id the SGLang bridge feeds (null = none). Called
+  // under this object's lock: it must not call back into it.
+  void SetBridgeWorkers(std::function<bool(const std::string& worker)> in_use);
 
   Status Register(const query::EngineRegistration& registration, bool* created) override;
   Status Unregister(const std::string& instance_id, std::optional<uint32_t> dp_rank,
@@ -93,7 +114,8 @@ class RegisteredEngines final : public query::EngineRegistry {
   std::vector<IngestSourceStatus> Sources() const;
   bool Ready() const;
   size_t size() const;
-  // True when `instance` is a --source worker or a registered instance.
+  // True when `instance` is a --source worker or a registered instance
+  // (running, starting or pending).
   bool Follows(const std::string& instance) const;
 
  private:
@@ -104,15 +126,25 @@ class RegisteredEngines final : public query::EngineRegistry {
     std::unique_ptr<ingest::AgentPipeline> pipeline;
   };
   using Key = std::pair<std::string, uint32_t>;  // (instance, dp_rank)
+  // A saved registration that could not start (kept in the file, retried).
+  struct Pending {
+    query::EngineRegistration registration;
+    std::string error;
+  };
 
   StatusOr<ingest::SourceSpec> Validate(const query::EngineRegistration& registration) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Validates, starts and adds one registration (saved when `persist`).
   Status StartOne(const query::EngineRegistration& registration, bool persist)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(change_mu_) ABSL_LOCKS_EXCLUDED(mu_);
-  // The "cleared" events for what the entry could have filled.
-  std::vector<PlacementEvent> ClearsFor(const Entry& entry) const
+  // The "cleared" events for what a registration of (instance, dp_rank)
+  // could have filled, stamped with agent `node`.
+  std::vector<PlacementEvent> ClearsFor(const std::string& instance, uint32_t dp_rank,
+                                        const std::string& node) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string NodeOf(const query::EngineRegistration& registration) const;
+  // Tries the pending registrations again (the retry thread).
+  void RetryPending() ABSL_LOCKS_EXCLUDED(change_mu_, mu_);
   // Stops the entry's pipeline (out of entries_), then publishes `clears`.
   void StopAndPublish(Entry& entry, const std::vector<PlacementEvent>& clears)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(change_mu_) ABSL_LOCKS_EXCLUDED(mu_);
@@ -128,7 +160,13 @@ class RegisteredEngines final : public query::EngineRegistry {
   // while publishing into the log or stopping a pipeline.
   mutable Mutex mu_;
   std::map<Key, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  // Registrations whose pipeline is starting (claimed, not yet in entries_).
+  std::set<Key> starting_ ABSL_GUARDED_BY(mu_);
+  std::map<Key, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  std::function<bool(const std::string&)> bridge_workers_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(change_mu_) = false;
+  StopSignal retry_stop_;
+  std::thread retry_thread_;  // Start and Stop only
 };
 
 }  // namespace kvindex::router

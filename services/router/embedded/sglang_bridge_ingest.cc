@@ -98,14 +98,11 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
   if (!model.has_value()) {
     return Refuse(SglangCode::kFailedPrecondition, Outcome::kBlockSizeUnknown, why);
   }
-  if (options_.reserved && options_.reserved(request.worker_id())) {
-    return Refuse(SglangCode::kFailedPrecondition, Outcome::kRegistrationConflict,
-                  strings::Cat("worker_id '", request.worker_id(),
-                               "' is a --source worker or a registered instance of this router"));
-  }
   const SourceKey source{request.worker_id(), 0};
   MutexLock publish_lock(&publish_mu_);
   bool clear_first = false;
+  bool held = false;
+  bool created = false;
   {
     MutexLock lock(&mu_);
     auto it = workers_.find(request.worker_id());
@@ -115,13 +112,29 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
                       strings::Cat("already ", workers_.size(), " SGLang bridge workers (at most ",
                                    options_.max_workers, ")"));
       }
+      // Claimed before `reserved` is asked (below, without mu_): a
+      // registration checks InUse after claiming its name, so of two racing
+      // claims at least one sees the other.
       it = workers_.emplace(request.worker_id(), Worker{}).first;
+      created = true;
       clear_first = true;  // whatever the log held of it before is not known to be current
     } else if (request.seq() != it->second.last_seq + 1) {
       clear_first = true;  // a gap (lost batches) or a restarted bridge
     }
-    it->second.last_seq = request.seq();
-    it->second.address = request.worker_address();
+    held = it->second.may_hold;
+  }
+  if (options_.reserved && options_.reserved(request.worker_id())) {
+    MutexLock lock(&mu_);
+    if (created) workers_.erase(request.worker_id());  // the claim, unused
+    return Refuse(SglangCode::kFailedPrecondition, Outcome::kRegistrationConflict,
+                  strings::Cat("worker_id '", request.worker_id(),
+                               "' is a --source worker or a registered instance of this router"));
+  }
+  {
+    MutexLock lock(&mu_);
+    Worker& worker = workers_[request.worker_id()];
+    worker.last_seq = request.seq();
+    worker.address = request.worker_address();
   }
 
   std::vector<PlacementEvent> events;
@@ -137,13 +150,18 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
     return e;
   };
   if (clear_first) add(PlacementKind::kCleared);  // empty model: every model
+  // Whether the source may hold a block once the batch is applied: false
+  // after a clear with no report behind it (its slot is then given back).
+  bool may_hold = !clear_first && held;
   for (const pb::ExternalKvAction& action : request.actions()) {
     const Tier tier = *TierOf(action.tier());
     if (action.type() == pb::ACTION_CLEAR_ALL_AT_TIER) {
       add(PlacementKind::kCleared);  // the whole source: an undercount at worst
+      may_hold = false;
       continue;
     }
     if (action.hashes_size() == 0) continue;
+    if (action.type() == pb::ACTION_REPORT) may_hold = true;
     PlacementEvent& e =
         add(action.type() == pb::ACTION_REPORT ? PlacementKind::kStored : PlacementKind::kRemoved);
     e.model = model->first;
@@ -155,14 +173,27 @@ SglangStatus SglangBridgeIngest::Apply(const pb::ApplyExternalKvBatchRequest& re
     }
   }
   next_event_id_ = event_id;
-  if (events.empty()) return SglangStatus{};
   // Without mu_: Publish waits while the log is full.
-  if (Status s = sink_->Publish(events); !s.ok()) {
-    MutexLock lock(&mu_);
-    workers_.erase(request.worker_id());  // its next batch clears first
-    return Refuse(SglangCode::kUnavailable, Outcome::kUnavailable, std::string(s.message()));
+  const Status published = events.empty() ? Status() : sink_->Publish(events);
+  MutexLock lock(&mu_);
+  if (!published.ok() || !may_hold) {
+    // A failed publish: its next batch clears first. Nothing held: the slot
+    // is free for another worker (max_workers bounds the live ones); back,
+    // it is a new worker (cleared first).
+    workers_.erase(request.worker_id());
+  } else {
+    workers_[request.worker_id()].may_hold = true;
+  }
+  if (!published.ok()) {
+    return Refuse(SglangCode::kUnavailable, Outcome::kUnavailable,
+                  std::string(published.message()));
   }
   return SglangStatus{};
+}
+
+bool SglangBridgeIngest::InUse(const std::string& worker) const {
+  MutexLock lock(&mu_);
+  return workers_.contains(worker);
 }
 
 std::string SglangBridgeIngest::Address(const SourceKey& source) const {

@@ -16,10 +16,14 @@
 // Bounded and fail closed: at most kMaxActions actions, each with a tier in
 // 1..3 (TIER_HBM, TIER_DRAM, TIER_SSD) and at most kSglangMaxHashes hashes;
 // the batch is checked whole before anything is applied (INVALID_ARGUMENT
-// otherwise). At most max_workers distinct workers (RESOURCE_EXHAUSTED past
-// it); no worker id of another source (SglangBridgeOptions::reserved). A worker's first batch, a
-// sequence gap and a sequence going back (a restarted bridge) clear the source before the batch is
-// applied.
+// otherwise). At most max_workers live workers (RESOURCE_EXHAUSTED past
+// it): a worker whose batch ends cleared (CLEAR_ALL_AT_TIER, no report
+// after it) holds nothing and frees its slot, so churning worker ids never
+// exhaust the cap (a worker whose blocks were all revoked one by one keeps
+// its slot: the bridge does not count blocks). No worker id of another
+// source (SglangBridgeOptions::reserved). A worker's first batch (also its
+// first after its slot was freed), a sequence gap and a sequence going back
+// (a restarted bridge) clear the source before the batch is applied.
 //
 // Thread safety: Apply and Address from any thread. publish_mu_ orders the
 // batches (published in the order they are applied, held while Publish
@@ -46,13 +50,13 @@ struct SglangBridgeOptions {
   // The model the batches belong to and its block size (nullopt: none to
   // pick, or its block size unknown yet: FAILED_PRECONDITION with *why set).
   std::function<std::optional<std::pair<std::string, uint32_t>>(std::string* why)> model;
-  // Distinct workers accepted. Default: 1024.
+  // Live workers (holding blocks) at once. Default: 1024.
   uint32_t max_workers = 1024;
   // True for a worker id another source of the log owns (a --source worker,
   // a registered instance): its batches are refused (FAILED_PRECONDITION,
   // registration_conflict), or they would clear and rewrite that engine's
-  // entries through the trusted in-process log. Called without mu_; null =
-  // none.
+  // entries through the trusted in-process log. Called without mu_, after
+  // the worker's slot is claimed (see InUse); null = none.
   std::function<bool(const std::string& worker)> reserved;
 };
 
@@ -65,6 +69,9 @@ class SglangBridgeIngest {
   SglangBridgeIngest(SglangBridgeOptions options, InProcessSink* sink);
 
   compat::SglangStatus Apply(const compat::pb::ApplyExternalKvBatchRequest& request);
+  // True while `worker` holds a slot (the name is the bridge's: a
+  // registration of it is refused). Takes mu_ only.
+  bool InUse(const std::string& worker) const;
   // The worker_address a worker's last batch gave ("" = none).
   std::string Address(const SourceKey& source) const;
 
@@ -72,6 +79,8 @@ class SglangBridgeIngest {
   struct Worker {
     uint64_t last_seq = 0;
     std::string address;
+    // A report since its last clear (else the slot is freed after the batch).
+    bool may_hold = false;
   };
   const SglangBridgeOptions options_;
   InProcessSink* const sink_;
