@@ -96,7 +96,35 @@ Status Normalizer::Add(const nlohmann::json& spec, std::vector<Step>* steps) {
   return Status();
 }
 
-Status Normalizer::Apply(std::string* text) const {
+std::optional<Normalizer::Charwise> Normalizer::CharwiseImages() const {
+  if (steps_.empty()) return std::nullopt;
+  Charwise charwise;
+  std::vector<char32_t> replaced;
+  for (const Step& step : steps_) {
+    if (step.kind == Kind::kPrepend) continue;
+    if (step.kind != Kind::kReplaceString || step.pattern.empty()) return std::nullopt;
+    size_t len = 0;
+    const char32_t cp = DecodeUtf8(step.pattern, 0, &len);
+    if (len != step.pattern.size()) return std::nullopt;
+    replaced.push_back(cp);
+  }
+  for (char32_t cp : replaced) {
+    std::string image;
+    AppendUtf8(cp, &image);
+    // Replace steps cannot fail (no regex).
+    if (!Apply(&image, /*segment_start=*/false).ok()) return std::nullopt;
+    charwise.images[cp] = std::move(image);
+  }
+  // Prepend acts on a non-empty text only: its image is read off one
+  // character's, that character's own image taken away.
+  std::string probe = "a";
+  if (!Apply(&probe).ok() || !probe.ends_with('a')) return std::nullopt;
+  probe.pop_back();
+  charwise.prepended = std::move(probe);
+  return charwise;
+}
+
+Status Normalizer::Apply(std::string* text, bool segment_start) const {
   for (const Step& step : steps_) {
     switch (step.kind) {
       case Kind::kNfc:
@@ -112,7 +140,7 @@ Status Normalizer::Apply(std::string* text) const {
         Utf8procMap(text, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
         break;
       case Kind::kPrepend:
-        if (!text->empty()) text->insert(0, step.content);
+        if (segment_start && !text->empty()) text->insert(0, step.content);
         break;
       case Kind::kReplaceString:
         ReplaceAll(text, step.pattern, step.content);

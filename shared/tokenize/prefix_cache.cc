@@ -11,7 +11,8 @@ StatusOr<std::vector<uint32_t>> PrefixCache::Encode(std::string_view text,
                                                     bool add_special_tokens) {
   std::vector<uint32_t> body;
   std::vector<Checkpoint> checkpoints;
-  size_t resume = 0;  // byte offset encoding resumes at
+  size_t resume = 0;    // byte offset encoding resumes at
+  bool inside = false;  // ... inside a piece of plain text (Checkpoint::inside)
   const std::string* replaced = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -48,6 +49,7 @@ StatusOr<std::vector<uint32_t>> PrefixCache::Encode(std::string_view text,
         if (cp != entry.checkpoints.begin()) {
           --cp;
           resume = cp->offset;
+          inside = cp->inside;
           body.assign(entry.ids.begin(), entry.ids.begin() + cp->ids);
           checkpoints.assign(entry.checkpoints.begin(), cp + 1);
         }
@@ -69,10 +71,11 @@ StatusOr<std::vector<uint32_t>> PrefixCache::Encode(std::string_view text,
   if (resume < text.size()) {
     const size_t first_id = body.size();
     std::vector<Checkpoint> tail;
-    KVINDEX_RETURN_IF_ERROR(tokenizer_->EncodeBody(text.substr(resume), &body, resume == 0, &tail));
+    KVINDEX_RETURN_IF_ERROR(
+        tokenizer_->EncodeBody(text.substr(resume), &body, resume == 0, &tail, inside));
     for (Checkpoint c : tail) {
-      checkpoints.push_back(
-          {static_cast<uint32_t>(c.offset + resume), static_cast<uint32_t>(c.ids + first_id)});
+      checkpoints.push_back({static_cast<uint32_t>(c.offset + resume),
+                             static_cast<uint32_t>(c.ids + first_id), c.inside});
     }
   }
 
