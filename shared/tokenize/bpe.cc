@@ -227,7 +227,8 @@ constexpr size_t kMaxCachedWordBytes = 64;
 }  // namespace
 
 bool Bpe::SafeBeforeMetaspace(std::string_view word, size_t i) const {
-  return SafeBeforeMetaspace(LastCodePoint(word.substr(0, i)));
+  const auto last = static_cast<unsigned char>(word[i - 1]);
+  return SafeBeforeMetaspace(last < 0x80 ? char32_t{last} : LastCodePoint(word.substr(0, i)));
 }
 
 void Bpe::Encode(std::string_view word, std::vector<uint32_t>* ids) const {

@@ -2,7 +2,9 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -31,6 +33,25 @@ void Utf8procMap(std::string* text, int options) {
 }
 
 void ReplaceAll(std::string* text, std::string_view from, std::string_view to) {
+  if (from.size() == 1) {
+    // One byte (" " -> "▁"): a count, then one pass writing the result, no
+    // search call and no append per occurrence.
+    const char c = from[0];
+    const size_t hits = static_cast<size_t>(std::count(text->begin(), text->end(), c));
+    if (hits == 0) return;
+    std::string out(text->size() - hits + hits * to.size(), '\0');
+    char* o = out.data();
+    for (char b : *text) {
+      if (b == c) {
+        std::memcpy(o, to.data(), to.size());
+        o += to.size();
+      } else {
+        *o++ = b;
+      }
+    }
+    *text = std::move(out);
+    return;
+  }
   if (from.empty() || text->find(from) == std::string::npos) return;
   std::string out;
   out.reserve(text->size());
