@@ -52,7 +52,6 @@ char32_t LastCodePoint(std::string_view text) {
 }
 
 constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
-constexpr char32_t kCodePoints = 0x110000;
 
 struct HeapEntry {
   uint32_t rank;
@@ -228,8 +227,8 @@ constexpr size_t kMaxCachedWordBytes = 64;
 }  // namespace
 
 bool Bpe::SafeBeforeMetaspace(std::string_view word, size_t i) const {
-  const char32_t cp = LastCodePoint(word.substr(0, i));
-  return (safe_before_metaspace_[cp >> 6] >> (cp & 63)) & 1;
+  const auto last = static_cast<unsigned char>(word[i - 1]);
+  return SafeBeforeMetaspace(last < 0x80 ? char32_t{last} : LastCodePoint(word.substr(0, i)));
 }
 
 void Bpe::Encode(std::string_view word, std::vector<uint32_t>* ids) const {

@@ -37,7 +37,16 @@ class Bpe {
   // byte-level models).
   bool FindToken(std::string_view token, uint32_t* id) const;
 
+  // SentencePiece-style models: Encode cuts a word before each "▁" that no
+  // merge joins to the character before it (split_at_metaspace_ below).
+  bool splits_at_metaspace() const { return split_at_metaspace_; }
+  // splits_at_metaspace(): no merge joins code point `cp` to a "▁" after it.
+  bool SafeBeforeMetaspace(char32_t cp) const {
+    return cp < kCodePoints && ((safe_before_metaspace_[cp >> 6] >> (cp & 63)) & 1);
+  }
+
  private:
+  static constexpr char32_t kCodePoints = 0x110000;
   struct MergeValue {
     uint32_t rank;
     uint32_t new_id;

@@ -9,7 +9,9 @@
 // each preceded by its uint32 length: every one must be refused, not encoded.
 // Every document also goes through a PrefixCache as three growing prompts
 // (its first third, two thirds, all of it): each must give what Encode
-// gives, the last what Hugging Face gives.
+// gives, the last what Hugging Face gives; then as an edit of the cached
+// document (its first two thirds, a space, its middle third): what Encode
+// gives.
 // Prints each mismatch (first differing position with context) and a summary;
 // exits 1 on any mismatch.
 #include <cstdio>
@@ -98,6 +100,20 @@ int main(int argc, char** argv) {
           (cut == text.size() && *cached != expected)) {
         if (++cache_mismatches <= 5) {
           std::printf("doc %zu: the prefix cache differs on its first %zu bytes\n", docs - 1, cut);
+        }
+      }
+    }
+    {
+      const size_t third = boundary(text, text.size() / 3);
+      const size_t two_thirds = boundary(text, text.size() * 2 / 3);
+      const std::string edited =
+          text.substr(0, two_thirds) + " " + text.substr(third, two_thirds - third);
+      auto cached = cache.Encode(edited, add_special);
+      auto direct = (*tokenizer)->Encode(edited, add_special);
+      if (!cached.ok() || !direct.ok() || *cached != *direct) {
+        if (++cache_mismatches <= 5) {
+          std::printf("doc %zu: the prefix cache differs on an edit at byte %zu\n", docs - 1,
+                      two_thirds);
         }
       }
     }

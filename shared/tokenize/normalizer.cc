@@ -2,7 +2,9 @@
 
 #include <utf8proc.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <nlohmann/json.hpp>
 
 #include "absl/strings/str_cat.h"
@@ -31,6 +33,25 @@ void Utf8procMap(std::string* text, int options) {
 }
 
 void ReplaceAll(std::string* text, std::string_view from, std::string_view to) {
+  if (from.size() == 1) {
+    // One byte (" " -> "▁"): a count, then one pass writing the result, no
+    // search call and no append per occurrence.
+    const char c = from[0];
+    const size_t hits = static_cast<size_t>(std::count(text->begin(), text->end(), c));
+    if (hits == 0) return;
+    std::string out(text->size() - hits + hits * to.size(), '\0');
+    char* o = out.data();
+    for (char b : *text) {
+      if (b == c) {
+        std::memcpy(o, to.data(), to.size());
+        o += to.size();
+      } else {
+        *o++ = b;
+      }
+    }
+    *text = std::move(out);
+    return;
+  }
   if (from.empty() || text->find(from) == std::string::npos) return;
   std::string out;
   out.reserve(text->size());
@@ -96,7 +117,35 @@ Status Normalizer::Add(const nlohmann::json& spec, std::vector<Step>* steps) {
   return Status();
 }
 
-Status Normalizer::Apply(std::string* text) const {
+std::optional<Normalizer::Charwise> Normalizer::CharwiseImages() const {
+  if (steps_.empty()) return std::nullopt;
+  Charwise charwise;
+  std::vector<char32_t> replaced;
+  for (const Step& step : steps_) {
+    if (step.kind == Kind::kPrepend) continue;
+    if (step.kind != Kind::kReplaceString || step.pattern.empty()) return std::nullopt;
+    size_t len = 0;
+    const char32_t cp = DecodeUtf8(step.pattern, 0, &len);
+    if (len != step.pattern.size()) return std::nullopt;
+    replaced.push_back(cp);
+  }
+  for (char32_t cp : replaced) {
+    std::string image;
+    AppendUtf8(cp, &image);
+    // Replace steps cannot fail (no regex).
+    if (!Apply(&image, /*segment_start=*/false).ok()) return std::nullopt;
+    charwise.images[cp] = std::move(image);
+  }
+  // Prepend acts on a non-empty text only: its image is read off one
+  // character's, that character's own image taken away.
+  std::string probe = "a";
+  if (!Apply(&probe).ok() || !probe.ends_with('a')) return std::nullopt;
+  probe.pop_back();
+  charwise.prepended = std::move(probe);
+  return charwise;
+}
+
+Status Normalizer::Apply(std::string* text, bool segment_start) const {
   for (const Step& step : steps_) {
     switch (step.kind) {
       case Kind::kNfc:
@@ -112,7 +161,7 @@ Status Normalizer::Apply(std::string* text) const {
         Utf8procMap(text, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
         break;
       case Kind::kPrepend:
-        if (!text->empty()) text->insert(0, step.content);
+        if (segment_start && !text->empty()) text->insert(0, step.content);
         break;
       case Kind::kReplaceString:
         ReplaceAll(text, step.pattern, step.content);

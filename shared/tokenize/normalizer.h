@@ -5,8 +5,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "absl/container/flat_hash_map.h"
 
 #include "nlohmann/json_fwd.hpp"
 #include "shared/base/status.h"
@@ -20,8 +23,23 @@ class Normalizer {
   static StatusOr<Normalizer> FromJson(const nlohmann::json& spec);
 
   bool empty() const { return steps_.empty(); }
-  // Normalizes `text` (valid UTF-8) in place; fails only on a regex resource limit.
-  Status Apply(std::string* text) const;
+  // Normalizes `text` (valid UTF-8) in place; fails only on a regex resource
+  // limit. `segment_start` = false: `text` continues a piece of text whose
+  // start was normalized before, Prepend steps are skipped (only valid for a
+  // character-wise normalizer, see below).
+  Status Apply(std::string* text, bool segment_start = true) const;
+
+  // A normalizer made only of Prepend and Replace steps whose String
+  // patterns are one character each maps text character by character:
+  // Apply(a + b) == Apply(a) + Apply(b, false) for any cut between
+  // characters. Then: the image of each character it changes (the others
+  // map to themselves) and what Prepend puts first; nullopt for any other
+  // normalizer (or none).
+  struct Charwise {
+    absl::flat_hash_map<char32_t, std::string> images;
+    std::string prepended;  // the image of an empty prefix at a segment start
+  };
+  std::optional<Charwise> CharwiseImages() const;
 
  private:
   enum class Kind { kNfc, kNfd, kNfkc, kNfkd, kReplaceString, kReplaceRegex, kPrepend, kStrip };

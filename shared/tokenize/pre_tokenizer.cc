@@ -46,6 +46,16 @@ bool PreTokenizer::LinesAreBoundaries() const {
   return true;
 }
 
+bool PreTokenizer::KeepsWholeWithout(char absent) const {
+  for (const Step& step : steps_) {
+    if (step.kind != Kind::kSplit || step.regex != nullptr || step.invert ||
+        step.literal.find(absent) == std::string::npos) {
+      return false;
+    }
+  }
+  return true;
+}
+
 StatusOr<PreTokenizer> PreTokenizer::FromJson(const nlohmann::json& spec) {
   PreTokenizer pre;
   if (!spec.is_null()) KVINDEX_RETURN_IF_ERROR(Add(spec, &pre.steps_, &pre.byte_level_));

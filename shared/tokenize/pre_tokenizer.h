@@ -44,6 +44,11 @@ class PreTokenizer {
   // alternative of those stops at such a boundary, looking at most at the
   // character after it). The prefix cache may resume at such a line start.
   bool LinesAreBoundaries() const;
+  // True if Split keeps a text in which `absent` never occurs as one piece
+  // (at_start kept): no steps, or only non-inverted Splits on a String that
+  // contains `absent` (Gemma 3's split on " " after its normalizer replaced
+  // every space).
+  bool KeepsWholeWithout(char absent) const;
 
   // Cuts `input` into words, appended to *out. Text the steps rewrite
   // (Metaspace, prefix spaces) lives in *arena, which must outlive *out.

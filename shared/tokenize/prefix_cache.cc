@@ -1,8 +1,31 @@
 #include "shared/tokenize/prefix_cache.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 
 namespace kvindex::tokenize {
+namespace {
+
+// Length of the common prefix of a[0, n) and b[0, n), eight bytes at a time.
+size_t CommonPrefix(const char* a, const char* b, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t x, y;
+    std::memcpy(&x, a + i, 8);
+    std::memcpy(&y, b + i, 8);
+    if (x != y) {
+      const uint64_t d = x ^ y;  // the first differing byte: the lowest in memory order
+      const int bit =
+          std::endian::native == std::endian::little ? std::countr_zero(d) : std::countl_zero(d);
+      return i + static_cast<size_t>(bit) / 8;
+    }
+  }
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
+
+}  // namespace
 
 PrefixCache::PrefixCache(const Tokenizer* tokenizer, Options options)
     : tokenizer_(tokenizer), options_(options) {}
@@ -11,7 +34,8 @@ StatusOr<std::vector<uint32_t>> PrefixCache::Encode(std::string_view text,
                                                     bool add_special_tokens) {
   std::vector<uint32_t> body;
   std::vector<Checkpoint> checkpoints;
-  size_t resume = 0;  // byte offset encoding resumes at
+  size_t resume = 0;    // byte offset encoding resumes at
+  bool inside = false;  // ... inside a piece of plain text (Checkpoint::inside)
   const std::string* replaced = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -22,11 +46,7 @@ StatusOr<std::vector<uint32_t>> PrefixCache::Encode(std::string_view text,
       const std::string& cached = it->text;
       const size_t limit = std::min(cached.size(), text.size());
       if (limit <= best_common || limit == 0 || cached[0] != text[0]) continue;
-      const size_t common = static_cast<size_t>(
-          std::mismatch(cached.begin(), cached.begin() + static_cast<ptrdiff_t>(limit),
-                        text.begin())
-              .first -
-          cached.begin());
+      const size_t common = CommonPrefix(cached.data(), text.data(), limit);
       if (common > best_common) {
         best_common = common;
         best = it;
@@ -48,6 +68,7 @@ StatusOr<std::vector<uint32_t>> PrefixCache::Encode(std::string_view text,
         if (cp != entry.checkpoints.begin()) {
           --cp;
           resume = cp->offset;
+          inside = cp->inside;
           body.assign(entry.ids.begin(), entry.ids.begin() + cp->ids);
           checkpoints.assign(entry.checkpoints.begin(), cp + 1);
         }
@@ -69,10 +90,11 @@ StatusOr<std::vector<uint32_t>> PrefixCache::Encode(std::string_view text,
   if (resume < text.size()) {
     const size_t first_id = body.size();
     std::vector<Checkpoint> tail;
-    KVINDEX_RETURN_IF_ERROR(tokenizer_->EncodeBody(text.substr(resume), &body, resume == 0, &tail));
+    KVINDEX_RETURN_IF_ERROR(
+        tokenizer_->EncodeBody(text.substr(resume), &body, resume == 0, &tail, inside));
     for (Checkpoint c : tail) {
-      checkpoints.push_back(
-          {static_cast<uint32_t>(c.offset + resume), static_cast<uint32_t>(c.ids + first_id)});
+      checkpoints.push_back({static_cast<uint32_t>(c.offset + resume),
+                             static_cast<uint32_t>(c.ids + first_id), c.inside});
     }
   }
 

@@ -7,6 +7,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>
@@ -130,6 +132,164 @@ TEST(PrefixCacheTest, LeastRecentlyUsedGoesFirstAndHitsAreCounted) {
   ASSERT_TRUE(cache.Encode("a\nb\nc\nabc\nab").ok());  // its prompt was evicted: a miss
   EXPECT_EQ(cache.stats().hits, 1u);
   EXPECT_EQ(cache.stats().misses, 4u);
+}
+
+// SentencePiece-style models (Llama 2: Prepend "▁" + Replace " " -> "▁";
+// Gemma 3: Replace, then a Split on " " that never matches) resume inside
+// plain text, before a space whose preceding character no merge joins to
+// "▁". The vocabulary has merges that do join across "▁" ("a ▁", "c ▁",
+// "▁ ▁") so a cut at an unsafe space gives other ids; byte fallback for the
+// rest, added tokens that swallow whitespace (lstrip "<L>", rstrip "<R>").
+std::unique_ptr<Tokenizer> LoadSentencePiece(bool gemma) {
+  const std::string m = "\u2581";
+  nlohmann::json vocab = nlohmann::json::object();
+  auto add = [&](const std::string& token) {
+    if (!vocab.contains(token)) vocab[token] = vocab.size();
+  };
+  for (const char* t : {"<unk>", "<s>", "</s>"}) add(t);
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    add(name);
+  }
+  const std::vector<std::pair<std::string, std::string>> merges = {
+      {m, "a"}, {"a", m},       {m + "a", "b"}, {"b", "c"},      {m, m},         {"c", m},
+      {m, "b"}, {m + "b", "c"}, {"a", "b"},     {m + m, "a"},    {"a" + m, "b"}, {"x", "y"},
+      {m, "x"}, {m + "x", "y"}, {"c" + m, m},   {m + "ab", "c"}, {"ab", "c"}};
+  for (const char* t : {"a", "b", "c", "x", "y", "\n"}) add(t);
+  add(m);
+  nlohmann::json merge_list = nlohmann::json::array();
+  for (const auto& [l, r] : merges) {
+    add(l);
+    add(r);
+    add(l + r);
+    merge_list.push_back(l + " " + r);
+  }
+  nlohmann::json added = nlohmann::json::array();
+  auto add_special = [&](const std::string& content, bool lstrip, bool rstrip) {
+    add(content);
+    added.push_back({{"id", vocab[content]},
+                     {"content", content},
+                     {"single_word", false},
+                     {"lstrip", lstrip},
+                     {"rstrip", rstrip},
+                     {"normalized", false},
+                     {"special", true}});
+  };
+  add_special("<s>", false, false);
+  add_special("</s>", false, false);
+  add_special("<L>", true, false);
+  add_special("<R>", false, true);
+  if (gemma) {
+    add_special("\n", false, false);
+    add_special(m + m, false, false);
+  }
+  nlohmann::json replace = {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", m}};
+  nlohmann::json spec = {
+      {"version", "1.0"},
+      {"added_tokens", added},
+      {"normalizer",
+       gemma ? replace
+             : nlohmann::json{{"type", "Sequence"},
+                              {"normalizers", {{{"type", "Prepend"}, {"prepend", m}}, replace}}}},
+      {"pre_tokenizer", gemma ? nlohmann::json{{"type", "Split"},
+                                               {"pattern", {{"String", " "}}},
+                                               {"behavior", "MergedWithPrevious"},
+                                               {"invert", false}}
+                              : nlohmann::json()},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single",
+         {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
+        {"pair", nlohmann::json::array()},
+        {"special_tokens",
+         {{"<s>", {{"id", "<s>"}, {"ids", {vocab["<s>"]}}, {"tokens", {"<s>"}}}}}}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", "<unk>"},
+        {"fuse_unk", true},
+        {"byte_fallback", true},
+        {"vocab", vocab},
+        {"merges", merge_list}}}};
+  auto tok = Tokenizer::FromJson(spec.dump(), "");
+  EXPECT_TRUE(tok.ok()) << tok.status();
+  return tok.ok() ? std::move(*tok) : nullptr;
+}
+
+void ConversationsEqualFreshEncodes(bool gemma) {
+  auto tok = LoadSentencePiece(gemma);
+  ASSERT_NE(tok, nullptr);
+  static const char* kPieces[] = {"a",  "b",    "c",  " ",   "  ",   "x",      "y",   "ab",
+                                  " a", "c ",   "\n", "<s>", "</s>", "<L>",    "<R>", "\t",
+                                  "é",  "ab c", "xy", " \n", "c  ",  "\u2581", "ca",  "a a"};
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    PrefixCache cache(tok.get(), {.max_entries = 4});
+    std::mt19937 rng(seed);
+    std::string prompt;
+    for (int turn = 0; turn < 30; ++turn) {
+      if (rng() % 5 == 0 && !prompt.empty()) {  // an edit: cut anywhere, then go on
+        prompt.resize(rng() % prompt.size());
+        while (!prompt.empty() && (static_cast<unsigned char>(prompt.back()) & 0xC0) == 0x80) {
+          prompt.pop_back();
+        }
+        if (!prompt.empty() && static_cast<unsigned char>(prompt.back()) >= 0xC0) {
+          prompt.pop_back();
+        }
+      }
+      for (int n = 4 + static_cast<int>(rng() % 40); n > 0; --n) {
+        prompt += kPieces[rng() % std::size(kPieces)];
+      }
+      const bool special = rng() % 2 == 0;
+      auto want = tok->Encode(prompt, special);
+      auto got = cache.Encode(prompt, special);
+      ASSERT_TRUE(want.ok() && got.ok()) << want.status() << got.status();
+      ASSERT_EQ(*got, *want) << "seed " << seed << " turn " << turn << ": \"" << prompt << "\"";
+    }
+  }
+}
+
+TEST(PrefixCacheTest, SentencePieceConversationsEqualFreshEncodes) {
+  ConversationsEqualFreshEncodes(/*gemma=*/false);
+  ConversationsEqualFreshEncodes(/*gemma=*/true);
+}
+
+// Plain text without any added token resumes inside it: the next turn
+// encodes about its new text only.
+TEST(PrefixCacheTest, SentencePieceResumesInsidePlainText) {
+  for (bool gemma : {false, true}) {
+    auto tok = LoadSentencePiece(gemma);
+    ASSERT_NE(tok, nullptr);
+    PrefixCache cache(tok.get(), {});
+    std::string prompt;
+    for (int i = 0; i < 100; ++i) prompt += "xy ab c ";
+    ASSERT_TRUE(cache.Encode(prompt).ok());
+    const std::string longer = prompt + "ab xy";
+    auto ids = cache.Encode(longer);
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(*ids, *tok->Encode(longer));
+    const PrefixCache::Stats stats = cache.stats();
+    EXPECT_EQ(stats.hits, 1u);
+    EXPECT_GE(stats.bytes_reused + Tokenizer::kCheckpointSpacing + 16, prompt.size());
+  }
+}
+
+// No resume point right after whitespace: an added token with lstrip
+// ("<L>") swallows the whitespace before it, the "\n" before the cut too.
+TEST(PrefixCacheTest, SentencePieceDoesNotResumeAfterWhitespace) {
+  for (bool gemma : {false, true}) {
+    auto tok = LoadSentencePiece(gemma);
+    ASSERT_NE(tok, nullptr);
+    PrefixCache cache(tok.get(), {});
+    std::string start;
+    for (int i = 0; i < 40; ++i) start += "xy";
+    start += "\n        ";
+    ASSERT_TRUE(cache.Encode(start + "abc").ok());
+    auto ids = cache.Encode(start + "<L>");
+    ASSERT_TRUE(ids.ok());
+    EXPECT_EQ(*ids, *tok->Encode(start + "<L>")) << (gemma ? "gemma" : "llama2");
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "shared/tokenize/tokenizer.h"
 
 #include <algorithm>
+#include <optional>
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
@@ -34,6 +35,17 @@ std::string TokenString(const nlohmann::json& config, const char* key) {
   if (value.is_string()) return value.get<std::string>();
   if (value.is_object() && value.contains("content")) return value.at("content").get<std::string>();
   return "";
+}
+
+constexpr std::string_view kMetaspace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+constexpr char32_t kNoCodePoint = 0x110000;
+
+// The last code point of non-empty valid UTF-8 `text`.
+char32_t LastCodePoint(std::string_view text) {
+  size_t last = text.size() - 1;
+  while (last > 0 && (static_cast<unsigned char>(text[last]) & 0xC0) == 0x80) --last;
+  size_t len = 0;
+  return DecodeUtf8(text, last, &len);
 }
 
 }  // namespace
@@ -126,6 +138,7 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokeni
     tok->resume_margin_ =
         std::max<size_t>({4, tok->raw_added_.max_bytes(), tok->normalized_added_.max_bytes()});
     tok->line_checkpoints_ = tok->normalizer_.empty() && tok->pre_tokenizer_.LinesAreBoundaries();
+    tok->InitSpaceCheckpoints();
 
     if (!config_json.empty()) {
       auto config = nlohmann::json::parse(config_json);
@@ -148,6 +161,24 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::FromJson(std::string_view tokeni
     return absl::InvalidArgumentError(absl::StrCat("malformed tokenizer file: ", e.what()));
   }
   return tok;
+}
+
+void Tokenizer::InitSpaceCheckpoints() {
+  if (pre_tokenizer_.byte_level() || !bpe_->splits_at_metaspace() || !normalized_added_.empty()) {
+    return;
+  }
+  std::optional<Normalizer::Charwise> charwise = normalizer_.CharwiseImages();
+  if (!charwise.has_value()) return;
+  auto space = charwise->images.find(U' ');
+  if (space == charwise->images.end() || !space->second.starts_with(kMetaspace)) return;
+  // No space left after normalization: the pre-tokenizer keeps each part whole.
+  if (charwise->prepended.find(' ') != std::string::npos) return;
+  for (const auto& [cp, image] : charwise->images) {
+    if (image.find(' ') != std::string::npos) return;
+    image_last_[cp] = image.empty() ? kNoCodePoint : LastCodePoint(image);
+  }
+  if (!pre_tokenizer_.KeepsWholeWithout(' ')) return;
+  space_checkpoints_ = true;
 }
 
 Status Tokenizer::LoadPostProcessor(const nlohmann::json& spec) {
@@ -204,7 +235,7 @@ StatusOr<std::vector<uint32_t>> Tokenizer::Encode(std::string_view text,
 }
 
 Status Tokenizer::EncodeBody(std::string_view text, std::vector<uint32_t>* ids, bool at_start,
-                             std::vector<Checkpoint>* checkpoints) const {
+                             std::vector<Checkpoint>* checkpoints, bool inside) const {
   size_t bad = FindInvalidUtf8(text);
   if (bad != std::string_view::npos) {
     return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 at byte ", bad));
@@ -212,7 +243,7 @@ Status Tokenizer::EncodeBody(std::string_view text, std::vector<uint32_t>* ids, 
   if (text.size() > UINT32_MAX) return absl::InvalidArgumentError("text longer than 4 GiB");
   const Resume resume{text.data(), ids->size(), checkpoints};
   const Resume* r = checkpoints != nullptr ? &resume : nullptr;
-  if (raw_added_.empty()) return EncodeNormalized(text, at_start, ids, r);
+  if (raw_added_.empty()) return EncodeNormalized(text, at_start, inside, ids, r);
   std::vector<AddedTokenMatcher::Segment> segments;
   raw_added_.Split(text, &segments);
   for (const auto& segment : segments) {
@@ -220,23 +251,26 @@ Status Tokenizer::EncodeBody(std::string_view text, std::vector<uint32_t>* ids, 
       ids->push_back(static_cast<uint32_t>(segment.id));
       if (r != nullptr && !segment.rstrip) {
         checkpoints->push_back({static_cast<uint32_t>(segment.end),
-                                static_cast<uint32_t>(ids->size() - resume.first_id)});
+                                static_cast<uint32_t>(ids->size() - resume.first_id), false});
       }
     } else {
       KVINDEX_RETURN_IF_ERROR(
           EncodeNormalized(text.substr(segment.start, segment.end - segment.start),
-                           at_start && segment.start == 0, ids, r));
+                           at_start && segment.start == 0, inside && segment.start == 0, ids, r));
     }
   }
   return Status();
 }
 
-Status Tokenizer::EncodeNormalized(std::string_view piece, bool at_start,
+Status Tokenizer::EncodeNormalized(std::string_view piece, bool at_start, bool inside,
                                    std::vector<uint32_t>* ids, const Resume* resume) const {
+  if (resume != nullptr && space_checkpoints_) {
+    return EncodeInParts(piece, at_start, inside, ids, resume);
+  }
   std::string normalized;
   if (!normalizer_.empty()) {
     normalized.assign(piece);
-    KVINDEX_RETURN_IF_ERROR(normalizer_.Apply(&normalized));
+    KVINDEX_RETURN_IF_ERROR(normalizer_.Apply(&normalized, !inside));
     piece = normalized;
     resume = nullptr;  // offsets no longer map to the caller's text
   }
@@ -249,7 +283,7 @@ Status Tokenizer::EncodeNormalized(std::string_view piece, bool at_start,
       // Without a normalizer `piece` is the caller's text: offsets hold.
       if (resume != nullptr && !segment.rstrip) {
         resume->out->push_back({static_cast<uint32_t>(piece.data() + segment.end - resume->base),
-                                static_cast<uint32_t>(ids->size() - resume->first_id)});
+                                static_cast<uint32_t>(ids->size() - resume->first_id), false});
       }
     } else {
       KVINDEX_RETURN_IF_ERROR(EncodePlain(piece.substr(segment.start, segment.end - segment.start),
@@ -257,6 +291,36 @@ Status Tokenizer::EncodeNormalized(std::string_view piece, bool at_start,
     }
   }
   return Status();
+}
+
+Status Tokenizer::EncodeInParts(std::string_view piece, bool at_start, bool inside,
+                                std::vector<uint32_t>* ids, const Resume* resume) const {
+  // The normalizer maps character by character and the pre-tokenizer keeps
+  // its output whole (InitSpaceCheckpoints): the piece's normalized text is
+  // the parts' normalized texts one after the other, and BPE cuts that word
+  // at each part's start (a "▁" no merge joins to the character before it),
+  // so BPE on the parts gives its ids.
+  std::string normalized;
+  size_t start = 0;
+  auto encode_part = [&](size_t end) -> Status {
+    normalized.assign(piece.substr(start, end - start));
+    KVINDEX_RETURN_IF_ERROR(normalizer_.Apply(&normalized, start == 0 && !inside));
+    return EncodePlain(normalized, at_start && start == 0, ids, nullptr);
+  };
+  for (size_t p = piece.find(' ', kCheckpointSpacing); p != std::string_view::npos;
+       p = piece.find(' ', std::max(p + 1, start + kCheckpointSpacing))) {
+    // A whitespace character before the cut may be swallowed by an added
+    // token's rstrip / lstrip in a longer text: not a point to resume at.
+    char32_t before = LastCodePoint(piece.substr(0, p));
+    if (IsUnicodeWhitespace(before)) continue;
+    if (auto image = image_last_.find(before); image != image_last_.end()) before = image->second;
+    if (!bpe_->SafeBeforeMetaspace(before)) continue;
+    KVINDEX_RETURN_IF_ERROR(encode_part(p));
+    resume->out->push_back({static_cast<uint32_t>(piece.data() + p - resume->base),
+                            static_cast<uint32_t>(ids->size() - resume->first_id), true});
+    start = p;
+  }
+  return encode_part(piece.size());
 }
 
 Status Tokenizer::EncodePlain(std::string_view piece, bool at_start, std::vector<uint32_t>* ids,
@@ -271,7 +335,7 @@ Status Tokenizer::EncodePlain(std::string_view piece, bool at_start, std::vector
     if (lines && word.text.data() > resume->base && word.text.data()[-1] == '\n' &&
         !IsUnicodeWhitespace(static_cast<unsigned char>(word.text[0]))) {
       resume->out->push_back({static_cast<uint32_t>(word.text.data() - resume->base),
-                              static_cast<uint32_t>(ids->size() - resume->first_id)});
+                              static_cast<uint32_t>(ids->size() - resume->first_id), true});
     }
     bpe_->Encode(word.text, ids);
   }

@@ -19,6 +19,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "nlohmann/json_fwd.hpp"
 #include "shared/base/status.h"
 #include "shared/tokenize/added_vocabulary.h"
@@ -28,14 +29,18 @@
 
 namespace kvindex::tokenize {
 
-// A point of a text where encoding can resume: the ids of text[0, offset)
-// are the first `ids` ids of the whole text's, whatever follows, provided
-// the text is unchanged up to offset + Tokenizer::resume_margin().
 class ChatEncoder;
 
+// A point of a text where encoding can resume: the ids of text[0, offset)
+// are the first `ids` ids of the whole text's, whatever follows, provided
+// the text is unchanged up to offset + Tokenizer::resume_margin(); the rest
+// is EncodeBody(text.substr(offset), ..., at_start = false, ..., inside).
+// `inside`: the point is inside a piece of plain text (not right after an
+// added token), so the normalizer's Prepend does not apply there.
 struct Checkpoint {
   uint32_t offset;
   uint32_t ids;
+  bool inside = false;
 };
 
 class Tokenizer {
@@ -55,12 +60,18 @@ class Tokenizer {
   // prefix cache resumes with it: `at_start` = text begins the prompt;
   // *checkpoints (nullable) gets the points where encoding may resume,
   // offsets relative to `text`, id counts relative to ids->size() on entry.
-  // Checkpoints: the end of each added token (without rstrip), and for
+  // Checkpoints: the end of each added token (without rstrip); for
   // byte-level tokenizers without normalizer whose split patterns are known
   // not to carry a pre-token across "\n" + non-space (Llama 3, Qwen,
-  // DeepSeek, GPT-2), the start of each such line.
+  // DeepSeek, GPT-2), the start of each such line; for SentencePiece-style
+  // models whose normalizer maps text character by character, " " to "▁"
+  // (Llama 2, Gemma 3), a space after a non-space character c where no merge
+  // joins c's image to "▁" (the cut Bpe makes itself), at least
+  // kCheckpointSpacing bytes after the previous one. `inside`: `text`
+  // resumes at an `inside` checkpoint.
   Status EncodeBody(std::string_view text, std::vector<uint32_t>* ids, bool at_start = true,
-                    std::vector<Checkpoint>* checkpoints = nullptr) const;
+                    std::vector<Checkpoint>* checkpoints = nullptr, bool inside = false) const;
+  static constexpr size_t kCheckpointSpacing = 64;
   // Bytes of unchanged text a checkpoint needs after it (longest added token).
   size_t resume_margin() const { return resume_margin_; }
   // The ids the post-processor puts before and after the body.
@@ -82,6 +93,8 @@ class Tokenizer {
  private:
   Tokenizer() = default;
   Status LoadPostProcessor(const nlohmann::json& spec);
+  // Sets space_checkpoints_ and image_last_ (EncodeBody's comment).
+  void InitSpaceCheckpoints();
   struct Resume {
     const char* base;  // start of the caller's text
     size_t first_id;   // ids->size() on entry
@@ -89,8 +102,12 @@ class Tokenizer {
   };
   Status EncodePlain(std::string_view piece, bool at_start, std::vector<uint32_t>* ids,
                      const Resume* resume) const;
-  Status EncodeNormalized(std::string_view piece, bool at_start, std::vector<uint32_t>* ids,
-                          const Resume* resume) const;
+  Status EncodeNormalized(std::string_view piece, bool at_start, bool inside,
+                          std::vector<uint32_t>* ids, const Resume* resume) const;
+  // EncodeNormalized for space_checkpoints_: `piece` cut at the checkpoints,
+  // each part normalized and encoded on its own (same ids).
+  Status EncodeInParts(std::string_view piece, bool at_start, bool inside,
+                       std::vector<uint32_t>* ids, const Resume* resume) const;
 
   Normalizer normalizer_;
   PreTokenizer pre_tokenizer_;
@@ -100,6 +117,10 @@ class Tokenizer {
   std::vector<uint32_t> prefix_ids_, suffix_ids_;
   size_t resume_margin_ = 4;
   bool line_checkpoints_ = false;
+  bool space_checkpoints_ = false;
+  // space_checkpoints_: the last code point of the image of each character
+  // the normalizer changes.
+  absl::flat_hash_map<char32_t, char32_t> image_last_;
   std::string chat_template_, bos_token_, eos_token_;
   std::unique_ptr<const ChatEncoder> chat_;
   Status chat_status_ = absl::FailedPreconditionError("no tokenizer_config.json chat_template");

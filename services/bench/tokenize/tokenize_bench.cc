@@ -82,6 +82,54 @@ Timing Time(const Tokenizer& tok, const std::string& input) {
   return t;
 }
 
+// The encodes `--profile-32k` counts: callgrind's --toggle-collect names
+// this function, so the instructions of exactly `runs` warm encodes of the
+// prompt are counted, load-independent.
+[[gnu::noinline]] size_t ProfiledEncodes(const Tokenizer& tok, const std::string& prompt,
+                                         int runs) {
+  size_t tokens = 0;
+  for (int i = 0; i < runs; ++i) tokens += tok.Encode(prompt)->size();
+  return tokens;
+}
+
+// One turn after the first of the 20-turn conversation (callgrind names it
+// too: the instructions of turns 2-20).
+[[gnu::noinline]] StatusOr<std::vector<uint32_t>> ProfiledTurn(tokenize::PrefixCache* cache,
+                                                               const std::string& prompt) {
+  return cache->Encode(prompt);
+}
+
+// 20-turn conversation through the prefix cache: each turn appends the
+// end-of-turn token and ~1 KB of new text to the previous prompt.
+nlohmann::ordered_json Conversation(const Tokenizer& tok, const std::string& text, bool* exact) {
+  tokenize::PrefixCache cache(&tok, {});
+  std::string prompt;
+  double new_seconds = 0;
+  size_t new_bytes = 0;
+  *exact = true;
+  const std::string sep = tok.eos_token().empty() ? "\n" : tok.eos_token() + "\n";
+  for (int turn = 0; turn < 20; ++turn) {
+    std::string added = sep + Prefix(text.substr(size_t(turn) * 4096), 1024);
+    while (tokenize::FindInvalidUtf8(added) != std::string::npos) added.pop_back();
+    prompt += added;
+    const auto start = Clock::now();
+    auto ids = turn == 0 ? cache.Encode(prompt) : ProfiledTurn(&cache, prompt);
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    if (turn > 0) {
+      new_seconds += s;
+      new_bytes += added.size();
+    }
+    *exact = *exact && ids.ok() && *ids == *tok.Encode(prompt);
+  }
+  auto stats = cache.stats();
+  return {{"us_per_new_kb", new_seconds * 1e6 / (static_cast<double>(new_bytes) / 1024)},
+          {"final_prompt_bytes", prompt.size()},
+          {"hits", stats.hits},
+          {"bytes_reused", stats.bytes_reused},
+          {"bytes_encoded", stats.bytes_encoded},
+          {"exact", *exact}};
+}
+
 }  // namespace
 
 int RunTokenizeBench(int argc, char** argv) {
@@ -89,6 +137,7 @@ int RunTokenizeBench(int argc, char** argv) {
   std::string text_file,
       hf_modules = std::string(KVINDEX_SOURCE_ROOT) + "/.cache/tokenize-ref/node/node_modules";
   bool json = false, no_hf = false;
+  int profile_runs = 0;
   CLI::App app{"Tokenizer throughput per model next to Hugging Face tokenizers (Node binding)",
                "kvindex-bench tokenize"};
   app.add_option("--tokenizer", specs, "MODEL=DIR (repeatable)")->required();
@@ -99,6 +148,11 @@ int RunTokenizeBench(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--no-hf", no_hf, "Skip the Hugging Face baseline");
   app.add_flag("--json", json, "Print one JSON object per model");
+  app.add_option("--profile-32k", profile_runs,
+                 "Only encode the ~32k-token prompt this many times (warm word caches) in "
+                 "ProfiledEncodes, then the 20-turn conversation (turns 2-20 in ProfiledTurn), "
+                 "for valgrind --tool=callgrind --toggle-collect=*ProfiledEncodes* "
+                 "--toggle-collect=*ProfiledTurn*");
   if (std::optional<int> exit_code = config::Parse(app, argc, argv)) return *exit_code;
 
   std::string text;
@@ -144,6 +198,21 @@ int RunTokenizeBench(int argc, char** argv) {
     const Tokenizer& tok = **loaded;
     nlohmann::ordered_json j = {{"model", model}, {"load_ms", load_ms}, {"rss_bytes", rss}};
 
+    if (profile_runs > 0) {
+      const std::string& all = inputs[2].second;
+      const double ratio =
+          static_cast<double>(all.size()) / static_cast<double>(tok.Encode(all)->size());
+      const std::string prompt = Prefix(text, static_cast<size_t>(32768 * ratio));
+      const size_t tokens = ProfiledEncodes(tok, prompt, profile_runs);
+      bool exact = true;
+      const nlohmann::ordered_json turns = Conversation(tok, text, &exact);
+      std::printf("%s: %d encodes of a %zu-byte prompt, %zu tokens each; conversation %s\n",
+                  model.c_str(), profile_runs, prompt.size(),
+                  tokens / static_cast<size_t>(profile_runs), turns.dump().c_str());
+      if (!exact) rc = 1;
+      continue;
+    }
+
     nlohmann::ordered_json sizes = nlohmann::ordered_json::array();
     std::vector<double> ours_mbps;
     for (const auto& [name, input] : inputs) {
@@ -167,35 +236,9 @@ int RunTokenizeBench(int argc, char** argv) {
       j["prompt_32k"] = {{"bytes", prompt.size()}, {"tokens", t.tokens}, {"ms", t.seconds * 1e3}};
     }
 
-    // 20-turn conversation through the prefix cache: each turn appends the
-    // end-of-turn token and ~1 KB of new text to the previous prompt.
     {
-      tokenize::PrefixCache cache(&tok, {});
-      std::string prompt;
-      double new_seconds = 0;
-      size_t new_bytes = 0;
       bool exact = true;
-      const std::string sep = tok.eos_token().empty() ? "\n" : tok.eos_token() + "\n";
-      for (int turn = 0; turn < 20; ++turn) {
-        std::string added = sep + Prefix(text.substr(size_t(turn) * 4096), 1024);
-        while (tokenize::FindInvalidUtf8(added) != std::string::npos) added.pop_back();
-        prompt += added;
-        const auto start = Clock::now();
-        auto ids = cache.Encode(prompt);
-        const double s = std::chrono::duration<double>(Clock::now() - start).count();
-        if (turn > 0) {
-          new_seconds += s;
-          new_bytes += added.size();
-        }
-        exact = exact && ids.ok() && *ids == *tok.Encode(prompt);
-      }
-      auto stats = cache.stats();
-      j["conversation_20_turns"] = {
-          {"us_per_new_kb", new_seconds * 1e6 / (static_cast<double>(new_bytes) / 1024)},
-          {"final_prompt_bytes", prompt.size()},
-          {"hits", stats.hits},
-          {"bytes_reused", stats.bytes_reused},
-          {"exact", exact}};
+      j["conversation_20_turns"] = Conversation(tok, text, &exact);
       if (!exact) rc = 1;
     }
 

@@ -31,7 +31,8 @@ class ShortWordCache {
         slot.key.len != key.len) {
       return false;
     }
-    ids->insert(ids->end(), slot.ids.begin(), slot.ids.begin() + slot.count);
+    // At most kMaxIds: push_back inlines, a range insert calls memmove.
+    for (uint8_t i = 0; i < slot.count; ++i) ids->push_back(slot.ids[i]);
     return true;
   }
 
@@ -67,13 +68,28 @@ class ShortWordCache {
     std::array<uint32_t, kMaxIds> ids;
   };
 
+  // The word's bytes in two machine words, with fixed-size (overlapping)
+  // loads rather than a variable-length copy (a libc call per word). With
+  // the length, the loads determine the word: 8-16 bytes = its first and
+  // last 8; 4-7 = its first and last 4; 1-3 = its first, middle, last byte.
   static Key KeyOf(std::string_view word) {
     Key key;
-    key.len = static_cast<uint8_t>(word.size());
-    char bytes[kMaxBytes] = {};
-    std::memcpy(bytes, word.data(), word.size());
-    std::memcpy(&key.lo, bytes, 8);
-    std::memcpy(&key.hi, bytes + 8, 8);
+    const size_t n = word.size();
+    const char* p = word.data();
+    key.len = static_cast<uint8_t>(n);
+    if (n >= 8) {
+      std::memcpy(&key.lo, p, 8);
+      std::memcpy(&key.hi, p + n - 8, 8);
+    } else if (n >= 4) {
+      uint32_t a, b;
+      std::memcpy(&a, p, 4);
+      std::memcpy(&b, p + n - 4, 4);
+      key.lo = (uint64_t{b} << 32) | a;
+    } else {
+      key.lo = static_cast<unsigned char>(p[0]) |
+               (uint64_t{static_cast<unsigned char>(p[n / 2])} << 8) |
+               (uint64_t{static_cast<unsigned char>(p[n - 1])} << 16);
+    }
     return key;
   }
   static size_t SlotOf(const Key& key) {
