@@ -150,9 +150,13 @@ void Cluster::ServeReplayFor(const std::atomic<bool>& stop, std::chrono::millise
   while (!stop.load()) {
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return;
+    bool pending = false;
+    for (const Source& s : sources_) pending |= s.endpoint && s.endpoint->replay_pending();
+    // Answers in progress go on at once, a chunk per requester per round.
     const auto wait =
-        std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now),
-                 std::chrono::milliseconds(100));
+        pending ? std::chrono::milliseconds(0)
+                : std::min(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now),
+                           std::chrono::milliseconds(100));
     if (items.empty()) {
       std::this_thread::sleep_for(wait);
     } else {

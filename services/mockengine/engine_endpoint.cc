@@ -1,5 +1,6 @@
 #include "services/mockengine/engine_endpoint.h"
 
+#include <algorithm>
 #include <array>
 #include <vector>
 #include <zmq_addon.hpp>
@@ -74,6 +75,8 @@ Status EngineEndpoint::Publish(std::span<const uint8_t> payload, bool live, bool
 void EngineEndpoint::Restart(uint64_t first_seq) {
   buffer_.clear();
   next_seq_ = first_seq;
+  // What was asked of the previous run ends here (its end marker next).
+  for (PendingReplay& pending : pending_) pending.end = pending.next;
 }
 
 void EngineEndpoint::ServeReplay() {
@@ -83,44 +86,65 @@ void EngineEndpoint::ServeReplay() {
     try {
       const auto received =
           zmq::recv_multipart(*replay_, std::back_inserter(request), zmq::recv_flags::dontwait);
-      if (!received) return;
+      if (!received) break;
     } catch (const zmq::error_t&) {
-      return;
+      break;
     }
-    // [identity, "", start_seq]; anything else is ignored.
+    // [identity, "", start_seq]; anything else is ignored. The answer is
+    // what the buffer holds now, from start_seq.
     if (request.size() != 3 || request[2].size() != 8) continue;
-    const uint64_t start = FromBigEndian(request[2]);
-    const std::string identity = request[0].to_string();
-    auto send_frames = [&](std::initializer_list<zmq::const_buffer> frames) {
-      replay_->send(zmq::buffer(identity), zmq::send_flags::sndmore);
-      replay_->send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
-      size_t i = 0;
-      for (const auto& frame : frames) {
-        const bool last = ++i == frames.size();
-        replay_->send(frame, last ? zmq::send_flags::none : zmq::send_flags::sndmore);
-      }
-    };
-    try {
-      for (const auto& [seq, payload] : buffer_) {
-        if (seq < start) continue;
-        const auto seq_bytes = BigEndian(seq);
-        if (options_.layout == ReplayLayout::kWithTopic) {
-          send_frames({zmq::buffer(options_.topic), zmq::buffer(seq_bytes), zmq::buffer(payload)});
-        } else {
-          send_frames({zmq::buffer(seq_bytes), zmq::buffer(payload)});
-        }
-      }
-      const auto end = BigEndian(kEndMarker);
-      if (options_.layout == ReplayLayout::kWithTopic) {
-        send_frames(
-            {zmq::const_buffer(nullptr, 0), zmq::buffer(end), zmq::const_buffer(nullptr, 0)});
-      } else {
-        send_frames({zmq::buffer(end), zmq::const_buffer(nullptr, 0)});
-      }
-    } catch (const zmq::error_t&) {
-      // The requester went away; nothing to recover.
+    pending_.push_back({request[0].to_string(), FromBigEndian(request[2]), next_seq_});
+  }
+  // Every pending answer gets its next chunk: a long answer (an agent
+  // restarted late in a run asks from seq 0) no longer holds back the other
+  // requesters, which time out after a silence (the agent's replay_timeout,
+  // 2 s in the tests) and fail their sources closed.
+  for (auto it = pending_.begin(); it != pending_.end();) {
+    if (AnswerChunk(*it)) {
+      it = pending_.erase(it);
+    } else {
+      ++it;
     }
   }
+}
+
+bool EngineEndpoint::AnswerChunk(PendingReplay& pending) {
+  auto send_frames = [&](std::initializer_list<zmq::const_buffer> frames) {
+    replay_->send(zmq::buffer(pending.identity), zmq::send_flags::sndmore);
+    replay_->send(zmq::const_buffer(nullptr, 0), zmq::send_flags::sndmore);
+    size_t i = 0;
+    for (const auto& frame : frames) {
+      const bool last = ++i == frames.size();
+      replay_->send(frame, last ? zmq::send_flags::none : zmq::send_flags::sndmore);
+    }
+  };
+  try {
+    // buffer_ is in seq order (a restart empties it).
+    auto next = std::lower_bound(buffer_.begin(), buffer_.end(), pending.next,
+                                 [](const std::pair<uint64_t, std::string>& entry, uint64_t seq) {
+                                   return entry.first < seq;
+                                 });
+    for (size_t sent = 0; next != buffer_.end() && next->first < pending.end; ++next, ++sent) {
+      if (sent == kReplayChunk) return false;
+      const auto& [seq, payload] = *next;
+      const auto seq_bytes = BigEndian(seq);
+      if (options_.layout == ReplayLayout::kWithTopic) {
+        send_frames({zmq::buffer(options_.topic), zmq::buffer(seq_bytes), zmq::buffer(payload)});
+      } else {
+        send_frames({zmq::buffer(seq_bytes), zmq::buffer(payload)});
+      }
+      pending.next = seq + 1;
+    }
+    const auto end = BigEndian(kEndMarker);
+    if (options_.layout == ReplayLayout::kWithTopic) {
+      send_frames({zmq::const_buffer(nullptr, 0), zmq::buffer(end), zmq::const_buffer(nullptr, 0)});
+    } else {
+      send_frames({zmq::buffer(end), zmq::const_buffer(nullptr, 0)});
+    }
+  } catch (const zmq::error_t&) {
+    // The requester went away; nothing to recover.
+  }
+  return true;
 }
 
 }  // namespace kvindex::mockengine

@@ -45,18 +45,32 @@ class EngineEndpoint {
   void set_topic(std::string topic) { options_.topic = std::move(topic); }
   // First seq of a fresh publisher (TensorRT-LLM: time_ns(); others 0).
   void set_next_seq(uint64_t seq) { next_seq_ = seq; }
-  // Answers every pending replay request without blocking.
+  // Takes new replay requests and sends every pending answer its next
+  // chunk (kReplayChunk batches, or the rest and the end marker) without
+  // blocking. Call while replay_pending() to finish them.
   void ServeReplay();
+  bool replay_pending() const { return !pending_.empty(); }
   // For zmq_poll; nullptr without a replay socket.
   zmq::socket_t* replay_socket() { return replay_ ? &*replay_ : nullptr; }
   uint64_t next_seq() const { return next_seq_; }
 
+  static constexpr size_t kReplayChunk = 64;
+
  private:
+  struct PendingReplay {
+    std::string identity;
+    uint64_t next = 0;  // the next seq to send
+    uint64_t end = 0;   // what the buffer held when asked: seqs below it
+  };
+  // Sends the next chunk of `pending`; true once its end marker is sent.
+  bool AnswerChunk(PendingReplay& pending);
+
   EndpointOptions options_;
   zmq::socket_t pub_;
   std::optional<zmq::socket_t> replay_;
   std::deque<std::pair<uint64_t, std::string>> buffer_;
   uint64_t next_seq_ = 0;
+  std::deque<PendingReplay> pending_;
 };
 
 }  // namespace kvindex::mockengine
