@@ -7,14 +7,19 @@
 //     speaks only for the node its subject names (LogSubject). Its header
 //     must name that node, every event must be the node's own, of a kind
 //     the subject may carry, and about sources the node owns: a source is
-//     owned by the node that first announced it (heartbeat or event) until
-//     that node expires; a heartbeat's endpoints name only sources that
-//     heartbeat lists. Anything else is refused whole (LogRefusal), before
-//     the table or the index changes. A new incarnation more than
-//     max_incarnation_ahead past the time the log stored its message is
-//     refused too: one forged message cannot number a node into silence.
-//     The in-process log (no subject) is the router's own embedded agent's
-//     and is trusted.
+//     owned by the node that first announced it in a heartbeat (in every
+//     model), else by the node whose event on a model's subject first named
+//     it (in that model only), until that node expires; a heartbeat's
+//     endpoints name only sources that heartbeat lists. Every decision about
+//     a model's message (ownership, --max-nodes, max_sources_per_node) reads
+//     only state built from that model's subject and the control subjects,
+//     so a router reading only some models' subjects decides alike
+//     (docs/scaling.md, "Ownership and liveness"). Anything else is
+//     refused whole (LogRefusal), before the table or the index changes. A
+//     new incarnation more than max_incarnation_ahead past the time the log
+//     stored its message is refused too: one forged message cannot number a
+//     node into silence. The in-process log (no subject) is the router's
+//     own embedded agent's and is trusted.
 //   - Sequencing (docs/events.md, "Message" and "Numbering"): an agent
 //     numbers its messages 1, 2, 3, ... per incarnation, and each of its
 //     subjects on its own (subject_seq). Gaps are judged per (agent,
@@ -95,10 +100,12 @@ struct AgentTableOptions {
   // tokens a node may publish on cannot grow the table (and every
   // checkpoint) without bound. Default: 64.
   size_t max_subjects_per_node = 64;
-  // Most live nodes (not expired, or expired still owning sources): a
-  // message from a node that is not live while this many are is refused
-  // whole (too_many_nodes). Also sizes a node's guaranteed share of a model
-  // (SourceQuota). Router --max-nodes. Default: 256.
+  // Most live nodes, counted per model (owning announced sources or sources
+  // in the model, or not expired and numbered on the control subject or the
+  // model's): a message from a node that is not live for its model while
+  // this many are is refused whole (too_many_nodes). Also sizes a node's
+  // guaranteed share of a model (SourceQuota). Router --max-nodes.
+  // Default: 256.
   size_t max_nodes = 256;
   // Expired agents kept as tombstones (a late message of theirs stays
   // stale). Default: 4096.
