@@ -221,6 +221,19 @@ std::string EncodeManifest(const CheckpointImage& image, uint64_t chunks, uint64
     out.push_back(agent.renumber ? 1 : 0);
     for (const auto& [token, subject] : agent.subjects) out.push_back(subject.renumber ? 1 : 0);
   }
+  for (const consume::AgentTable::AgentView& agent : image.agents) {  // version 6
+    PutVarint(&out, agent.live_position);
+    out.push_back(agent.heartbeated ? 1 : 0);
+    PutVarint(&out, agent.model_sources.size());
+    for (const auto& [model, sources] : agent.model_sources) {
+      PutString(&out, model);
+      PutVarint(&out, sources.size());
+      for (const SourceKey& source : sources) {
+        PutString(&out, source.worker);
+        PutVarint(&out, source.dp_rank);
+      }
+    }
+  }
   PutFixed64(&out, XXH3_64bits(out.data(), out.size()));
   return out;
 }
@@ -322,6 +335,34 @@ StatusOr<Manifest> DecodeManifest(std::string_view value) {
         KVINDEX_RETURN_IF_ERROR(in.Byte(&renumber, "subject renumber"));
         subject.renumber = renumber != 0;
       }
+    }
+  }
+  if (version >= 6) {
+    for (consume::AgentTable::AgentView& agent : image.agents) {
+      KVINDEX_RETURN_IF_ERROR(in.Varint(&agent.live_position, "live position"));
+      uint8_t heartbeated = 0;
+      KVINDEX_RETURN_IF_ERROR(in.Byte(&heartbeated, "heartbeated"));
+      agent.heartbeated = heartbeated != 0;
+      KVINDEX_RETURN_IF_ERROR(in.Count(&count, 2, "agent models"));
+      for (uint64_t i = 0; i < count; ++i) {
+        std::string model;
+        KVINDEX_RETURN_IF_ERROR(in.String(&model, "agent model"));
+        absl::btree_set<SourceKey>& sources = agent.model_sources[std::move(model)];
+        uint64_t n = 0;
+        KVINDEX_RETURN_IF_ERROR(in.Count(&n, 2, "agent model sources"));
+        for (uint64_t j = 0; j < n; ++j) {
+          SourceKey source;
+          KVINDEX_RETURN_IF_ERROR(in.String(&source.worker, "agent model source"));
+          KVINDEX_RETURN_IF_ERROR(in.Varint32(&source.dp_rank, "agent model source rank"));
+          sources.insert(std::move(source));
+        }
+      }
+    }
+  } else {
+    // Before: every source it owned counts as announced; a node with a
+    // lease announced one.
+    for (consume::AgentTable::AgentView& agent : image.agents) {
+      agent.heartbeated = agent.lease_ms != 0 || agent.last_heartbeat_position != 0;
     }
   }
   if (!in.done()) return absl::DataLossError("checkpoint: trailing bytes in the manifest");

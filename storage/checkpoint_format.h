@@ -19,9 +19,12 @@
 // (version 4) per agent its subjects' numbering (AgentTable::SubjectState:
 // token, incarnation, subject_seq, model), then (version 5) per agent a byte
 // AgentState::renumber and one SubjectState::renumber byte per subject (in
-// the version 4 order), then an XXH3-64 of all the bytes before it. Versions
-// 1 (no ingest section), 2 (no stream identity), 3 (no subject numbering)
-// and 4 (no renumber flags: read as false) are still read.
+// the version 4 order), then (version 6) per agent AgentState::live_position,
+// a byte AgentState::heartbeated and its model_sources (model, then its
+// sources), then an XXH3-64 of all the bytes before it. Versions 1 (no
+// ingest section), 2 (no stream identity), 3 (no subject numbering), 4 (no
+// renumber flags: read as false) and 5 (no agent lives: every owned source
+// read as announced, live_position 0) are still read.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -39,7 +42,7 @@
 
 namespace kvindex::storage::format {
 
-inline constexpr uint32_t kVersion = 5;
+inline constexpr uint32_t kVersion = 6;
 inline constexpr size_t kChunkBytes = size_t{1} << 20;
 
 std::string ManifestKey(uint64_t id);

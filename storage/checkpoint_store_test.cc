@@ -20,6 +20,7 @@
 #include <tuple>
 #include <vector>
 
+#include "shared/base/bytes.h"
 #include "shared/consume/apply_loop.h"
 #include "shared/consume/in_process_log_reader.h"
 #include "shared/index/kv_index.h"
@@ -141,6 +142,9 @@ void ExpectSameAgents(const consume::AgentTable& a, const consume::AgentTable& b
     EXPECT_EQ(x[i].lease_ms, y[i].lease_ms);
     EXPECT_EQ(x[i].sources, y[i].sources);
     EXPECT_EQ(x[i].renumber, y[i].renumber);
+    EXPECT_EQ(x[i].model_sources, y[i].model_sources);
+    EXPECT_EQ(x[i].live_position, y[i].live_position);
+    EXPECT_EQ(x[i].heartbeated, y[i].heartbeated);
     ASSERT_EQ(x[i].subjects.size(), y[i].subjects.size());
     for (auto p = x[i].subjects.begin(), q = y[i].subjects.begin(); p != x[i].subjects.end();
          ++p, ++q) {
@@ -299,6 +303,71 @@ TEST(CheckpointStoreTest, ARestoredTableJudgesTheNextMessageAsTheWholeLog) {
   for (size_t i = 0; i < x.size() && i < y.size(); ++i) EXPECT_EQ(x[i].gaps, y[i].gaps);
 }
 
+// The version 6 section of `image`'s manifest (the agents' lives and claims
+// per model), as EncodeManifest writes it.
+std::string Version6Section(const CheckpointImage& image) {
+  std::string out;
+  for (const auto& agent : image.agents) {
+    bytes::PutVarint(&out, agent.live_position);
+    out.push_back(agent.heartbeated ? 1 : 0);
+    bytes::PutVarint(&out, agent.model_sources.size());
+    for (const auto& [model, sources] : agent.model_sources) {
+      bytes::PutString(&out, model);
+      bytes::PutVarint(&out, sources.size());
+      for (const SourceKey& source : sources) {
+        bytes::PutString(&out, source.worker);
+        bytes::PutVarint(&out, source.dp_rank);
+      }
+    }
+  }
+  return out;
+}
+
+// `manifest` cut before its last `cut` bytes (the checksum excluded),
+// labelled `version`, checksummed again.
+std::string OlderManifest(const std::string& manifest, size_t cut, char version) {
+  std::string older = manifest.substr(0, manifest.size() - 8 - cut);
+  older[3] = version;  // big-endian version
+  const uint64_t checksum = XXH3_64bits(older.data(), older.size());
+  older.append(reinterpret_cast<const char*>(&checksum), 8);  // little-endian host
+  return older;
+}
+
+// Version 6 keeps each agent's claims per model, where it became live and
+// whether it heartbeated since (docs/scaling.md, "Ownership and liveness");
+// a version 5 manifest still decodes: its sources read as announced, a node
+// with a lease or a heartbeat position as having heartbeated.
+TEST(CheckpointStoreTest, Version6KeepsClaimsPerModelAndLives) {
+  index::KvIndex source;
+  consume::AgentTable agents;
+  FillAgents(agents);
+  std::vector<PlacementEvent> clears;  // node-b's store claims worker-2 in "m"
+  agents.Observe(StoredBy("node-b", "worker-2"), 4, std::chrono::steady_clock::now(), &clears);
+  CheckpointImage image = CaptureCheckpoint(source, &agents);
+  ASSERT_EQ(image.agents.size(), 2u);
+  EXPECT_EQ(image.agents[0].live_position, 3u);
+  EXPECT_TRUE(image.agents[0].heartbeated);
+  EXPECT_EQ(image.agents[1].live_position, 4u);
+  EXPECT_FALSE(image.agents[1].heartbeated);  // node-b only stored
+  ASSERT_EQ(image.agents[1].model_sources.size(), 1u);
+  EXPECT_TRUE(image.agents[1].sources.empty());
+  const std::string v6 = format::EncodeManifest(image, 0, 0);
+  auto decoded = format::DecodeManifest(v6);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  consume::AgentTable restored;
+  restored.Restore(decoded->image.agents, std::chrono::steady_clock::now());
+  ExpectSameAgents(restored, agents);
+  EXPECT_EQ(restored.Owner({"worker-2", 0}, "m"), "node-b");
+  EXPECT_EQ(restored.Owner({"worker-2", 0}, "other"), std::nullopt);
+
+  auto v5 = format::DecodeManifest(OlderManifest(v6, Version6Section(image).size(), 5));
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  EXPECT_TRUE(v5->image.agents[0].heartbeated);
+  EXPECT_FALSE(v5->image.agents[1].heartbeated);
+  EXPECT_EQ(v5->image.agents[1].live_position, 0u);
+  EXPECT_TRUE(v5->image.agents[1].model_sources.empty());
+}
+
 // A version 4 manifest (before the renumber flags) still decodes: the same
 // manifest as version 5 without the flag bytes, flags read as false.
 TEST(CheckpointStoreTest, AVersion4ManifestStillDecodes) {
@@ -309,17 +378,14 @@ TEST(CheckpointStoreTest, AVersion4ManifestStillDecodes) {
   size_t flag_bytes = 0;
   for (const auto& agent : image.agents) flag_bytes += 1 + agent.subjects.size();
   ASSERT_EQ(flag_bytes, 3u);  // node-a; node-b and its subject "m"
-  const std::string v5 = format::EncodeManifest(image, 0, 0);
-  std::string v4 = v5.substr(0, v5.size() - 8 - flag_bytes);
-  v4[3] = 4;  // big-endian version
-  uint64_t checksum = XXH3_64bits(v4.data(), v4.size());
-  v4.append(reinterpret_cast<const char*>(&checksum), 8);  // little-endian host
+  const std::string v6 = format::EncodeManifest(image, 0, 0);
+  std::string v4 = OlderManifest(v6, Version6Section(image).size() + flag_bytes, 4);
   auto decoded = format::DecodeManifest(v4);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   ASSERT_EQ(decoded->image.agents.size(), 2u);
   EXPECT_EQ(decoded->image.agents[1].subjects.at("m").last_seq, 2u);
   EXPECT_FALSE(decoded->image.agents[1].subjects.at("m").renumber);
-  // Version 5 carries the flags.
+  // Version 5 and later carry the flags.
   image.agents[1].renumber = true;
   image.agents[1].subjects.at("m").renumber = true;
   auto flagged = format::DecodeManifest(format::EncodeManifest(image, 0, 0));

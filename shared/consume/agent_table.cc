@@ -23,7 +23,35 @@ void AgentTable::FailClosed(AgentState& agent, const std::string& name, uint64_t
     AppendClear(source, name, clears);
     clears->back().model = model;
   }
+  // What it owns in single models: that model's (all of them on the control
+  // subject, each in its model).
+  for (const auto& [owned_model, sources] : agent.model_sources) {
+    if (!model.empty() && owned_model != model) continue;
+    for (const SourceKey& source : sources) {
+      AppendClear(source, name, clears);
+      clears->back().model = owned_model;
+    }
+  }
   resync_.push_back({name, position});
+}
+
+void AgentTable::ReleaseAll(AgentState& agent, const std::string& name,
+                            std::vector<PlacementEvent>* clears) {
+  for (const SourceKey& source : agent.sources) {
+    AppendClear(source, name, clears);
+    owners_.erase(source);
+  }
+  agent.sources.clear();
+  for (const auto& [model, sources] : agent.model_sources) {
+    auto owners = model_owners_.find(model);
+    for (const SourceKey& source : sources) {
+      AppendClear(source, name, clears);
+      clears->back().model = model;
+      if (owners != model_owners_.end()) owners->second.erase(source);
+    }
+    if (owners != model_owners_.end() && owners->second.empty()) model_owners_.erase(owners);
+  }
+  agent.model_sources.clear();
 }
 
 void AgentTable::FailClosedOn(AgentState& agent, const std::string& name, uint64_t position,
@@ -44,9 +72,33 @@ void AgentTable::FailClosedOn(AgentState& agent, const std::string& name, uint64
 
 namespace {
 
+const std::string kControlToken = "_agent";
+
 // Live: not expired, or expired and owning sources claimed since (the same
 // rule as Leases()).
-bool Live(const AgentTable::AgentState& agent) { return !agent.expired || !agent.sources.empty(); }
+bool Live(const AgentTable::AgentState& agent) {
+  return !agent.expired || !agent.sources.empty() || !agent.model_sources.empty();
+}
+
+// Live as judged for a message on `origin` about `model` (empty: none
+// known): from what every router reading that subject reads (the control
+// subjects and the model's own), never from other models' subjects, so a
+// router reading only some models counts the nodes of each as one reading
+// all (docs/scaling.md, "Ownership and liveness"). An agent with no
+// per-subject numbering (a sender before subject_seq, or the in-process log)
+// is present everywhere.
+bool LiveOn(const AgentTable::AgentState& agent, const LogSubject& origin,
+            const std::string& model) {
+  if (!agent.sources.empty()) return true;
+  const bool control = origin.kind != LogSubject::kEvents;
+  if (!control && !model.empty()) {
+    auto it = agent.model_sources.find(model);
+    if (it != agent.model_sources.end() && !it->second.empty()) return true;
+  }
+  if (agent.expired) return false;
+  if (agent.subjects.empty() || agent.subjects.contains(kControlToken)) return true;
+  return !control && agent.subjects.contains(origin.token);
+}
 
 // What a sender's number says (Sequencing and Incarnations in the header's
 // comment), for msg_seq and subject_seq alike.
@@ -86,26 +138,81 @@ Numbering Judge(uint64_t& incarnation, uint64_t& last, bool renumber, uint64_t s
 
 }  // namespace
 
-bool AgentTable::AtNodeCap(const std::string& node) const {
+AgentTable::AgentState& AgentTable::Find(const std::string& name, uint64_t position) {
+  auto [it, inserted] = agents_.try_emplace(name);
+  if (inserted) it->second.live_position = position;
+  return it->second;
+}
+
+bool AgentTable::AtNodeCap(const std::string& node, const LogSubject& origin,
+                           const std::string& model) const {
   auto it = agents_.find(node);
-  if (it != agents_.end() && Live(it->second)) return false;
+  if (it != agents_.end() && LiveOn(it->second, origin, model)) return false;
   size_t live = 0;
-  for (const auto& [name, agent] : agents_) live += Live(agent) ? 1 : 0;
+  for (const auto& [name, agent] : agents_) live += LiveOn(agent, origin, model) ? 1 : 0;
   return live >= options_.max_nodes;
 }
 
-void AgentTable::AppendOwned(const std::string& node, std::vector<SourceKey>* owned) const {
+void AgentTable::AppendOwned(const std::string& node, std::string_view model,
+                             std::vector<SourceKey>* owned) const {
   MutexLock lock(&mu_);
   if (auto it = agents_.find(node); it != agents_.end()) {
     owned->insert(owned->end(), it->second.sources.begin(), it->second.sources.end());
+    if (auto m = it->second.model_sources.find(std::string(model));
+        m != it->second.model_sources.end()) {
+      owned->insert(owned->end(), m->second.begin(), m->second.end());
+    }
   }
 }
 
-void AgentTable::Claim(AgentState& agent, const std::string& name, const SourceKey& source) {
-  auto [it, inserted] = owners_.try_emplace(source, name);
-  // Another node's source reaches here only from the trusted in-process log:
-  // the set of each agent stays its owned sources.
-  if (inserted || it->second == name) agent.sources.insert(source);
+void AgentTable::Claim(AgentState& agent, const std::string& name, const SourceKey& source,
+                       const std::string& model, std::vector<PlacementEvent>* clears) {
+  if (auto it = owners_.find(source); it != owners_.end()) {
+    // Another node's source reaches here only from the trusted in-process
+    // log: the sets of each agent stay its owned sources.
+    return;
+  }
+  if (!model.empty()) {
+    auto owners = model_owners_.find(model);
+    if (owners == model_owners_.end()) owners = model_owners_.try_emplace(model).first;
+    auto [it, inserted] = owners->second.try_emplace(source, name);
+    if (!inserted) return;  // its own already, or (trusted log) another's
+    auto sources = agent.model_sources.find(model);
+    if (sources == agent.model_sources.end()) {
+      sources = agent.model_sources.try_emplace(model).first;
+    }
+    sources->second.insert(source);
+    return;
+  }
+  // Announced (first time): owned in every model from here. Claims of it in
+  // single models (the agent's own, or another node's whose events came
+  // first) end; the others' entries go with them (every router reads the
+  // announcement and clears the same).
+  owners_.emplace(source, name);
+  agent.sources.insert(source);
+  for (auto owners = model_owners_.begin(); owners != model_owners_.end();) {
+    auto claim = owners->second.find(source);
+    if (claim != owners->second.end()) {
+      auto holder = agents_.find(claim->second);
+      if (holder != agents_.end()) {
+        auto sources = holder->second.model_sources.find(owners->first);
+        if (sources != holder->second.model_sources.end()) {
+          sources->second.erase(source);
+          if (sources->second.empty()) holder->second.model_sources.erase(sources);
+        }
+      }
+      if (claim->second != name) {
+        AppendClear(source, claim->second, clears);
+        clears->back().model = owners->first;
+      }
+      owners->second.erase(claim);
+    }
+    if (owners->second.empty()) {
+      model_owners_.erase(owners++);
+    } else {
+      ++owners;
+    }
+  }
 }
 
 std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message,
@@ -134,20 +241,54 @@ std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message
   if (header.agent != node) return LogRefusal::kSubjectMismatch;
   if (message.invalid) return std::nullopt;  // no events; the node's own subject
   if (!header.sequenced()) return LogRefusal::kSubjectMismatch;  // agents number every message
-  if (AtNodeCap(node)) return LogRefusal::kTooManyNodes;
+  auto it = agents_.find(node);
+  // The model the message is about: its events', else (a header alone) the
+  // one the node's messages on this subject carried, else the token's.
+  std::string model;
+  if (origin.kind == LogSubject::kEvents) {
+    if (!events.empty()) {
+      model = events.front().model;
+    } else if (it != agents_.end()) {
+      if (auto subject = it->second.subjects.find(origin.token);
+          subject != it->second.subjects.end()) {
+        model = subject->second.model;
+      }
+    }
+    if (model.empty()) {
+      if (StatusOr<std::string> token = nats::DecodeToken(origin.token); token.ok()) {
+        model = *std::move(token);
+      }
+    }
+  }
+  if (AtNodeCap(node, origin, model)) return LogRefusal::kTooManyNodes;
   // Sources nobody owns yet that the message would claim (rare: first
   // announcements only).
   absl::flat_hash_set<SourceKey> claims;
   // The lambda is analysed on its own, without mu_: it reads owners_
   // through this pointer, taken here under mu_.
   const auto* owners = &owners_;
+  // Claims in the message's model (events on a model subject) are checked
+  // against that model's claims too; announcements (the control subject)
+  // only against announcements: both are what every router reading the
+  // model reads (docs/scaling.md, "Ownership and liveness").
+  const absl::flat_hash_map<SourceKey, std::string>* model_owners = nullptr;
+  if (origin.kind == LogSubject::kEvents) {
+    if (auto m = model_owners_.find(model); m != model_owners_.end()) model_owners = &m->second;
+  }
   auto check = [&](const SourceKey& source) -> std::optional<LogRefusal> {
     auto owner = owners->find(source);
-    if (owner == owners->end()) {
-      claims.insert(source);
-    } else if (owner->second != node) {
-      return LogRefusal::kForeignSource;
+    if (owner != owners->end()) {
+      if (owner->second != node) return LogRefusal::kForeignSource;
+      return std::nullopt;
     }
+    if (model_owners != nullptr) {
+      auto claim = model_owners->find(source);
+      if (claim != model_owners->end()) {
+        if (claim->second != node) return LogRefusal::kForeignSource;
+        return std::nullopt;
+      }
+    }
+    claims.insert(source);
     return std::nullopt;
   };
   for (const PlacementEvent& event : events) {
@@ -180,8 +321,16 @@ std::optional<LogRefusal> AgentTable::Authorize(const LogBatch::Message& message
         return LogRefusal::kKindNotAllowed;
     }
   }
-  auto it = agents_.find(node);
-  const size_t owned = it == agents_.end() ? 0 : it->second.sources.size();
+  // Owned in the message's scope: announced, plus the model's own claims.
+  size_t owned = 0;
+  if (it != agents_.end()) {
+    owned = it->second.sources.size();
+    if (origin.kind == LogSubject::kEvents) {
+      if (auto m = it->second.model_sources.find(model); m != it->second.model_sources.end()) {
+        owned += m->second.size();
+      }
+    }
+  }
   if (owned + claims.size() > options_.max_sources_per_node) return LogRefusal::kTooManySources;
   // A subject the node is not numbered on yet gets state only when the
   // message has something to number (AdmitNumbered): bounded per node.
@@ -236,7 +385,7 @@ AgentTable::Verdict AgentTable::Admit(const LogBatch::Message& message,
   if (header.subject_seq != 0 && origin.kind != LogSubject::kTrusted) {
     return AdmitNumbered(message, events, origin, clears);
   }
-  AgentState& agent = agents_[header.agent];
+  AgentState& agent = Find(header.agent, message.position);
   // A process's first message starts it, whatever its incarnation's value:
   // a restart on a clock behind the previous run's (another host) numbers
   // itself lower and would otherwise be stale for good. Later messages of a
@@ -268,8 +417,14 @@ AgentTable::Verdict AgentTable::AdmitNumbered(const LogBatch::Message& message,
                                               const LogSubject& origin,
                                               std::vector<PlacementEvent>* clears) {
   const codec::MessageHeader& header = message.header;
-  AgentState& agent = agents_[header.agent];
   const bool control = origin.kind == LogSubject::kAgent;
+  if (!control && events.empty() && !agents_.contains(header.agent)) {
+    // A header alone on a model subject from a node unknown here: nothing
+    // to number nor to keep (a router not reading this subject keeps
+    // nothing either, so the nodes counted against --max-nodes agree).
+    return Verdict::kApply;
+  }
+  AgentState& agent = Find(header.agent, message.position);
   if (!control && events.empty() && !agent.subjects.contains(origin.token)) {
     // A header alone on a model subject the node sent no events on: no
     // model state to number, so none is kept (any token a node may publish
@@ -311,13 +466,22 @@ bool AgentTable::Observe(const PlacementEvent& event, uint64_t position,
     case PlacementKind::kHeartbeat: {
       if (event.agent.empty()) return true;
       MutexLock lock(&mu_);
-      AgentState& agent = agents_[event.agent];
-      for (const SourceKey& source : event.sources) Claim(agent, event.agent, source);
+      AgentState& agent = Find(event.agent, position);
+      if (!Live(agent)) {  // expired: a new life starts here
+        agent.live_position = position;
+        agent.heartbeated = false;
+      }
+      for (const SourceKey& source : event.sources)
+        Claim(agent, event.agent, source, std::string(), clears);
       if (agent.last_heartbeat_position == 0) {
         // The incarnation's first heartbeat: what it does not list is
         // nothing this process follows (any more).
+        auto listed = [&](const SourceKey& source) {
+          return std::find(event.sources.begin(), event.sources.end(), source) !=
+                 event.sources.end();
+        };
         for (auto it = agent.sources.begin(); it != agent.sources.end();) {
-          if (std::find(event.sources.begin(), event.sources.end(), *it) != event.sources.end()) {
+          if (listed(*it)) {
             ++it;
             continue;
           }
@@ -325,7 +489,19 @@ bool AgentTable::Observe(const PlacementEvent& event, uint64_t position,
           owners_.erase(*it);
           it = agent.sources.erase(it);
         }
+        // (Listed ones it claimed in single models are announced now.)
+        for (const auto& [model, sources] : agent.model_sources) {
+          auto owners = model_owners_.find(model);
+          for (const SourceKey& source : sources) {
+            AppendClear(source, event.agent, clears);
+            clears->back().model = model;
+            if (owners != model_owners_.end()) owners->second.erase(source);
+          }
+          if (owners != model_owners_.end() && owners->second.empty()) model_owners_.erase(owners);
+        }
+        agent.model_sources.clear();
       }
+      agent.heartbeated = true;
       agent.last_heartbeat_position = position;
       agent.lease_ms = event.lease_ms;
       agent.expired = false;
@@ -339,15 +515,11 @@ bool AgentTable::Observe(const PlacementEvent& event, uint64_t position,
       AgentState& agent = it->second;
       // Already expired and nothing claimed since; or a heartbeat applied
       // after the one the deciding router saw: alive.
-      if (agent.expired && agent.sources.empty()) return false;
+      if (!Live(agent)) return false;
       if (agent.last_heartbeat_position > event.heartbeat_seq) return false;
       agent.expired = true;
       agent.expiries += 1;
-      for (const SourceKey& source : agent.sources) {
-        AppendClear(source, event.agent, clears);
-        owners_.erase(source);
-      }
-      agent.sources.clear();
+      ReleaseAll(agent, event.agent, clears);
       EvictTombstones();
       return false;
     }
@@ -356,7 +528,13 @@ bool AgentTable::Observe(const PlacementEvent& event, uint64_t position,
     case PlacementKind::kCleared: {
       if (event.agent.empty()) return true;
       MutexLock lock(&mu_);
-      Claim(agents_[event.agent], event.agent, event.source);
+      AgentState& agent = Find(event.agent, position);
+      const bool live = Live(agent);
+      Claim(agent, event.agent, event.source, event.model, clears);
+      if (!live && Live(agent)) {  // expired, claiming again: a new life
+        agent.live_position = position;
+        agent.heartbeated = false;
+      }
       return true;
     }
     case PlacementKind::kWorkerExpired:
@@ -372,7 +550,7 @@ void AgentTable::EvictTombstones() {
     // The same choice on every replica: the oldest heartbeat, then the name.
     auto oldest = agents_.end();
     for (auto it = agents_.begin(); it != agents_.end(); ++it) {
-      if (!it->second.expired || !it->second.sources.empty()) continue;
+      if (Live(it->second)) continue;
       if (oldest == agents_.end() ||
           std::tie(it->second.last_heartbeat_position, it->first) <
               std::tie(oldest->second.last_heartbeat_position, oldest->first)) {
@@ -406,17 +584,23 @@ std::vector<AgentTable::Lease> AgentTable::Leases() const {
   MutexLock lock(&mu_);
   for (const auto& [name, agent] : agents_) {
     if (!Live(agent)) continue;
-    out.push_back({name, agent.last_heartbeat_position, agent.lease_ms, agent.heartbeat_seen,
-                   agent.incarnation, agent.last_msg_seq});
+    out.push_back({name, agent.last_heartbeat_position, agent.lease_ms, agent.heartbeated,
+                   agent.heartbeat_seen, agent.live_position});
   }
   return out;
 }
 
-std::optional<std::string> AgentTable::Owner(const SourceKey& source) const {
+std::optional<std::string> AgentTable::Owner(const SourceKey& source,
+                                             std::string_view model) const {
   MutexLock lock(&mu_);
-  auto it = owners_.find(source);
-  if (it == owners_.end()) return std::nullopt;
-  return it->second;
+  if (auto it = owners_.find(source); it != owners_.end()) return it->second;
+  std::optional<std::string> owner;
+  for (const auto& [name, owners] : model_owners_) {
+    if (!model.empty() && name != model) continue;
+    auto it = owners.find(source);
+    if (it != owners.end() && (!owner || it->second < *owner)) owner = it->second;
+  }
+  return owner;
 }
 
 void AgentTable::Restore(const std::vector<AgentView>& agents,
@@ -427,12 +611,23 @@ void AgentTable::Restore(const std::vector<AgentView>& agents,
   resync_.clear();
   // `agents` is sorted by name: should two claim one source (a checkpoint
   // from before ownership), the first keeps it, on every replica.
+  std::vector<PlacementEvent> unused;
   for (const AgentView& view : agents) {
     AgentState& agent = agents_[view.agent];
     agent = static_cast<const AgentState&>(view);
     agent.heartbeat_seen = now;
     agent.sources.clear();
-    for (const SourceKey& source : view.sources) Claim(agent, view.agent, source);
+    agent.model_sources.clear();
+    for (const SourceKey& source : view.sources) {
+      if (owners_.try_emplace(source, view.agent).second) agent.sources.insert(source);
+    }
+  }
+  // Then the claims in single models (none of an announced source).
+  for (const AgentView& view : agents) {
+    AgentState& agent = agents_[view.agent];
+    for (const auto& [model, sources] : view.model_sources) {
+      for (const SourceKey& source : sources) Claim(agent, view.agent, source, model, &unused);
+    }
   }
 }
 

@@ -7,14 +7,19 @@
 //     speaks only for the node its subject names (LogSubject). Its header
 //     must name that node, every event must be the node's own, of a kind
 //     the subject may carry, and about sources the node owns: a source is
-//     owned by the node that first announced it (heartbeat or event) until
-//     that node expires; a heartbeat's endpoints name only sources that
-//     heartbeat lists. Anything else is refused whole (LogRefusal), before
-//     the table or the index changes. A new incarnation more than
-//     max_incarnation_ahead past the time the log stored its message is
-//     refused too: one forged message cannot number a node into silence.
-//     The in-process log (no subject) is the router's own embedded agent's
-//     and is trusted.
+//     owned by the node that first announced it in a heartbeat (in every
+//     model), else by the node whose event on a model's subject first named
+//     it (in that model only), until that node expires; a heartbeat's
+//     endpoints name only sources that heartbeat lists. Every decision about
+//     a model's message (ownership, --max-nodes, max_sources_per_node) reads
+//     only state built from that model's subject and the control subjects,
+//     so a router reading only some models' subjects decides alike
+//     (docs/scaling.md, "Ownership and liveness"). Anything else is
+//     refused whole (LogRefusal), before the table or the index changes. A
+//     new incarnation more than max_incarnation_ahead past the time the log
+//     stored its message is refused too: one forged message cannot number a
+//     node into silence. The in-process log (no subject) is the router's
+//     own embedded agent's and is trusted.
 //   - Sequencing (docs/events.md, "Message" and "Numbering"): an agent
 //     numbers its messages 1, 2, 3, ... per incarnation, and each of its
 //     subjects on its own (subject_seq). Gaps are judged per (agent,
@@ -95,10 +100,12 @@ struct AgentTableOptions {
   // tokens a node may publish on cannot grow the table (and every
   // checkpoint) without bound. Default: 64.
   size_t max_subjects_per_node = 64;
-  // Most live nodes (not expired, or expired still owning sources): a
-  // message from a node that is not live while this many are is refused
-  // whole (too_many_nodes). Also sizes a node's guaranteed share of a model
-  // (SourceQuota). Router --max-nodes. Default: 256.
+  // Most live nodes, counted per model (owning announced sources or sources
+  // in the model, or not expired and numbered on the control subject or the
+  // model's): a message from a node that is not live for its model while
+  // this many are is refused whole (too_many_nodes). Also sizes a node's
+  // guaranteed share of a model (SourceQuota). Router --max-nodes.
+  // Default: 256.
   size_t max_nodes = 256;
   // Expired agents kept as tombstones (a late message of theirs stays
   // stale). Default: 4096.
@@ -126,9 +133,24 @@ class AgentTable {
     uint64_t last_heartbeat_position = 0;
     uint32_t lease_ms = 0;  // as announced; the monitor bounds it (--max-lease)
     bool expired = false;
-    // The sources the agent owns, ordered, so clears go out in one order on
-    // every replica. Empty once expired.
+    // The sources the agent owns in every model, ordered, so clears go out
+    // in one order on every replica: announced in its heartbeats (or in a
+    // clear of every model) on the control subject, which every router
+    // reads, or claimed on the trusted in-process log. Empty once expired.
     absl::btree_set<SourceKey> sources;
+    // Sources claimed by the agent's events on one model's subject and not
+    // announced: owned in that model only, by model. A router reading only
+    // some models' subjects holds exactly their part (docs/scaling.md,
+    // "Ownership and liveness"). Empty once expired.
+    absl::btree_map<std::string, absl::btree_set<SourceKey>> model_sources;
+    // The log position of the message that made the agent live (its first
+    // admitted one, or its first after an expiry): the same on every replica
+    // reading its subjects; names the expiry of a node that never
+    // heartbeated. 0 in checkpoints before format v6.
+    uint64_t live_position = 0;
+    // A heartbeat was applied since the agent became live (whatever its
+    // lease_ms, 0 included).
+    bool heartbeated = false;
     uint64_t gaps = 0;      // messages after a gap, and undecodable ones
     uint64_t stale = 0;     // messages skipped as stale
     uint64_t expiries = 0;  // agent_expired events that cleared it
@@ -181,20 +203,23 @@ class AgentTable {
   struct Lease {
     std::string agent;
     uint64_t heartbeat_position = 0;  // 0: none of the current incarnation yet
-    uint32_t lease_ms = 0;            // 0: never heartbeated
+    uint32_t lease_ms = 0;            // as last announced
+    bool heartbeated = false;         // false: never heartbeated since live
     std::chrono::steady_clock::time_point heartbeat_seen{};
-    // The agent's numbering now (names the expiry of a node that never
-    // heartbeated, so each of its lives gets a fresh message id).
-    uint64_t incarnation = 0;
-    uint64_t msg_seq = 0;
+    // Where the agent became live (AgentState::live_position): names the
+    // expiry of a node that never heartbeated, the same id on every replica,
+    // a fresh one for each of its lives.
+    uint64_t live_position = 0;
   };
   std::vector<Lease> Leases() const;
 
-  // The node owning `source`, if any.
-  std::optional<std::string> Owner(const SourceKey& source) const;
+  // The node owning `source` in every model, else in `model` (empty: in
+  // any model, the first node by name), if any.
+  std::optional<std::string> Owner(const SourceKey& source, std::string_view model = {}) const;
 
-  // Appends the sources `node` owns to *owned (SourceQuota).
-  void AppendOwned(const std::string& node, std::vector<SourceKey>* owned) const;
+  // Appends the sources `node` owns in `model` to *owned (SourceQuota).
+  void AppendOwned(const std::string& node, std::string_view model,
+                   std::vector<SourceKey>* owned) const;
 
   // Replaces the table with a checkpoint's (apply thread, before the first
   // message). Ownership is rebuilt from the agents' source sets. The
@@ -215,9 +240,20 @@ class AgentTable {
                                       std::span<const PlacementEvent> events,
                                       const LogSubject& origin) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // True when `node` is not live and max_nodes nodes are.
-  bool AtNodeCap(const std::string& node) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Claim(AgentState& agent, const std::string& name, const SourceKey& source)
+  // True when `node` is not live for a message on `origin` about `model`
+  // and max_nodes nodes are (counted the same way).
+  bool AtNodeCap(const std::string& node, const LogSubject& origin, const std::string& model) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Claims `source` for `name`: in every model when `model` is empty (then
+  // the agent's own claims of it in single models are folded in and other
+  // nodes' are cleared (appended to *clears) and released), else in `model`
+  // unless the agent already owns it in every model.
+  void Claim(AgentState& agent, const std::string& name, const SourceKey& source,
+             const std::string& model, std::vector<PlacementEvent>* clears)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Clears (appended to *clears, `model` empty: every model) and releases
+  // every source `agent` owns.
+  void ReleaseAll(AgentState& agent, const std::string& name, std::vector<PlacementEvent>* clears)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   static void AppendClear(const SourceKey& source, const std::string& name,
                           std::vector<PlacementEvent>* clears);
@@ -235,12 +271,19 @@ class AgentTable {
                         const LogSubject& origin, std::vector<PlacementEvent>* clears)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EvictTombstones() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The agent's state, created (live from `position`) if new.
+  AgentState& Find(const std::string& name, uint64_t position) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const AgentTableOptions options_;
   mutable Mutex mu_;
   absl::flat_hash_map<std::string, AgentState> agents_ ABSL_GUARDED_BY(mu_);
-  // source -> owning node; exactly the union of the live agents' sources.
+  // source -> owning node in every model; exactly the union of the agents'
+  // `sources`.
   absl::flat_hash_map<SourceKey, std::string> owners_ ABSL_GUARDED_BY(mu_);
+  // model -> source -> owning node in that model; exactly the union of the
+  // agents' `model_sources`.
+  absl::flat_hash_map<std::string, absl::flat_hash_map<SourceKey, std::string>> model_owners_
+      ABSL_GUARDED_BY(mu_);
   std::vector<ResyncRequest> resync_ ABSL_GUARDED_BY(mu_);
 };
 

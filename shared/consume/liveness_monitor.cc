@@ -62,15 +62,16 @@ void LivenessMonitor::CheckOnce(std::chrono::steady_clock::time_point now) {
     auto since = agent.heartbeat_seen;
     std::string id =
         "kvindex-expire:" + agent.agent + ":" + std::to_string(agent.heartbeat_position);
-    if (agent.lease_ms == 0) {
+    if (!agent.heartbeated) {
       // Never heartbeated: the router's longest lease, from when this router
-      // first saw the node live (a restarted router grants a full one).
+      // first saw the node live (a restarted router grants a full one). The
+      // id names the log position where the node became live, which every
+      // replica shares: one message for all of them, a fresh one per life.
       auto it = unannounced_.find(agent.agent);
       since = it == unannounced_.end() ? now : it->second;
       unannounced.emplace(agent.agent, since);
       lease = options_.max_lease;
-      id = strings::Cat("kvindex-expire:", agent.agent, ":0:", agent.incarnation, ":",
-                        agent.msg_seq);
+      id = strings::Cat("kvindex-expire:", agent.agent, ":0:", agent.live_position);
     }
     if (now - since < lease) continue;
     Proposal proposal{.heartbeat_position = agent.heartbeat_position, .at = now};

@@ -187,7 +187,7 @@ TEST(LivenessMonitorTest, ANodeThatNeverHeartbeatsLosesItsSlotAfterTheMaxLease) 
   EXPECT_TRUE(log.proposed.empty());
   monitor.CheckOnce(t0 + std::chrono::milliseconds(2100));
   ASSERT_EQ(log.proposed.size(), 1u);
-  EXPECT_EQ(log.proposed[0], "kvindex-expire:node-a:0:5:1");
+  EXPECT_EQ(log.proposed[0], "kvindex-expire:node-a:0:1");  // live from position 1
   ASSERT_TRUE(WaitApplied(loop, 3));
   EXPECT_TRUE(loop.agents().Agents().at(0).expired);
   EXPECT_EQ(index.Stats().entries[0], 0u);
@@ -211,7 +211,83 @@ TEST(LivenessMonitorTest, ANodeThatNeverHeartbeatsLosesItsSlotAfterTheMaxLease) 
   EXPECT_EQ(expiries().size(), 1u);
   monitor.CheckOnce(t0 + std::chrono::milliseconds(5200));
   ASSERT_EQ(expiries().size(), 2u);
-  EXPECT_EQ(expiries()[1], "kvindex-expire:node-b:0:6:2");
+  EXPECT_EQ(expiries()[1], "kvindex-expire:node-b:0:4");  // live from position 4
+  loop.Stop();
+}
+
+// Review finding 4: the expiry id of a node that never heartbeated named its
+// numbering (incarnation, last msg_seq), which replicas do not share: a
+// router reading only model m's subject saw msg_seq 1, one reading every
+// subject msg_seq 2, so the two proposed two expiries. It names the log
+// position where the node became live, the same on every replica and after
+// a restore.
+TEST(LivenessMonitorTest, ANeverHeartbeatingNodesExpiryIdIsTheSameOnEveryReplica) {
+  PlacementEvent other = Stored();
+  other.model = "other";
+  other.source = {"w1", 0};
+  auto feed = [&](Log* log, bool every_subject) {
+    log->reader.Add(1, {.agent = "node-a", .incarnation = 5, .msg_seq = 1, .subject_seq = 1},
+                    {Stored()}, false, "kvindex.events.m.node-a", kNow);
+    if (every_subject) {
+      log->reader.Add(2, {.agent = "node-a", .incarnation = 5, .msg_seq = 2, .subject_seq = 1},
+                      {other}, false, "kvindex.events.other.node-a", kNow);
+    }
+    log->next_position = 3;
+  };
+  Log filtered, full;
+  feed(&filtered, false);
+  feed(&full, true);
+  index::KvIndex filtered_index, full_index;
+  ApplyLoop filtered_loop(&filtered.reader, &filtered_index, nullptr, {});
+  ApplyLoop full_loop(&full.reader, &full_index, nullptr, {});
+  ASSERT_TRUE(filtered_loop.Start().ok());
+  ASSERT_TRUE(full_loop.Start().ok());
+  ASSERT_TRUE(WaitApplied(filtered_loop, 1));
+  ASSERT_TRUE(WaitApplied(full_loop, 2));
+  // A third replica restored from the full one's table.
+  Log restored;
+  restored.next_position = 3;
+  index::KvIndex restored_index;
+  ApplyLoop restored_loop(&restored.reader, &restored_index, nullptr, {});
+  restored_loop.agents().Restore(full_loop.agents().Agents(), std::chrono::steady_clock::now());
+  ASSERT_TRUE(restored_loop.Start().ok());
+  ASSERT_TRUE(WaitApplied(restored_loop, 0));
+  const LivenessOptions options{.interval = std::chrono::hours(1),
+                                .max_lease = std::chrono::seconds(2)};
+  const auto t0 = std::chrono::steady_clock::now();
+  for (auto [log, loop] : {std::pair{&filtered, &filtered_loop}, std::pair{&full, &full_loop},
+                           std::pair{&restored, &restored_loop}}) {
+    LivenessMonitor monitor(loop, nullptr, log->Appender(), options);
+    monitor.CheckOnce(t0);
+    monitor.CheckOnce(t0 + std::chrono::seconds(3));
+    ASSERT_EQ(log->proposed.size(), 1u);
+    EXPECT_EQ(log->proposed[0], "kvindex-expire:node-a:0:1");
+  }
+  filtered_loop.Stop();
+  full_loop.Stop();
+  restored_loop.Stop();
+}
+
+// Review finding 4: a node heartbeating with lease_ms = 0 was taken for one
+// that never heartbeated (granted --max-lease, expiry id ":0:..."). It
+// heartbeated: its lease is the one it announced, its expiry names its
+// heartbeat like any other's.
+TEST(LivenessMonitorTest, AHeartbeatWithLeaseZeroIsAHeartbeat) {
+  Log log;
+  log.reader.Add(log.next_position++, {.agent = "node-a", .incarnation = 5, .msg_seq = 1},
+                 {Heartbeat(0)}, false, "kvindex.events._agent.node-a", kNow);
+  index::KvIndex index;
+  ApplyLoop loop(&log.reader, &index, nullptr, {});
+  ASSERT_TRUE(loop.Start().ok());
+  ASSERT_TRUE(WaitApplied(loop, 1));
+  LivenessMonitor monitor(
+      &loop, nullptr, log.Appender(),
+      {.interval = std::chrono::hours(1), .max_lease = std::chrono::seconds(60)});
+  monitor.CheckOnce(std::chrono::steady_clock::now() + std::chrono::milliseconds(1));
+  ASSERT_EQ(log.proposed.size(), 1u);
+  EXPECT_EQ(log.proposed[0], "kvindex-expire:node-a:1");
+  ASSERT_TRUE(WaitApplied(loop, 2));
+  EXPECT_TRUE(loop.agents().Agents().at(0).expired);
   loop.Stop();
 }
 

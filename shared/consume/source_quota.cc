@@ -49,7 +49,7 @@ void SourceQuota::CheckModel(const std::string& node, std::string_view model,
   keys_.clear();
   // The share is fixed by max_nodes, not by the nodes live now: a node that
   // joins later still finds its share free.
-  agents.AppendOwned(node, &keys_);
+  agents.AppendOwned(node, model, &keys_);
   size_t mine = 0;
   for (const SourceKey& source : keys_) mine += held_.contains(source) ? 1 : 0;
   denied_.clear();

@@ -20,7 +20,14 @@ another node: refused (subject_mismatch) by any router that receives it.
   - the filtered router stopped, more messages (a clear of every model on
     the control subject before a model-a store), restarted from its
     checkpoint: it applies only what came after it (one stored event), in
-    stream order, and equals `full` again.
+    stream order, and equals `full` again;
+  - the review's hostile case (s11 finding 1), both routers at --max-nodes 2:
+    node-z publishes only on model-b's subject, never heartbeating, and
+    stores worker "c0" there; node-c's first model-a message stores "c0" in
+    model a: node-z counts for model b only and its claim of "c0" is model
+    b's, so both routers apply node-c's message and end at one digest (the
+    unfiltered router used to refuse it, too_many_nodes, while the filtered
+    one applied it).
 
 Usage: test_filtered_router.py BIN_DIR SCENARIO   (scenario: filtered)
 """
@@ -110,7 +117,7 @@ def same_matches(routers, prompts):
 
 
 def scenario_filtered(bin_dir):
-    names = ("agent-node-a", "agent-node-x", "router")
+    names = ("agent-node-a", "agent-node-x", "agent-node-z", "agent-node-c", "router")
     passwords = {name: "pw-%s-%d" % (name, os.getpid()) for name in names}
     server = ne.NatsServer(config=tlp.server_config(passwords)).start()
     files = {}
@@ -119,7 +126,7 @@ def scenario_filtered(bin_dir):
         with open(files[name], "w") as f:
             f.write(password + "\n")
     creds = ["--nats-user", "router", "--nats-password-file", files["router"],
-             "--models", MODEL_A, "--checkpoint-interval", "0s"]
+             "--models", MODEL_A, "--checkpoint-interval", "0s", "--max-nodes", "2"]
     filtered = ne.NatsRouter(bin_dir, server.url, creds + ["--filter-subjects"])
     full = ne.NatsRouter(bin_dir, server.url, creds)
     routers = [filtered, full]
@@ -193,6 +200,27 @@ def scenario_filtered(bin_dir):
         assert refused_mismatch(filtered) == 0
         print("restart: resumed from its checkpoint, 1 stored event applied, both at %d, "
               "digest %s" % (last, states[0]["digest"]))
+
+        # Hostile: node-z (model b only, no heartbeat) at the node cap, and
+        # a claim of "c0" on model b's subject; node-c's model-a message.
+        raw_z = tlp.RawNats(server.port, "agent-node-z", passwords["agent-node-z"])
+        raws.append(raw_z)
+        raw_c = tlp.RawNats(server.port, "agent-node-c", passwords["agent-node-c"])
+        raws.append(raw_c)
+        z = RawAgent(raw_z, "node-z")
+        c = RawAgent(raw_c, "node-c")
+        z.send(MODEL_B, [z.stored(MODEL_B, "c0", prompt(8))])
+        last = c.send(MODEL_A, [c.stored(MODEL_A, "c0", prompt(8))])
+        states = caught_up(routers, last)
+        for r in routers:
+            assert workers(r, prompt(8)) == ["c0"], workers(r, prompt(8))
+            for reason in ("too_many_nodes", "foreign_source"):
+                n = tlp.sample(r, 'kvindex_router_log_messages_refused_total{reason="%s"}'
+                               % reason)
+                assert n == 0, "%s refused %s messages" % (reason, n)
+        same_matches(routers, [prompt(n) for n in range(1, 9)])
+        print("hostile: node-z on model b only does not count for model a; node-c's message "
+              "applied on both, digest %s" % states[0]["digest"])
     finally:
         for raw in raws:
             raw.close()
