@@ -300,7 +300,8 @@ TEST(CheckpointStoreTest, ARestoredTableJudgesTheNextMessageAsTheWholeLog) {
 }
 
 // A version 4 manifest (before the renumber flags) still decodes: the same
-// manifest as version 5 without the flag bytes, flags read as false.
+// manifest as version 5 without the flag bytes, flags read as false; and a
+// version 5 one (before the alias record) reads as having none.
 TEST(CheckpointStoreTest, AVersion4ManifestStillDecodes) {
   index::KvIndex source;
   consume::AgentTable agents;
@@ -309,11 +310,20 @@ TEST(CheckpointStoreTest, AVersion4ManifestStillDecodes) {
   size_t flag_bytes = 0;
   for (const auto& agent : image.agents) flag_bytes += 1 + agent.subjects.size();
   ASSERT_EQ(flag_bytes, 3u);  // node-a; node-b and its subject "m"
-  const std::string v5 = format::EncodeManifest(image, 0, 0);
-  std::string v4 = v5.substr(0, v5.size() - 8 - flag_bytes);
-  v4[3] = 4;  // big-endian version
-  uint64_t checksum = XXH3_64bits(v4.data(), v4.size());
-  v4.append(reinterpret_cast<const char*>(&checksum), 8);  // little-endian host
+  const std::string v6 = format::EncodeManifest(image, 0, 0);
+  // Version 6 ends with one byte (no alias record) before the checksum.
+  auto older = [&](uint32_t version, size_t dropped) {
+    std::string out = v6.substr(0, v6.size() - 8 - dropped);
+    out[3] = static_cast<char>(version);  // big-endian version
+    uint64_t checksum = XXH3_64bits(out.data(), out.size());
+    out.append(reinterpret_cast<const char*>(&checksum), 8);  // little-endian host
+    return out;
+  };
+  std::string v4 = older(4, 1 + flag_bytes);
+  auto v5 = format::DecodeManifest(older(5, 1));
+  ASSERT_TRUE(v5.ok()) << v5.status();
+  EXPECT_FALSE(v5->image.aliases.has_value());
+  EXPECT_FALSE(v5->aliases.has_value());
   auto decoded = format::DecodeManifest(v4);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   ASSERT_EQ(decoded->image.agents.size(), 2u);
