@@ -7,10 +7,8 @@
 // damaged checkpoint (an older one is restored).
 #include <gtest/gtest.h>
 #include <rocksdb/db.h>
-#include <unistd.h>
 
 #include <chrono>
-#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
@@ -24,27 +22,12 @@
 #include "storage/checkpoint_format.h"
 #include "storage/checkpoint_store.h"
 #include "storage/checkpointer.h"
+#include "storage/testing/temp_dir.h"
 
 namespace kvindex::storage {
 namespace {
 
-namespace fs = std::filesystem;
-
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "kvindex-aliasckpt-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 // As the router's SglangAliasCheckpoint (services/router/sglang_wiring.h).
 class MapCheckpoint : public AliasCheckpoint {

@@ -28,27 +28,14 @@
 #include "storage/checkpoint_format.h"
 #include "storage/checkpoint_store.h"
 #include "storage/checkpointer.h"
+#include "storage/testing/temp_dir.h"
 
 namespace kvindex::storage {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "kvindex-ckpt-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 using Entry = std::tuple<std::string, std::string, uint32_t, int, uint64_t>;
 
