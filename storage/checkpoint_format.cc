@@ -54,6 +54,19 @@ std::string IngestKey(uint64_t id, uint32_t source, uint32_t piece) {
   return key;
 }
 
+std::string AliasKey(uint64_t id, uint32_t piece) {
+  std::string key = RangeBegin(id) + "k";
+  PutBe(&key, piece, 4);
+  return key;
+}
+
+bool ParseAliasKey(std::string_view key, uint64_t* id, uint32_t* piece) {
+  if (key.size() != 14 || key[0] != 'c' || key[9] != 'k') return false;
+  *id = GetBe(key.substr(1), 8);
+  *piece = static_cast<uint32_t>(GetBe(key.substr(10), 4));
+  return true;
+}
+
 bool ParseIngestKey(std::string_view key, uint64_t* id, uint32_t* source, uint32_t* piece) {
   if (key.size() != 18 || key[0] != 'c' || key[9] != 'i') return false;
   *id = GetBe(key.substr(1), 8);
@@ -75,12 +88,29 @@ std::vector<std::pair<std::string, std::string>> EncodeIngest(uint64_t id,
   return records;
 }
 
+std::vector<std::pair<std::string, std::string>> EncodeAliases(uint64_t id,
+                                                               const CheckpointImage& image) {
+  std::vector<std::pair<std::string, std::string>> records;
+  if (!image.aliases.has_value()) return records;
+  const std::string& state = *image.aliases;
+  for (size_t at = 0, piece = 0; at < state.size() || piece == 0; at += kChunkBytes, ++piece) {
+    records.emplace_back(AliasKey(id, static_cast<uint32_t>(piece)),
+                         state.substr(std::min(at, state.size()), kChunkBytes));
+  }
+  return records;
+}
+
 bool ParseKey(std::string_view key, uint64_t* id, bool* manifest, uint32_t* chunk) {
   if (key.size() < 10 || key[0] != 'c') return false;
   *id = GetBe(key.substr(1), 8);
   if (key[9] == 'i' && key.size() == 18) {
     *manifest = false;
     *chunk = kIngestChunk;
+    return true;
+  }
+  if (key[9] == 'k' && key.size() == 14) {
+    *manifest = false;
+    *chunk = kAliasChunk;
     return true;
   }
   if (key[9] == 'm' && key.size() == 10) {
@@ -234,6 +264,11 @@ std::string EncodeManifest(const CheckpointImage& image, uint64_t chunks, uint64
       }
     }
   }
+  out.push_back(image.aliases.has_value() ? 1 : 0);  // version 7
+  if (image.aliases.has_value()) {
+    PutVarint(&out, image.aliases->size());
+    PutFixed64(&out, XXH3_64bits(image.aliases->data(), image.aliases->size()));
+  }
   PutFixed64(&out, XXH3_64bits(out.data(), out.size()));
   return out;
 }
@@ -363,6 +398,17 @@ StatusOr<Manifest> DecodeManifest(std::string_view value) {
     // lease announced one.
     for (consume::AgentTable::AgentView& agent : image.agents) {
       agent.heartbeated = agent.lease_ms != 0 || agent.last_heartbeat_position != 0;
+    }
+  }
+  if (version >= 7) {  // before: no alias record
+    uint8_t has_aliases = 0;
+    KVINDEX_RETURN_IF_ERROR(in.Byte(&has_aliases, "alias record"));
+    if (has_aliases > 1) return absl::DataLossError("checkpoint: garbled alias record flag");
+    if (has_aliases != 0) {
+      IngestEntry& entry = m.aliases.emplace();
+      KVINDEX_RETURN_IF_ERROR(in.Varint(&entry.bytes, "alias bytes"));
+      KVINDEX_RETURN_IF_ERROR(in.Fixed64(&entry.checksum, "alias checksum"));
+      image.aliases.emplace();
     }
   }
   if (!in.done()) return absl::DataLossError("checkpoint: trailing bytes in the manifest");

@@ -5,6 +5,9 @@
 //   c <id:be64> i <source:be32> <piece:be32>
 //                               saved ingest source state, in pieces of at
 //                               most 1 MiB (embedded routers only)
+//   c <id:be64> k <piece:be32>  the SGLang alias map's saved state
+//                               (CheckpointImage::aliases), in pieces of at
+//                               most 1 MiB (routers with one only)
 //   c <id:be64> m               manifest: everything but the hashes
 //
 // The keys of one checkpoint are contiguous and sorted, so a checkpoint is
@@ -21,16 +24,21 @@
 // AgentState::renumber and one SubjectState::renumber byte per subject (in
 // the version 4 order), then (version 6) per agent AgentState::live_position,
 // a byte AgentState::heartbeated and its model_sources (model, then its
-// sources), then an XXH3-64 of all the bytes before it. Versions 1 (no
-// ingest section), 2 (no stream identity), 3 (no subject numbering), 4 (no
-// renumber flags: read as false) and 5 (no agent lives: every owned source
-// read as announced, live_position 0) are still read.
+// sources), then (version 7) a byte saying whether the alias record is there
+// and its size and XXH3-64, then an XXH3-64 of all the bytes before it.
+// Versions 1 (no ingest section), 2 (no stream identity), 3 (no subject
+// numbering), 4 (no renumber flags: read as false), 5 (no agent lives: every
+// owned source read as announced, live_position 0) and 6 (no alias record:
+// restored as an empty map) are still read. A record whose pieces are
+// missing, out of order or fail their size or XXH3-64 makes the whole
+// checkpoint DataLoss (like a damaged ingest state or chunk).
 //
 // Thread safety: pure functions.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -42,7 +50,7 @@
 
 namespace kvindex::storage::format {
 
-inline constexpr uint32_t kVersion = 6;
+inline constexpr uint32_t kVersion = 7;
 inline constexpr size_t kChunkBytes = size_t{1} << 20;
 
 std::string ManifestKey(uint64_t id);
@@ -53,8 +61,12 @@ std::string IngestKey(uint64_t id, uint32_t source, uint32_t piece);
 // Parses a key; false when it is not a checkpoint key. An ingest key parses
 // with *manifest false and *chunk kIngestChunk.
 inline constexpr uint32_t kIngestChunk = UINT32_MAX;
+// An alias key parses with *manifest false and *chunk kAliasChunk.
+inline constexpr uint32_t kAliasChunk = UINT32_MAX - 1;
 bool ParseKey(std::string_view key, uint64_t* id, bool* manifest, uint32_t* chunk);
 bool ParseIngestKey(std::string_view key, uint64_t* id, uint32_t* source, uint32_t* piece);
+std::string AliasKey(uint64_t id, uint32_t piece);
+bool ParseAliasKey(std::string_view key, uint64_t* id, uint32_t* piece);
 
 struct IngestEntry {
   uint64_t bytes = 0;
@@ -63,14 +75,19 @@ struct IngestEntry {
 
 struct Manifest {
   uint64_t chunks = 0;
-  uint64_t chunk_bytes = 0;         // sum of the data chunks' sizes
-  CheckpointImage image;            // without runs and hashes; ingest keys only
-  std::vector<IngestEntry> ingest;  // per image.ingest entry
+  uint64_t chunk_bytes = 0;            // sum of the data chunks' sizes
+  CheckpointImage image;               // without runs and hashes; ingest keys only
+  std::vector<IngestEntry> ingest;     // per image.ingest entry
+  std::optional<IngestEntry> aliases;  // the alias record, when there is one
 };
 
 // The image's ingest states as (key, value) records, in key order.
 std::vector<std::pair<std::string, std::string>> EncodeIngest(uint64_t id,
                                                               const CheckpointImage& image);
+// The image's alias state as (key, value) records, in key order (none when
+// it has no alias state).
+std::vector<std::pair<std::string, std::string>> EncodeAliases(uint64_t id,
+                                                               const CheckpointImage& image);
 
 // Runs in, data chunks of about kChunkBytes out, one at a time, so a writer
 // holds one chunk, not the whole encoded checkpoint: consecutive runs of

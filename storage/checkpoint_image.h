@@ -17,6 +17,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -73,6 +74,11 @@ struct CheckpointImage {
   // Empty / 0: unknown (embedded routers, checkpoints before version 3).
   std::string stream;
   int64_t stream_created_ns = 0;
+  // The router's SGLang alias map (opaque here: AliasCheckpoint in
+  // checkpointer.h saves and restores it), captured at the same log
+  // position as the index. Unset: the router keeps none, or the checkpoint
+  // predates version 6 (restored as an empty map).
+  std::optional<std::string> aliases;
 
   uint64_t total_entries() const;
   std::span<const uint64_t> Hashes(const CheckpointRun& run) const {

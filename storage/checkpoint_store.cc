@@ -261,6 +261,8 @@ StatusOr<CheckpointInfo> CheckpointStore::WriteRuns(
   if (options_.read_only) return absl::FailedPreconditionError("checkpoint store is read-only");
   const uint64_t id = next_id_;
   std::vector<std::pair<std::string, std::string>> ingest = format::EncodeIngest(id, *manifest);
+  // After the ingest records: their keys sort so ('i' < 'k').
+  for (auto& record : format::EncodeAliases(id, *manifest)) ingest.push_back(std::move(record));
   // What the file will hold, for the free-space check: the runs, the rest.
   uint64_t estimate = data + (uint64_t{1} << 16);
   for (const auto& [key, value] : ingest) estimate += key.size() + value.size();
@@ -512,6 +514,7 @@ std::vector<CheckpointInfo> CheckpointStore::List() const {
     }
     uint64_t ingest_bytes = 0;
     for (const format::IngestEntry& entry : m->ingest) ingest_bytes += entry.bytes;
+    if (m->aliases.has_value()) ingest_bytes += m->aliases->bytes;
     info = Describe(*it, m->image, m->chunks, m->chunk_bytes + ingest_bytes + value.size());
   }
   return out;
@@ -533,6 +536,7 @@ Status CheckpointStore::Stream(
   const size_t models = manifest_out->models.size(), sources = manifest_out->sources.size();
   // Ingest records: sources begun so far, and the next piece of the last one.
   uint32_t ingest_begun = 0, ingest_piece = 0;
+  uint32_t alias_pieces = 0;  // alias record pieces read so far
   std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(read));
   uint64_t next_chunk = 0, bytes = 0;
   uint64_t counted[kNumTiers] = {};
@@ -559,6 +563,17 @@ Status CheckpointStore::Stream(
       if (next_source) ++ingest_begun;
       manifest_out->ingest[source].state.append(it->value().data(), it->value().size());
       ingest_piece = piece + 1;
+      continue;
+    }
+    if (format::ParseAliasKey(it->key().ToStringView(), &key_id, &piece) && key_id == id) {
+      // After every data chunk and ingest state (keys sort so), in order.
+      if (!manifest.aliases.has_value() || next_chunk != manifest.chunks ||
+          ingest_begun != manifest.ingest.size() || piece != alias_pieces) {
+        return absl::DataLossError(
+            absl::StrCat("checkpoint ", id, ": alias record piece ", piece, " unexpected"));
+      }
+      manifest_out->aliases->append(it->value().data(), it->value().size());
+      ++alias_pieces;
       continue;
     }
     if (!format::ParseKey(it->key().ToStringView(), &key_id, &is_manifest, &chunk) ||
@@ -588,6 +603,14 @@ Status CheckpointStore::Stream(
         XXH3_64bits(state.data(), state.size()) != manifest.ingest[i].checksum) {
       return absl::DataLossError(
           absl::StrCat("checkpoint ", id, ": ingest state ", i, " damaged or incomplete"));
+    }
+  }
+  if (manifest.aliases.has_value()) {
+    const std::string& state = *manifest_out->aliases;
+    if (alias_pieces == 0 || state.size() != manifest.aliases->bytes ||
+        XXH3_64bits(state.data(), state.size()) != manifest.aliases->checksum) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", id, ": alias record damaged or incomplete"));
     }
   }
   if (next_chunk != manifest.chunks || bytes != manifest.chunk_bytes) {

@@ -29,27 +29,14 @@
 #include "storage/checkpoint_format.h"
 #include "storage/checkpoint_store.h"
 #include "storage/checkpointer.h"
+#include "storage/testing/temp_dir.h"
 
 namespace kvindex::storage {
 namespace {
 
 namespace fs = std::filesystem;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "kvindex-ckpt-XXXXXX").string();
-    path_ = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 using Entry = std::tuple<std::string, std::string, uint32_t, int, uint64_t>;
 
@@ -360,7 +347,7 @@ TEST(CheckpointStoreTest, Version6KeepsClaimsPerModelAndLives) {
   EXPECT_EQ(restored.Owner({"worker-2", 0}, "m"), "node-b");
   EXPECT_EQ(restored.Owner({"worker-2", 0}, "other"), std::nullopt);
 
-  auto v5 = format::DecodeManifest(OlderManifest(v6, Version6Section(image).size(), 5));
+  auto v5 = format::DecodeManifest(OlderManifest(v6, 1 + Version6Section(image).size(), 5));
   ASSERT_TRUE(v5.ok()) << v5.status();
   EXPECT_TRUE(v5->image.agents[0].heartbeated);
   EXPECT_FALSE(v5->image.agents[1].heartbeated);
@@ -369,7 +356,8 @@ TEST(CheckpointStoreTest, Version6KeepsClaimsPerModelAndLives) {
 }
 
 // A version 4 manifest (before the renumber flags) still decodes: the same
-// manifest as version 5 without the flag bytes, flags read as false.
+// manifest as version 5 without the flag bytes, flags read as false; and a
+// version 6 one (before the alias record) reads as having none.
 TEST(CheckpointStoreTest, AVersion4ManifestStillDecodes) {
   index::KvIndex source;
   consume::AgentTable agents;
@@ -379,7 +367,12 @@ TEST(CheckpointStoreTest, AVersion4ManifestStillDecodes) {
   for (const auto& agent : image.agents) flag_bytes += 1 + agent.subjects.size();
   ASSERT_EQ(flag_bytes, 3u);  // node-a; node-b and its subject "m"
   const std::string v6 = format::EncodeManifest(image, 0, 0);
-  std::string v4 = OlderManifest(v6, Version6Section(image).size() + flag_bytes, 4);
+  // Version 7 ends with one byte (no alias record) before the checksum.
+  std::string v4 = OlderManifest(v6, 1 + Version6Section(image).size() + flag_bytes, 4);
+  auto no_aliases = format::DecodeManifest(OlderManifest(v6, 1, 6));
+  ASSERT_TRUE(no_aliases.ok()) << no_aliases.status();
+  EXPECT_FALSE(no_aliases->image.aliases.has_value());
+  EXPECT_FALSE(no_aliases->aliases.has_value());
   auto decoded = format::DecodeManifest(v4);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   ASSERT_EQ(decoded->image.agents.size(), 2u);

@@ -104,7 +104,8 @@ class ChunkHandOff {
 // One checkpoint, loaded on a second thread while this one restores what
 // is already read (the restore is the longer part; the load hides behind it).
 Status RestoreOne(const CheckpointStore& store, uint64_t id, index::IndexInterface* index,
-                  consume::AgentTable* agents, CheckpointImage* manifest) {
+                  consume::AgentTable* agents, AliasCheckpoint* aliases,
+                  CheckpointImage* manifest) {
   ChunkHandOff hand_off;
   std::thread loader([&] {
     Status status = store.Stream(
@@ -140,14 +141,24 @@ Status RestoreOne(const CheckpointStore& store, uint64_t id, index::IndexInterfa
     restorer->Abort();  // fail closed: nothing of a damaged checkpoint stays
     return status;
   }
-  return restorer->Finish(agents);
+  if (aliases != nullptr) {
+    // Captured at the index's position: restored with it, or not at all.
+    if (Status status = aliases->Restore(manifest->aliases.value_or(std::string())); !status.ok()) {
+      restorer->Abort();
+      return status;
+    }
+  }
+  Status finished = restorer->Finish(agents);
+  if (!finished.ok() && aliases != nullptr) aliases->Restore("").IgnoreError();
+  return finished;
 }
 
 }  // namespace
 
 StatusOr<std::optional<CheckpointImage>> RestoreNewest(
     const CheckpointStore& store, index::IndexInterface* index, consume::AgentTable* agents,
-    uint64_t* id, size_t* skipped, const std::function<Status(const CheckpointInfo&)>& accept) {
+    uint64_t* id, size_t* skipped, const std::function<Status(const CheckpointInfo&)>& accept,
+    AliasCheckpoint* aliases) {
   auto logger = log::Get("storage");
   // Newest first; each one that does not load, or whose restored digest
   // differs, is logged and the next older one tried.
@@ -162,7 +173,7 @@ StatusOr<std::optional<CheckpointImage>> RestoreNewest(
         continue;
       }
     }
-    if (status.ok()) status = RestoreOne(store, info.id, index, agents, &manifest);
+    if (status.ok()) status = RestoreOne(store, info.id, index, agents, aliases, &manifest);
     if (status.ok()) {
       *id = info.id;
       return std::optional<CheckpointImage>(std::move(manifest));
@@ -351,8 +362,8 @@ StatusOr<RestoreResult> Checkpointer::Restore(consume::AgentTable* agents) {
   };
   std::optional<CheckpointImage> image;
   uint64_t id = 0;
-  KVINDEX_ASSIGN_OR_RETURN(image,
-                           RestoreNewest(*store_, index_, agents, &id, &result.skipped, accept));
+  KVINDEX_ASSIGN_OR_RETURN(
+      image, RestoreNewest(*store_, index_, agents, &id, &result.skipped, accept, aliases_.get()));
   if (!image.has_value()) {
     if (result.skipped == 0) {
       logger->info("no checkpoint in {}: starting from the log", options_.dir);
@@ -430,6 +441,7 @@ Status Checkpointer::WriteNow() {
       capture = std::move(*begun);
       image = CaptureManifest(&apply_->agents());
       if (held) image.ingest = ingest_->Save();
+      if (aliases_ != nullptr) image.aliases = aliases_->Save();
     } else {
       opened = begun.status();
     }

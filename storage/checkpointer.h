@@ -38,6 +38,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include "shared/base/mutex.h"
@@ -93,6 +94,20 @@ class IngestCheckpoint {
   virtual void Release() = 0;
 };
 
+// State derived from the log that a router keeps beside its index (the
+// SGLang alias map, shared/compat/sglang_alias_map.h), checkpointed with
+// it: saved at the index's log position, restored right after it.
+class AliasCheckpoint {
+ public:
+  virtual ~AliasCheckpoint() = default;
+  // On the apply thread, at the capture's position.
+  virtual std::string Save() = 0;
+  // Before the apply loop starts: replaces the state whole; "" = a
+  // checkpoint without it (an empty state). An error (DataLoss) leaves the
+  // state empty.
+  virtual Status Restore(std::string_view state) = 0;
+};
+
 struct RestoreResult {
   // The restored checkpoint's ingest states (embedded routers; moved out by
   // the router to resume its sources).
@@ -113,10 +128,15 @@ struct RestoreResult {
 // streamed from a second thread while they are restored.
 // `accept` (nullable) vets each checkpoint before it is restored: a non-OK
 // answer skips it (logged, counted in *skipped).
+// `aliases` (nullable) is restored from each checkpoint's alias record
+// after its index (empty without one); a record that does not restore
+// makes the checkpoint unusable like a damaged chunk (the index is taken
+// back out, an older one is tried). Empty when none restored.
 StatusOr<std::optional<CheckpointImage>> RestoreNewest(
     const CheckpointStore& store, index::IndexInterface* index, consume::AgentTable* agents,
     uint64_t* id, size_t* skipped,
-    const std::function<Status(const CheckpointInfo&)>& accept = nullptr);
+    const std::function<Status(const CheckpointInfo&)>& accept = nullptr,
+    AliasCheckpoint* aliases = nullptr);
 
 class Checkpointer {
  public:
@@ -146,6 +166,8 @@ class Checkpointer {
 
   // Before Start; `ingest` (nullable) must outlive the checkpointer's use.
   void SetIngest(IngestCheckpoint* ingest) { ingest_ = ingest; }
+  // Before Restore: the state kept beside the index (nullable).
+  void SetAliases(std::shared_ptr<AliasCheckpoint> aliases) { aliases_ = std::move(aliases); }
   void Start();
   void Stop();
   // Captures and writes one checkpoint now (unless nothing changed).
@@ -177,6 +199,7 @@ class Checkpointer {
   mutable Mutex shared_mu_;
   std::shared_ptr<const CheckpointStore> shared_store_ ABSL_GUARDED_BY(shared_mu_);
   IngestCheckpoint* ingest_ = nullptr;
+  std::shared_ptr<AliasCheckpoint> aliases_;
 
   std::thread thread_;
   StopSignal stop_;

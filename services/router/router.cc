@@ -216,6 +216,9 @@ Status Router::Start() {
   }
   checkpointer_ = std::make_unique<storage::Checkpointer>(checkpoint_options, apply_.get(),
                                                           index_.get(), registry_.get());
+  if (sglang_aliases_) {
+    checkpointer_->SetAliases(std::make_shared<SglangAliasCheckpoint>(sglang_aliases_));
+  }
   if (!options_.bootstrap_from.empty() && !checkpointer_->HasCheckpoint()) Bootstrap();
   if (options_.cancel != nullptr && options_.cancel->load()) {
     return absl::CancelledError("start cancelled by a signal");

@@ -9,6 +9,8 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -21,6 +23,7 @@
 #include "shared/epp/endpoints.h"
 #include "shared/metrics/metrics.h"
 #include "shared/query/router_api.h"
+#include "storage/checkpointer.h"
 
 namespace kvindex::router {
 
@@ -48,6 +51,19 @@ class SglangAddressBook {
 // kvindex_router_sglang_aliases_refused_total{reason}, read at scrape time.
 std::shared_ptr<metrics::CallbackCollectable> SglangAliasMetrics(
     std::shared_ptr<const compat::SglangAliasMap> aliases);
+
+// The alias map in the router's checkpoints (storage/checkpointer.h):
+// saved at the index's position, restored after it, carried by the export.
+class SglangAliasCheckpoint : public storage::AliasCheckpoint {
+ public:
+  explicit SglangAliasCheckpoint(std::shared_ptr<compat::SglangAliasMap> aliases)
+      : aliases_(std::move(aliases)) {}
+  std::string Save() override { return aliases_->SaveState(); }
+  Status Restore(std::string_view state) override { return aliases_->RestoreState(state); }
+
+ private:
+  const std::shared_ptr<compat::SglangAliasMap> aliases_;
+};
 
 class SglangService {
  public:

@@ -4,6 +4,9 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "shared/base/bytes.h"
+
 namespace kvindex::compat {
 
 SglangAliasMap::SglangAliasMap(const index::IndexInterface* index, SglangAliasOptions options)
@@ -171,6 +174,106 @@ void SglangAliasMap::Clear() {
   stats_.entries = 0;
   // The poisoned hashes stay: they came from the log, which the new index
   // state does not undo.
+}
+
+namespace {
+// SaveState's layout: u8 version, varint models, per model: string name,
+// u8 closed, varint aliases, (fixed64 sglang, fixed64 canonical) each,
+// varint poisoned, fixed64 each.
+constexpr uint8_t kStateVersion = 1;
+}  // namespace
+
+std::string SglangAliasMap::SaveState() const {
+  ReaderLock lock(&mu_);
+  std::string out;
+  size_t size = 16;
+  for (const auto& [name, aliases] : models_) {
+    size += name.size() + 24 + 16 * aliases->forward.size() + 8 * aliases->poisoned.size();
+  }
+  out.reserve(size);
+  out.push_back(static_cast<char>(kStateVersion));
+  bytes::PutVarint(&out, models_.size());
+  for (const auto& [name, aliases] : models_) {
+    bytes::PutString(&out, name);
+    out.push_back(aliases->closed ? 1 : 0);
+    bytes::PutVarint(&out, aliases->forward.size());
+    for (const auto& [sglang, canonical] : aliases->forward) {
+      bytes::PutFixed64(&out, sglang);
+      bytes::PutFixed64(&out, canonical);
+    }
+    bytes::PutVarint(&out, aliases->poisoned.size());
+    for (uint64_t sglang : aliases->poisoned) bytes::PutFixed64(&out, sglang);
+  }
+  return out;
+}
+
+Status SglangAliasMap::RestoreState(std::string_view state) {
+  absl::flat_hash_map<std::string, std::unique_ptr<ModelAliases>> models;
+  uint64_t entries = 0, poisoned = 0;
+  auto decode = [&]() -> Status {
+    if (state.empty()) return absl::OkStatus();
+    bytes::Reader in(state, "SGLang alias map");
+    uint8_t version = 0;
+    KVINDEX_RETURN_IF_ERROR(in.Byte(&version, "version"));
+    if (version != kStateVersion) {
+      return absl::DataLossError(
+          absl::StrCat("SGLang alias map: state version ", version, " (this build reads 1)"));
+    }
+    uint64_t count = 0;
+    KVINDEX_RETURN_IF_ERROR(in.Count(&count, 4, "models"));
+    for (uint64_t m = 0; m < count; ++m) {
+      std::string name;
+      KVINDEX_RETURN_IF_ERROR(in.String(&name, "model"));
+      auto [it, added] = models.try_emplace(std::move(name), std::make_unique<ModelAliases>());
+      if (!added) return absl::DataLossError("SGLang alias map: a model saved twice");
+      ModelAliases& aliases = *it->second;
+      uint8_t closed = 0;
+      KVINDEX_RETURN_IF_ERROR(in.Byte(&closed, "closed"));
+      aliases.closed = closed != 0;
+      uint64_t n = 0;
+      KVINDEX_RETURN_IF_ERROR(in.Count(&n, 16, "aliases"));
+      if (n > options_.max_entries) {
+        return absl::DataLossError("SGLang alias map: more aliases than a model holds");
+      }
+      aliases.forward.reserve(n);
+      aliases.reverse.reserve(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        uint64_t sglang = 0, canonical = 0;
+        KVINDEX_RETURN_IF_ERROR(in.Fixed64(&sglang, "SGLang hash"));
+        KVINDEX_RETURN_IF_ERROR(in.Fixed64(&canonical, "canonical hash"));
+        if (!aliases.forward.emplace(sglang, canonical).second ||
+            !aliases.reverse.emplace(canonical, sglang).second) {
+          return absl::DataLossError("SGLang alias map: a hash aliased twice");
+        }
+      }
+      KVINDEX_RETURN_IF_ERROR(in.Count(&n, 8, "poisoned"));
+      if (n > options_.max_poisoned) {
+        return absl::DataLossError("SGLang alias map: more poisoned hashes than a model holds");
+      }
+      aliases.poisoned.reserve(n);
+      for (uint64_t i = 0; i < n; ++i) {
+        uint64_t sglang = 0;
+        KVINDEX_RETURN_IF_ERROR(in.Fixed64(&sglang, "poisoned hash"));
+        if (!aliases.poisoned.insert(sglang).second || aliases.forward.contains(sglang)) {
+          return absl::DataLossError("SGLang alias map: a poisoned hash saved twice or aliased");
+        }
+      }
+      entries += aliases.forward.size();
+      poisoned += aliases.poisoned.size();
+    }
+    if (!in.done()) return absl::DataLossError("SGLang alias map: trailing bytes");
+    return absl::OkStatus();
+  };
+  Status status = decode();
+  if (!status.ok()) {
+    models.clear();  // fail closed: nothing of a damaged state
+    entries = poisoned = 0;
+  }
+  WriterLock lock(&mu_);
+  models_ = std::move(models);
+  stats_.entries = entries;
+  stats_.poisoned = poisoned;
+  return status;
 }
 
 size_t SglangAliasMap::Translate(std::string_view model, std::span<uint64_t> hashes) const {

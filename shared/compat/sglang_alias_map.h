@@ -41,8 +41,14 @@
 //   that follows only some models keeps the same aliases for them as one
 //   that follows all); past it new aliases are refused (refused_full): an
 //   undercount, never unbounded memory.
-// - Not checkpointed: after a restore the map refills from new stored
-//   events only (an undercount until then, never an overcount).
+// - Checkpointed with the index (storage/checkpointer.h, AliasCheckpoint):
+//   SaveState on the writer thread at the capture's log position (so it
+//   matches the checkpointed index exactly: the map is only changed by
+//   OnApplied, which runs before the capture), RestoreState after the
+//   index is restored; exported and imported with the rest of the
+//   checkpoint (--bootstrap-from). A checkpoint without the record (older
+//   ones) restores an empty map: an undercount until new stored events
+//   refill it, never an overcount.
 //
 // Cost: OnApplied O(blocks) flat-hash-map operations per stored event (no
 // allocation per block once the tables have grown), one one-block index
@@ -54,7 +60,8 @@
 // flat-hash-map lookup per hash. Memory: two slots of 16 bytes (+1 control
 // byte) per alias, counted in Stats().bytes.
 //
-// Thread safety: OnApplied and Clear from the index's writer thread;
+// Thread safety: OnApplied, Clear, SaveState and RestoreState from the
+// index's writer thread;
 // Translate, Find, Stats and Entries from any thread.
 #pragma once
 
@@ -70,6 +77,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "shared/base/mutex.h"
+#include "shared/base/status.h"
 #include "shared/index/index_interface.h"
 #include "shared/model/placement_event.h"
 
@@ -125,6 +133,18 @@ class SglangAliasMap {
   void OnApplied(std::span<const PlacementEvent> events);
   // Writer thread: forget every alias (the index was replaced).
   void Clear();
+
+  // The whole map (per model: its aliases, poisoned hashes and closed
+  // flag) as bytes, for a checkpoint. Writer thread (nothing changes it
+  // meanwhile); O(aliases + poisoned).
+  std::string SaveState() const;
+  // Replaces the whole map with a SaveState's bytes; "" gives an empty map
+  // (a checkpoint without the record). DataLoss when the bytes do not
+  // decode or break the map's rules (an SGLang hash or a block aliased
+  // twice, a poisoned hash aliased, more than the limits): the map is then
+  // empty (fail closed). The counters of Stats() other than entries and
+  // poisoned are this process's and are kept. Writer thread, before apply.
+  Status RestoreState(std::string_view state);
 
   // Replaces each hash of `model` that is an SGLang hash with an alias by
   // its canonical hash; the others are left as they are. Returns how many

@@ -347,6 +347,73 @@ uint64_t SeedFromEnv(uint64_t fallback) {
   return seed != nullptr ? std::strtoull(seed, nullptr, 10) : fallback;
 }
 
+// Checkpoints (storage/checkpointer.h): the saved state, restored beside the
+// same index state, answers and evolves exactly as the map that applied the
+// whole log: aliases, poisoned hashes (a later store under a poisoned hash
+// stays refused) and a model's closed flag; a damaged state is DataLoss and
+// leaves the map empty.
+TEST(SglangAliasMapTest, SavedStateRestoresAliasesPoisonAndTheClosedFlag) {
+  const SglangAliasOptions options{.max_entries = 8, .max_poisoned = 1};
+  const std::vector<std::vector<PlacementEvent>> before = {
+      {Stored("m", "a", Tier::kDevice, {11, 12, 13}, {101, 102, 103})},
+      {Stored("m", "liar", Tier::kDevice, {66}, {101})},  // 101 poisoned, 11's alias gone
+      {Stored("n", "a", Tier::kDevice, {21, 22}, {201, 202})},
+      {Stored("n", "liar", Tier::kDevice, {67}, {201})},  // n: poisoned 201
+      {Stored("n", "liar", Tier::kDevice, {68}, {202})},  // n: cannot poison 202: closed
+  };
+  const std::vector<std::vector<PlacementEvent>> after = {
+      {Stored("m", "b", Tier::kDevice, {77}, {101})},  // poisoned: refused
+      {Stored("n", "b", Tier::kDevice, {23}, {203})},  // closed: refused
+      {Stored("m", "b", Tier::kDevice, {14}, {104})},
+      {Removed("m", "a", Tier::kDevice, {12})},  // an alias from before the save
+  };
+  index::KvIndex whole_index, restored_index;
+  SglangAliasMap whole(&whole_index, options), restored(&restored_index, options);
+  uint64_t position = 0;
+  for (const auto& message : before) {
+    ++position;
+    whole_index.ApplyMessage(message, position);
+    whole.OnApplied(message);
+    restored_index.ApplyMessage(message, position);  // the checkpointed index
+  }
+  ASSERT_EQ(whole.Stats().poisoned, 2u);
+  const std::string state = whole.SaveState();
+  ASSERT_TRUE(restored.RestoreState(state).ok());
+  EXPECT_EQ(restored.Entries(), whole.Entries());
+  EXPECT_EQ(restored.Stats().entries, whole.Stats().entries);
+  EXPECT_EQ(restored.Stats().poisoned, whole.Stats().poisoned);
+  for (const auto& message : after) {
+    ++position;
+    for (auto [index, map] : {std::pair{&whole_index, &whole}, {&restored_index, &restored}}) {
+      index->ApplyMessage(message, position);
+      map->OnApplied(message);
+    }
+    EXPECT_EQ(restored.Entries(), whole.Entries()) << "after message " << position;
+  }
+  EXPECT_EQ(whole.Find("m", 101), std::nullopt);
+  EXPECT_EQ(whole.Find("n", 203), std::nullopt);
+  EXPECT_EQ(whole.Find("m", 104), 14u);
+  EXPECT_EQ(whole.Find("m", 102), std::nullopt);
+  EXPECT_EQ(whole.Find("m", 103), 13u);
+
+  // Damaged: truncated, an unknown version, trailing bytes.
+  std::vector<std::string> damaged = {state.substr(0, state.size() - 3), state, state + "x"};
+  damaged[1][0] = 9;
+  for (const std::string& bad : damaged) {
+    SglangAliasMap map(&restored_index, options);
+    ASSERT_TRUE(map.RestoreState(state).ok());
+    const Status status = map.RestoreState(bad);
+    EXPECT_TRUE(absl::IsDataLoss(status)) << status;
+    EXPECT_TRUE(map.Entries().empty());
+    EXPECT_EQ(map.Stats().entries, 0u);
+    EXPECT_EQ(map.Stats().poisoned, 0u);
+  }
+  SglangAliasMap empty(&restored_index, options);
+  ASSERT_TRUE(empty.RestoreState(state).ok());
+  ASSERT_TRUE(empty.RestoreState("").ok());
+  EXPECT_TRUE(empty.Entries().empty());
+}
+
 TEST(SglangAliasMapDifferentialTest, MatchesTheNaiveReference) {
   const uint64_t base = SeedFromEnv(std::random_device{}());
   for (uint64_t k = 0; k < 3; ++k) RunDifferential(base + k, 1000, 1 << 20, 1 << 10);

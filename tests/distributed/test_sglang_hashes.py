@@ -9,8 +9,9 @@ kvindex-agent, which publishes to a real nats-server; two kvindex-router
 sgl-router sends: the SHA-256 chain hashes computed here from the prompt's
 tokens (per page: SHA-256 over the parent page's digest and the tokens as
 little-endian u32; the first 8 bytes big-endian as i64), and every replica
-names the worker holding the prefix, then less after a removal, and nobody
-after a clear (fail closed). The protobuf wire is written by hand
+names the worker holding the prefix (a replica restarted from its
+checkpoint too: the checkpoint holds the alias map), then less after a
+removal, and nobody after a clear (fail closed). The protobuf wire is written by hand
 (tests/e2e/test_sglang_indexer.py) from SGLang's field numbers.
 
 Usage: test_sglang_hashes.py BIN_DIR
@@ -119,6 +120,21 @@ def main(bin_dir):
         e2e.wait_for(answered((want, 3), ({"w1": (2, "http://" + addresses["w1"])}, 2)), 30,
                      "every replica answers sgl-router's hashes", on_retry=nudge,
                      retry_every=1)
+        ne.same_digest(routers)
+
+        # Replica 0 restarts (a clean stop writes a checkpoint) and reads the
+        # log from its checkpoint's position on: it holds the same aliases as
+        # replica 1 at once, and answers sgl-router's hashes (once it knows
+        # the workers' addresses again), only because the checkpoint holds
+        # the alias map.
+        assert routers[0].stop() == 0, routers[0].logs()[-3000:]
+        routers[0].start().wait_ready(60)
+        assert "restored checkpoint" in routers[0].logs(), routers[0].logs()[-3000:]
+        aliases = [r.metric("kvindex_router_sglang_aliases") for r in routers]
+        assert aliases[0] == aliases[1] >= 5, aliases
+        clients[0] = wire.Client(grpc_ports[0])
+        e2e.wait_for(answered((want, 3), ({"w1": (2, "http://" + addresses["w1"])}, 2)), 30,
+                     "the restarted replica answers sgl-router's hashes", retry_every=1)
         ne.same_digest(routers)
 
         # MatchExternalKv: each SGLang hash reported held, in TIER_HBM (1),
