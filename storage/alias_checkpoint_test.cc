@@ -256,7 +256,7 @@ TEST(AliasCheckpointTest, NoRecordRestoresEmptyADamagedOneFallsBackToAnOlderChec
     EXPECT_EQ(replica.aliases.Entries(), at_first);
   }
   // A checkpoint without the record (a router without the map, or one
-  // before version 6) restores the index and an empty map.
+  // before version 7) restores the index and an empty map.
   const std::string plain = dir.path() + "/plain";
   {
     Replica without(plain);
