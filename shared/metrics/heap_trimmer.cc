@@ -21,6 +21,11 @@
 #endif
 #endif
 
+// glibc's allocator is the one in use: mallinfo2 and malloc_trim mean something.
+#if defined(__GLIBC__) && !defined(KVINDEX_FOREIGN_ALLOCATOR)
+#define KVINDEX_GLIBC_HEAP 1
+#endif
+
 namespace kvindex::metrics {
 namespace {}  // namespace
 
@@ -38,7 +43,7 @@ namespace {
 
 // Heap bytes handed out and not freed (small chunks and mmapped ones).
 uint64_t HeapInUse() {
-#if defined(__GLIBC__) && !defined(KVINDEX_FOREIGN_ALLOCATOR)
+#if defined(KVINDEX_GLIBC_HEAP)
   const struct mallinfo2 info = mallinfo2();
   return info.uordblks + info.hblkhd;
 #else
@@ -49,7 +54,7 @@ uint64_t HeapInUse() {
 }  // namespace
 
 bool HeapTrimmer::Supported() {
-#if defined(__GLIBC__) && !defined(KVINDEX_FOREIGN_ALLOCATOR)
+#if defined(KVINDEX_GLIBC_HEAP)
   return true;
 #else
   return false;
@@ -105,7 +110,7 @@ bool HeapTrimmer::CheckOnce() {
     floor_ = std::min(floor_, excess);  // what was not heap shrank (threads ended)
     return false;
   }
-#if defined(__GLIBC__) && !defined(KVINDEX_FOREIGN_ALLOCATOR)
+#if defined(KVINDEX_GLIBC_HEAP)
   malloc_trim(0);
 #endif
   const uint64_t after = ResidentBytes();
