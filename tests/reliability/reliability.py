@@ -614,14 +614,27 @@ def case_nats_all_restarted(t):
     return {}
 
 
-def case_leader_moved(t):
-    """The stream leader steps down (JetStream API, as an operator would)."""
+def case_leader_moved(t, attempts=1):
+    """The stream leader steps down (JetStream API, as an operator would).
+    The election may hand the leadership back to the same server when the
+    other replicas are still catching up (seen in the soak after a NATS
+    server restart: its catch-up stalled for minutes under load); an
+    operator then steps it down again. The matrix (healthy cluster) allows
+    one attempt; the soak three, 20 s each."""
     old = t.stream_info()["cluster"]["leader"]
-    answer = t.admin_request("$JS.API.STREAM.LEADER.STEPDOWN." + STREAM)
-    assert answer.get("success"), answer
-    new = e2e.wait_for(lambda: t.stream_info()["cluster"]["leader"] != old and
-                       t.stream_info()["cluster"]["leader"], 30, "a new leader")
-    return {"leader": "%s -> %s" % (old, new)}
+    for attempt in range(1, attempts + 1):
+        answer = t.admin_request("$JS.API.STREAM.LEADER.STEPDOWN." + STREAM)
+        assert answer.get("success"), answer
+        try:
+            new = e2e.wait_for(lambda: t.stream_info()["cluster"]["leader"] != old and
+                               t.stream_info()["cluster"]["leader"], 20 if attempts > 1 else 30,
+                               "a new leader")
+            return {"leader": "%s -> %s" % (old, new), "stepdowns": attempt}
+        except AssertionError:
+            if attempt == attempts:
+                raise
+            log("leader_moved: %s leads again after step-down %d; stepping it down again" %
+                (old, attempt))
 
 
 def case_engine_faults(t):
@@ -799,7 +812,7 @@ def soak_fault(t, kind, rng):
         time.sleep(rng.uniform(1, 4))
         s.start()
     elif kind == "leader_moved":
-        case_leader_moved(t)
+        case_leader_moved(t, attempts=3)
     elif kind == "partition_router":
         case_partition_router(t)
     elif kind == "partition_agent":
