@@ -137,6 +137,30 @@ inline uint32_t DigitsEndingAt(const char* end, size_t len) {
   return static_cast<uint32_t>((t * ((uint64_t{10000} << 32) + 1)) >> 32);
 }
 
+#if defined(__SSE2__)
+// Two numbers at once, as DigitsEndingAt: the 8 bytes before `end1` and
+// before `end2` in one register, masked; then the same three steps in 16-
+// and 32-bit lanes (SSE2: pmullw for the digit pairs, pmaddwd for the quads
+// and the octets), and the two values stored at `out`.
+inline void TwoDigitsEndingAt(const char* end1, size_t len1, const char* end2, size_t len2,
+                              uint32_t* out) {
+  const __m128i chunks =
+      _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(end1 - 8)),
+                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(end2 - 8)));
+  const __m128i masks = _mm_unpacklo_epi64(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kLowNibblesOfLast[len1])),
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kLowNibblesOfLast[len2])));
+  __m128i t = _mm_and_si128(chunks, masks);
+  // 16-bit lanes: the low byte is the more significant digit.
+  t = _mm_add_epi16(_mm_mullo_epi16(_mm_and_si128(t, _mm_set1_epi16(0xFF)), _mm_set1_epi16(10)),
+                    _mm_srli_epi16(t, 8));
+  t = _mm_madd_epi16(t, _mm_set1_epi32((1 << 16) | 100));  // quads, <= 9999
+  t = _mm_packs_epi32(t, t);
+  t = _mm_madd_epi16(t, _mm_set1_epi32((1 << 16) | 10000));  // octets
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), t);
+}
+#endif
+
 // A thread's buffer for the elements being parsed: never value-initialized
 // (the scanner writes every element it keeps), copied once into the caller's
 // vector, so the output is neither zero-filled nor sized for the worst case.
@@ -163,47 +187,53 @@ class Scratch {
   size_t capacity_ = 0;
 };
 
+// An element of `len` bytes known to be digits without a leading zero,
+// ending just before `end` with 8 readable bytes before it: its value at
+// *out, or false (empty, more than 10 digits, above UINT32_MAX).
+inline bool DigitsElementEndingAt(const char* end, size_t len, uint32_t* out) {
+  if (len - 1 < 8) {
+    *out = DigitsEndingAt(end, len);
+    return true;
+  }
+  return SlowU32Element(end - len, end, out);
+}
+
 // Writes parsed elements to a buffer sized in advance, through a pointer held
 // in a register.
 class ArrayWriter {
  public:
-  ArrayWriter(uint32_t* data, size_t capacity) : data_(data), capacity_(capacity) {}
+  ArrayWriter(uint32_t* data, size_t capacity) : data_(data), next_(data), end_(data + capacity) {}
   // The element in [a, b); `digits` says that every byte in it is a digit
   // (found 64 bytes at a time). 1..8 digits is the fast case.
   bool Element(const char* a, const char* b, bool digits) {
-    if (count_ == capacity_) return false;
+    if (next_ == end_) return false;
     const auto len = static_cast<size_t>(b - a);
     if (digits && len - 1 < 8 && (*a != '0' || len == 1)) {
-      data_[count_++] = DigitsValue8(a, len);
+      *next_++ = DigitsValue8(a, len);
       return true;
     }
     if (len - 1 < 8) {
-      if (Digits8(a, len, &data_[count_])) {
-        ++count_;
+      if (Digits8(a, len, next_)) {
+        ++next_;
         return true;
       }
     }
-    if (!SlowU32Element(a, b, &data_[count_])) return false;
-    ++count_;
+    if (!SlowU32Element(a, b, next_)) return false;
+    ++next_;
     return true;
   }
   // Room for `n` more elements.
-  bool Room(size_t n) const { return capacity_ - count_ >= n; }
-  // An element of `len` bytes known to be digits without a leading zero,
-  // ending just before `end` with 8 readable bytes before it; Room() checked.
-  bool DigitsElementEndingAt(const char* end, size_t len) {
-    if (len - 1 < 8) {
-      data_[count_++] = DigitsEndingAt(end, len);
-      return true;
-    }
-    return Element(end - len, end, true);
-  }
-  size_t count() const { return count_; }
+  bool Room(size_t n) const { return static_cast<size_t>(end_ - next_) >= n; }
+  // Where the next element goes, and the position after elements written
+  // there directly (Room() checked).
+  uint32_t* next() const { return next_; }
+  void set_next(uint32_t* next) { next_ = next; }
+  size_t count() const { return static_cast<size_t>(next_ - data_); }
 
  private:
   uint32_t* data_;
-  size_t capacity_;
-  size_t count_ = 0;
+  uint32_t* next_;
+  uint32_t* end_;
 };
 
 // `p` at '['; returns the position after ']'. Commas are located 64 bytes at
@@ -278,12 +308,34 @@ const char* FastU32Array(const char* p, const char* end, size_t max_count,
     // zero in either, room for all its elements (at most 32: a digit and a
     // comma each); only the lengths are left to check.
     if (clean && previous_clean && block != 0 && zero_here_or_before == 0 && writer.Room(32)) {
+      // Two elements at a time, through local pointers (kept in registers).
+      const char* const at = base + block;
+      const char* start = base + element_start;
+      uint32_t* w = writer.next();
       while (mask != 0) {
-        const size_t at = block + static_cast<size_t>(__builtin_ctzll(mask));
+        const char* const end1 = at + static_cast<unsigned>(__builtin_ctzll(mask));
         mask &= mask - 1;
-        if (!writer.DigitsElementEndingAt(base + at, at - element_start)) return nullptr;
-        element_start = at + 1;
+        const size_t len1 = static_cast<size_t>(end1 - start);
+        if (mask == 0) {
+          if (!DigitsElementEndingAt(end1, len1, w)) return nullptr;
+          ++w;
+          start = end1 + 1;
+          break;
+        }
+        const char* const end2 = at + static_cast<unsigned>(__builtin_ctzll(mask));
+        mask &= mask - 1;
+        const size_t len2 = static_cast<size_t>(end2 - end1 - 1);
+        if (((len1 - 1) | (len2 - 1)) < 8) {
+          TwoDigitsEndingAt(end1, len1, end2, len2, w);
+        } else if (!DigitsElementEndingAt(end1, len1, w) ||
+                   !DigitsElementEndingAt(end2, len2, w + 1)) {
+          return nullptr;
+        }
+        w += 2;
+        start = end2 + 1;
       }
+      writer.set_next(w);
+      element_start = static_cast<size_t>(start - base);
       continue;
     }
     while (mask != 0) {
