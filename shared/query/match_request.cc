@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
@@ -112,72 +113,133 @@ inline bool SlowU32Element(const char* a, const char* b, uint32_t* out) {
   return true;
 }
 
-// Appends parsed elements to a vector sized in advance for all of them, so
-// the hot loop stores through a pointer held in a register (push_back
-// reloads and stores the vector's end on every element).
-class ArrayWriter {
+// The value of `len` (1..8) ASCII digits that end just before `end` (the 8
+// bytes before `end` readable and, below the element, anything): the bytes
+// below the element are masked off with the digits' low nibbles, then three
+// multiply-shift steps combine pairs, quads and octets (no variable shift).
+inline constexpr uint64_t kLowNibblesOfLast[9] = {
+    0,
+    0x0F00000000000000ull,
+    0x0F0F000000000000ull,
+    0x0F0F0F0000000000ull,
+    0x0F0F0F0F00000000ull,
+    0x0F0F0F0F0F000000ull,
+    0x0F0F0F0F0F0F0000ull,
+    0x0F0F0F0F0F0F0F00ull,
+    0x0F0F0F0F0F0F0F0Full,
+};
+inline uint32_t DigitsEndingAt(const char* end, size_t len) {
+  uint64_t t;
+  std::memcpy(&t, end - 8, 8);
+  t &= kLowNibblesOfLast[len];
+  t = ((t * ((10 << 8) + 1)) >> 8) & 0x00FF00FF00FF00FFull;
+  t = ((t * ((100 << 16) + 1)) >> 16) & 0x0000FFFF0000FFFFull;
+  return static_cast<uint32_t>((t * ((uint64_t{10000} << 32) + 1)) >> 32);
+}
+
+#if defined(__SSE2__)
+// Two numbers at once, as DigitsEndingAt: the 8 bytes before `end1` and
+// before `end2` in one register, masked; then the same three steps in 16-
+// and 32-bit lanes (SSE2: pmullw for the digit pairs, pmaddwd for the quads
+// and the octets), and the two values stored at `out`.
+inline void TwoDigitsEndingAt(const char* end1, size_t len1, const char* end2, size_t len2,
+                              uint32_t* out) {
+  const __m128i chunks =
+      _mm_unpacklo_epi64(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(end1 - 8)),
+                         _mm_loadl_epi64(reinterpret_cast<const __m128i*>(end2 - 8)));
+  const __m128i masks = _mm_unpacklo_epi64(
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kLowNibblesOfLast[len1])),
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(&kLowNibblesOfLast[len2])));
+  __m128i t = _mm_and_si128(chunks, masks);
+  // 16-bit lanes: the low byte is the more significant digit.
+  t = _mm_add_epi16(_mm_mullo_epi16(_mm_and_si128(t, _mm_set1_epi16(0xFF)), _mm_set1_epi16(10)),
+                    _mm_srli_epi16(t, 8));
+  t = _mm_madd_epi16(t, _mm_set1_epi32((1 << 16) | 100));  // quads, <= 9999
+  t = _mm_packs_epi32(t, t);
+  t = _mm_madd_epi16(t, _mm_set1_epi32((1 << 16) | 10000));  // octets
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(out), t);
+}
+#endif
+
+// A thread's buffer for the elements being parsed: never value-initialized
+// (the scanner writes every element it keeps), copied once into the caller's
+// vector, so the output is neither zero-filled nor sized for the worst case.
+// Large buffers (a rare big body) are not kept after the call.
+class Scratch {
  public:
-  ArrayWriter(std::vector<uint32_t>* out, size_t capacity) : out_(out) {
-    out_->resize(capacity);
-    data_ = out_->data();
-    capacity_ = capacity;
-  }
-  // The element in [a, b); `digits` says that every byte in it is a digit
-  // (found 64 bytes at a time). 1..8 digits is the fast case.
-  bool Element(const char* a, const char* b, bool digits) {
-    if (count_ == capacity_) return false;
-    const auto len = static_cast<size_t>(b - a);
-    if (digits && len - 1 < 8 && (*a != '0' || len == 1)) {
-      data_[count_++] = DigitsValue8(a, len);
-      return true;
+  uint32_t* Get(size_t n) {
+    if (n > capacity_) {
+      capacity_ = n <= kKeep ? std::max(n, std::min(2 * capacity_, kKeep)) : n;
+      data_ = std::make_unique_for_overwrite<uint32_t[]>(capacity_);
     }
-    if (len - 1 < 8) {
-      if (Digits8(a, len, &data_[count_])) {
-        ++count_;
-        return true;
-      }
-    }
-    if (!SlowU32Element(a, b, &data_[count_])) return false;
-    ++count_;
-    return true;
+    return data_.get();
   }
-  // Room for `n` more elements.
-  bool Room(size_t n) const { return capacity_ - count_ >= n; }
-  // An element of `len` bytes known to be digits, with Room() checked.
-  bool DigitsElement(const char* a, size_t len) {
-    if (len - 1 < 8 && (*a != '0' || len == 1)) {
-      data_[count_++] = DigitsValue8(a, len);
-      return true;
+  void Release() {
+    if (capacity_ > kKeep) {
+      data_.reset();
+      capacity_ = 0;
     }
-    return Element(a, a + len, true);
   }
-  void Finish() { out_->resize(count_); }
 
  private:
-  std::vector<uint32_t>* out_;
-  uint32_t* data_;
-  size_t count_ = 0;
+  static constexpr size_t kKeep = 64 * 1024;  // elements (256 KB)
+  std::unique_ptr<uint32_t[]> data_;
   size_t capacity_ = 0;
 };
 
-// Arrays up to this many bytes size the token vector for their largest
-// possible element count (one digit and a comma each) in one go; for a
-// larger body (up to the 8 MiB body limit) that would leave a thread's
-// vector at twice its tokens' size, so the commas are counted first.
-
-// Set bits of a 64-bit mask (the x86-64 baseline has no popcnt
-// instruction; __builtin_popcountll would be a libgcc call).
-inline size_t CountBits(uint64_t x) {
-  x = x - ((x >> 1) & 0x5555555555555555ull);
-  x = (x & 0x3333333333333333ull) + ((x >> 2) & 0x3333333333333333ull);
-  x = (x + (x >> 4)) & 0x0F0F0F0F0F0F0F0Full;
-  return static_cast<size_t>((x * 0x0101010101010101ull) >> 56);
+// An element of `len` bytes known to be digits without a leading zero,
+// ending just before `end` with 8 readable bytes before it: its value at
+// *out, or false (empty, more than 10 digits, above UINT32_MAX).
+inline bool DigitsElementEndingAt(const char* end, size_t len, uint32_t* out) {
+  if (len - 1 < 8) {
+    *out = DigitsEndingAt(end, len);
+    return true;
+  }
+  return SlowU32Element(end - len, end, out);
 }
-constexpr size_t kPresizeArrayBytes = 256 * 1024;
+
+// Writes parsed elements to a buffer sized in advance, through a pointer held
+// in a register.
+class ArrayWriter {
+ public:
+  ArrayWriter(uint32_t* data, size_t capacity) : data_(data), next_(data), end_(data + capacity) {}
+  // The element in [a, b); `digits` says that every byte in it is a digit
+  // (found 64 bytes at a time). 1..8 digits is the fast case.
+  bool Element(const char* a, const char* b, bool digits) {
+    if (next_ == end_) return false;
+    const auto len = static_cast<size_t>(b - a);
+    if (digits && len - 1 < 8 && (*a != '0' || len == 1)) {
+      *next_++ = DigitsValue8(a, len);
+      return true;
+    }
+    if (len - 1 < 8) {
+      if (Digits8(a, len, next_)) {
+        ++next_;
+        return true;
+      }
+    }
+    if (!SlowU32Element(a, b, next_)) return false;
+    ++next_;
+    return true;
+  }
+  // Room for `n` more elements.
+  bool Room(size_t n) const { return static_cast<size_t>(end_ - next_) >= n; }
+  // Where the next element goes, and the position after elements written
+  // there directly (Room() checked).
+  uint32_t* next() const { return next_; }
+  void set_next(uint32_t* next) { next_ = next; }
+  size_t count() const { return static_cast<size_t>(next_ - data_); }
+
+ private:
+  uint32_t* data_;
+  uint32_t* next_;
+  uint32_t* end_;
+};
 
 // `p` at '['; returns the position after ']'. Commas are located 64 bytes at
 // a time (SSE2, part of the x86-64 baseline), so elements parse without a
-// chain of dependent loads; the reads past ']' stay inside the padding.
+// chain of dependent loads; the reads past ']' stay inside the padding, and
+// no read goes below the array's first byte.
 const char* FastU32Array(const char* p, const char* end, size_t max_count,
                          std::vector<uint32_t>* out) {
   if (p >= end || *p != '[') return nullptr;
@@ -190,23 +252,17 @@ const char* FastU32Array(const char* p, const char* end, size_t max_count,
   const size_t n = static_cast<size_t>(close - base);
   // Elements are at most (n + 1) / 2; past max_count the request is refused
   // (simdjson words the error).
-  size_t capacity = std::min((n + 1) / 2, max_count);
-  if (n > kPresizeArrayBytes) {
-    // Count the commas first (a big body is rare; the vector holds exactly
-    // what it needs).
-    size_t commas = 0;
-    for (const char* c = base;
-         (c = static_cast<const char*>(std::memchr(c, ',', static_cast<size_t>(close - c)))) !=
-         nullptr;
-         ++c) {
-      ++commas;
-    }
-    capacity = std::min(commas + 1, max_count);
-  }
-  ArrayWriter writer(out, capacity);
+  const size_t capacity = std::min((n + 1) / 2, max_count);
+  thread_local Scratch scratch;
+  struct ReleaseOnReturn {
+    ~ReleaseOnReturn() { scratch.Release(); }
+  } release;
+  uint32_t* const data = scratch.Get(capacity);
+  ArrayWriter writer(data, capacity);
   size_t element_start = 0;
 #if defined(__SSE2__)
   const __m128i comma = _mm_set1_epi8(',');
+  const __m128i zero = _mm_set1_epi8('0');
   // x + (128 - '0') as a signed byte is below -118 exactly for '0'..'9'.
   const __m128i shift = _mm_set1_epi8(static_cast<char>(128 - '0'));
   const __m128i below = _mm_set1_epi8(static_cast<char>(-118));
@@ -214,10 +270,14 @@ const char* FastU32Array(const char* p, const char* end, size_t max_count,
   // element of up to 8 bytes spans at most two blocks).
   bool previous_clean = true;
   bool clean = true;
+  // The comma mask of the previous block (the array's start counts as one).
+  uint64_t previous_commas = uint64_t{1} << 63;
+  uint64_t previous_leading_zero = 0;
   size_t block = 0;
   for (; block < n; block += 64) {
     uint64_t mask = 0;
     uint64_t digit = 0;
+    uint64_t zeros = 0;
     for (int k = 0; k < 4; ++k) {
       const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(base + block + 16 * k));
       mask |=
@@ -226,20 +286,56 @@ const char* FastU32Array(const char* p, const char* end, size_t max_count,
       digit |= static_cast<uint64_t>(static_cast<uint32_t>(
                    _mm_movemask_epi8(_mm_cmplt_epi8(_mm_add_epi8(x, shift), below))))
                << (16 * k);
+      zeros |=
+          static_cast<uint64_t>(static_cast<uint32_t>(_mm_movemask_epi8(_mm_cmpeq_epi8(x, zero))))
+          << (16 * k);
     }
     const uint64_t in_array = n - block < 64 ? (uint64_t{1} << (n - block)) - 1 : ~uint64_t{0};
     mask &= in_array;
     previous_clean = clean;
     clean = ((mask | digit) & in_array) == in_array;
-    if (clean && previous_clean && writer.Room(CountBits(mask))) {
-      // The usual block: nothing but digits and commas around it, room for
-      // all its elements; only lengths and leading zeros are left to check.
+    // A '0' that starts an element (after a comma) and is not the whole of
+    // it (not followed by a comma; the block's last byte counts as followed
+    // by a digit): a leading zero, or a "0" just before the next block.
+    const uint64_t starts = (mask << 1) | (previous_commas >> 63);
+    const uint64_t leading_zero = zeros & starts & ~(mask >> 1);
+    const uint64_t zero_here_or_before = leading_zero | previous_leading_zero;
+    previous_commas = mask;
+    previous_leading_zero = leading_zero;
+    // The usual block (not the first one, so that 8 bytes before every
+    // comma are inside the array): nothing but digits and commas in it and
+    // in the block before (where its first element may start), no leading
+    // zero in either, room for all its elements (at most 32: a digit and a
+    // comma each); only the lengths are left to check.
+    if (clean && previous_clean && block != 0 && zero_here_or_before == 0 && writer.Room(32)) {
+      // Two elements at a time, through local pointers (kept in registers).
+      const char* const at = base + block;
+      const char* start = base + element_start;
+      uint32_t* w = writer.next();
       while (mask != 0) {
-        const size_t at = block + static_cast<size_t>(__builtin_ctzll(mask));
+        const char* const end1 = at + static_cast<unsigned>(__builtin_ctzll(mask));
         mask &= mask - 1;
-        if (!writer.DigitsElement(base + element_start, at - element_start)) return nullptr;
-        element_start = at + 1;
+        const size_t len1 = static_cast<size_t>(end1 - start);
+        if (mask == 0) {
+          if (!DigitsElementEndingAt(end1, len1, w)) return nullptr;
+          ++w;
+          start = end1 + 1;
+          break;
+        }
+        const char* const end2 = at + static_cast<unsigned>(__builtin_ctzll(mask));
+        mask &= mask - 1;
+        const size_t len2 = static_cast<size_t>(end2 - end1 - 1);
+        if (((len1 - 1) | (len2 - 1)) < 8) {
+          TwoDigitsEndingAt(end1, len1, end2, len2, w);
+        } else if (!DigitsElementEndingAt(end1, len1, w) ||
+                   !DigitsElementEndingAt(end2, len2, w + 1)) {
+          return nullptr;
+        }
+        w += 2;
+        start = end2 + 1;
       }
+      writer.set_next(w);
+      element_start = static_cast<size_t>(start - base);
       continue;
     }
     while (mask != 0) {
@@ -262,7 +358,7 @@ const char* FastU32Array(const char* p, const char* end, size_t max_count,
   const bool last_clean = false;
 #endif
   if (!writer.Element(base + element_start, close, last_clean)) return nullptr;
-  writer.Finish();
+  out->assign(data, data + writer.count());
   return close + 1;
 }
 

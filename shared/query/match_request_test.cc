@@ -255,3 +255,137 @@ TEST(MatchRequestTest, MutatedBodiesNeverCrash) {
 
 }  // namespace
 }  // namespace kvindex::query
+
+namespace kvindex::query {
+namespace {
+
+// One token array in a /v1/match body: the scanner (ParseMatchRequest) and
+// the simdjson path alone give the same status, message and tokens; returns
+// whether the body was accepted.
+bool AgreesWithSimdjson(const std::string& array) {
+  const std::string body = R"({"model":"m","tokens":)" + array + "}";
+  std::string padded = body + std::string(64, '\0');
+  const std::string_view view(padded.data(), body.size());
+  MatchRequest fast, slow;
+  const Status s = ParseMatchRequest(view, RequestDialect::kMatch, &fast);
+  const Status reference =
+      internal::ParseMatchRequestWithSimdjson(view, RequestDialect::kMatch, &slow);
+  EXPECT_EQ(s.code(), reference.code()) << array;
+  EXPECT_EQ(s.message(), reference.message()) << array;
+  if (s.ok() && reference.ok()) {
+    EXPECT_EQ(fast.tokens, slow.tokens) << array;
+  }
+  return s.ok();
+}
+
+// FastParseU32Array alone on `array` (followed by zero padding, nothing
+// readable before it): when it accepts, the values are the simdjson path's.
+bool ScannerTakes(const std::string& array, size_t max_count = kMaxTokens) {
+  std::string padded = array + std::string(64, '\0');
+  std::vector<uint32_t> tokens = {7, 7, 7};  // overwritten or cleared
+  const bool taken =
+      FastParseU32Array(std::string_view(padded.data(), array.size()), max_count, &tokens);
+  if (taken) {
+    const std::string body = R"({"model":"m","tokens":)" + array + "}" + std::string(64, '\0');
+    MatchRequest slow;
+    EXPECT_TRUE(internal::ParseMatchRequestWithSimdjson(
+                    std::string_view(body.data(), body.size() - 64), RequestDialect::kMatch, &slow)
+                    .ok())
+        << array;
+    EXPECT_EQ(tokens, slow.tokens) << array;
+    EXPECT_LE(tokens.size(), max_count) << array;
+  }
+  return taken;
+}
+
+// Seeded differential test of the token-array scanner against simdjson:
+// random arrays (1 to ~2,500 elements, so many 64-byte blocks), random
+// whitespace, and edge elements: 0, 4294967295, 4294967296, leading zeros,
+// 9-, 10- and 11-digit numbers, signs, exponents, fractions, empty elements,
+// trailing commas, strings, literals.
+TEST(MatchRequestTest, TokenScannerDifferential) {
+  const std::vector<std::string> edges = {
+      "0",          "4294967295", "4294967296", "00",         "01",         "007",
+      "0000000001", "1234567890", "999999999",  "9999999999", "4000000000", "12345678901",
+      "99999999",   "100000000",  "10000000",   "-1",         "-0",         "1e3",
+      "1E3",        "1.0",        "0.5",        "",           "+1",         "\"1\"",
+      "null",       "true",       "[1]",        "1-",         "2x",         "\xc2\xa0"};
+  const char* const spaces[] = {" ", "\n", "\t", "\r", "  ", "\r\n"};
+  std::mt19937 rng(22);
+  int accepted = 0, taken = 0, clean_rounds = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const int kind = static_cast<int>(rng() % 4);  // 0: clean, 1: spaces, 2, 3: edges too
+    const size_t count = round % 10 == 0 ? 1 + rng() % 2500 : rng() % 120;
+    std::string array = "[";
+    if (kind == 1 && rng() % 2) array += spaces[rng() % 6];
+    for (size_t i = 0; i < count; ++i) {
+      if (i != 0) array += ',';
+      if (kind == 1 && rng() % 4 == 0) array += spaces[rng() % 6];
+      const uint32_t pick = rng() % 100;
+      if (kind >= 2 && pick < (kind == 2 ? 2u : 10u)) {
+        array += edges[rng() % edges.size()];
+      } else if (pick < 60) {
+        array += std::to_string(rng() % 128000);
+      } else if (pick < 80) {
+        array += std::to_string(rng());  // up to 10 digits
+      } else {
+        array += std::to_string(rng() % 10);
+      }
+      if (kind == 1 && rng() % 4 == 0) array += spaces[rng() % 6];
+    }
+    if (kind >= 2 && rng() % 20 == 0) array += ',';  // trailing comma
+    array += "]";
+    const bool ok = AgreesWithSimdjson(array);
+    accepted += ok;
+    if (kind == 0) {
+      ++clean_rounds;
+      // The usual array (digits and commas): the scanner itself takes it.
+      EXPECT_TRUE(ScannerTakes(array)) << array;
+      taken += ScannerTakes(array);
+      // max_count: taken exactly when the elements fit.
+      const size_t limit = count == 0 ? 0 : rng() % (count + 2);
+      EXPECT_EQ(ScannerTakes(array, limit), count <= limit) << array << " max " << limit;
+    } else {
+      ScannerTakes(array);
+    }
+  }
+  EXPECT_GT(accepted, 1000);
+  EXPECT_EQ(taken, clean_rounds);
+}
+
+// Each edge element at every offset from a 64-byte block boundary (the
+// scanner parses whole blocks at a time; a leading zero or a long number
+// may straddle two), between ordinary elements.
+TEST(MatchRequestTest, TokenScannerEdgesAtEveryBlockOffset) {
+  const std::vector<std::string> edges = {
+      "07",          "00",        "0",          "0123456",    "012345678",  "0000000000",
+      "12345678",    "123456789", "1234567890", "4294967295", "4294967296", "9999999999",
+      "10000000000", "-5",        "1.5",        "2e2",        "",           " 3 "};
+  for (const std::string& edge : edges) {
+    for (size_t pad = 0; pad < 140; ++pad) {
+      // `pad` bytes of "1," and "22," before the edge element.
+      std::string array = "[";
+      size_t bytes = 0;
+      while (bytes < pad) {
+        const bool three = (pad - bytes) % 2 == 1;
+        array += three ? "22," : "1,";
+        bytes += three ? 3 : 2;
+      }
+      array += edge;
+      for (int i = 0; i < 40; ++i) array += "," + std::to_string(123456 + i);
+      array += "]";
+      const std::string number = edge == " 3 " ? "3" : edge;  // JSON allows the spaces
+      const bool valid = number.find_first_not_of("0123456789") == std::string::npos &&
+                         !number.empty() && (number == "0" || number[0] != '0') &&
+                         (number.size() < 10 || (number.size() == 10 && number <= "4294967295"));
+      EXPECT_EQ(AgreesWithSimdjson(array), valid) << array;
+      const bool taken = ScannerTakes(array);
+      if (edge.find_first_not_of("0123456789") == std::string::npos) {
+        EXPECT_EQ(taken, valid) << array;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace kvindex::query

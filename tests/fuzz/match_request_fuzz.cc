@@ -14,7 +14,8 @@
 //   3..6  CompatApi: /query_tiered_by_hash, /query, /query_by_hash,
 //         /register (the same real index)
 //   7     FastParseU32Array: when it accepts, nlohmann::json reads the same
-//         array of unsigned 32-bit integers.
+//         array of unsigned 32-bit integers; with a small max_count it
+//         accepts exactly the arrays that fit.
 // Every handler answer must be a known status (never 500), a JSON body, an
 // {"error": ...} object when not 200, and (compat APIs) exactly one outcome
 // counted per request, the one whose status was answered.
@@ -129,8 +130,19 @@ void Decode(std::string_view body, RequestDialect dialect) {
 
 void FastArray(std::string_view body) {
   std::vector<uint32_t> out;
-  if (!kvindex::query::FastParseU32Array(body, 1000, &out)) return;
+  // A small max_count too (the scanner fills whole 64-byte blocks at a
+  // time near it): it takes the array exactly when it takes it without one
+  // and it has at most that many elements.
+  const size_t small = body.size() % 67;
+  std::vector<uint32_t> limited;
+  const bool limited_taken = kvindex::query::FastParseU32Array(body, small, &limited);
+  if (!kvindex::query::FastParseU32Array(body, 1000, &out)) {
+    FUZZ_CHECK(!limited_taken, "a smaller max_count only declines more");
+    return;
+  }
   FUZZ_CHECK(out.size() <= 1000, "FastParseU32Array keeps max_count");
+  FUZZ_CHECK(limited_taken == (out.size() <= small), "FastParseU32Array declines past max_count");
+  FUZZ_CHECK(!limited_taken || limited == out, "max_count does not change the values");
   const nlohmann::json json = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
   FUZZ_CHECK(json.is_array(), "what FastParseU32Array accepts is a JSON array");
   FUZZ_CHECK(json.size() == out.size(), "FastParseU32Array reads every element");
