@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "shared/epp/load_table.h"
 #include "shared/hashing/canonical_hash.h"
 #include "shared/index/kv_index.h"
 
@@ -56,6 +57,35 @@ class PickerTest : public ::testing::Test {
   EndpointTable endpoints_;
   std::vector<uint32_t> tokens_ = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 };
+
+// Candidates left out before scoring (an unhealthy engine, one at its
+// in-flight limit) must not shift the index's rows onto the wrong
+// endpoints: the engine that holds the prefix is still the one scored.
+TEST_F(PickerTest, PrefixScoresFollowTheirSourceAfterCandidatesAreLeftOut) {
+  Store("w1", Tier::kDevice, SeqHashes(tokens_));
+  LoadTable load(std::chrono::seconds(10));
+  codec::EngineLoad sick;
+  sick.healthy = false;
+  load.Update({"w0", 0}, sick, LoadTable::Clock::now());
+  Picker picker({}, &index_, &endpoints_, &load);
+  auto pick = picker.Pick(In("m", &tokens_));
+  ASSERT_TRUE(pick.ok()) << pick.status();
+  EXPECT_EQ(pick->endpoints[0], "10.0.0.2:8000");
+  EXPECT_EQ(pick->matched_blocks, 4u);
+  // The same with w0 at its in-flight limit instead (w0 healthy again).
+  load.Update({"w0", 0}, codec::EngineLoad{}, LoadTable::Clock::now());
+  PickerConfig limited;
+  limited.max_inflight_per_endpoint = 1;
+  Picker limited_picker(limited, &index_, &endpoints_, &load);
+  const std::vector<std::string> only_w0 = {"10.0.0.1:8000"};
+  auto first = limited_picker.Pick(In("m", nullptr, &only_w0));  // takes w0's one slot
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->endpoints[0], "10.0.0.1:8000");
+  auto second = limited_picker.Pick(In("m", &tokens_));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->endpoints[0], "10.0.0.2:8000");
+  EXPECT_EQ(second->matched_blocks, 4u);
+}
 
 // Two endpoints of one source (the same engine behind two addresses): the
 // index's row scores both, not only the first.
