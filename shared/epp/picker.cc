@@ -292,20 +292,28 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
     c.tie = TieKey(config_.seed, request_key, c.endpoint->address);
   }
   const size_t keep = size_t{config_.fallbacks} + 1;
-  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+  const auto better = [](const Candidate& a, const Candidate& b) {
     if (a.score > b.score + 1e-12) return true;
     if (b.score > a.score + 1e-12) return false;
     return a.tie > b.tie;
-  });
+  };
+  // Only the best `keep` in order (a partial sort, not all 64); the rest is
+  // sorted only when shared addresses leave fewer than `keep` distinct.
+  auto sorted_end = candidates.begin() + static_cast<ptrdiff_t>(std::min(keep, candidates.size()));
+  std::partial_sort(candidates.begin(), sorted_end, candidates.end(), better);
   // Ranks of one worker may share an address: each address once, at its best.
   result.endpoints.reserve(std::min(keep, candidates.size()));
-  for (const Candidate& c : candidates) {
+  for (auto it = candidates.begin(); it != candidates.end(); ++it) {
     if (result.endpoints.size() == keep) break;
-    if (std::find(result.endpoints.begin(), result.endpoints.end(), c.endpoint->address) !=
+    if (it == sorted_end) {
+      std::sort(sorted_end, candidates.end(), better);
+      sorted_end = candidates.end();
+    }
+    if (std::find(result.endpoints.begin(), result.endpoints.end(), it->endpoint->address) !=
         result.endpoints.end()) {
       continue;
     }
-    result.endpoints.push_back(c.endpoint->address);
+    result.endpoints.push_back(it->endpoint->address);
   }
   result.matched_blocks = candidates[0].matched + candidates[0].speculative;
   result.speculative_blocks = candidates[0].speculative;
