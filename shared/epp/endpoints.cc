@@ -64,8 +64,13 @@ StatusOr<std::vector<Endpoint>> ParseEndpointsFile(const std::string& text) {
 void EndpointTable::Publish(std::vector<Endpoint> endpoints) {
   auto set = std::make_shared<EndpointSet>();
   set->endpoints = std::move(endpoints);
-  for (uint32_t i = 0; i < set->endpoints.size(); ++i) {
-    set->by_source.try_emplace(set->endpoints[i].source, i);
+  set->next_of_source.assign(set->endpoints.size(), UINT32_MAX);
+  for (uint32_t i = static_cast<uint32_t>(set->endpoints.size()); i-- > 0;) {
+    auto [it, inserted] = set->by_source.try_emplace(set->endpoints[i].source, i);
+    if (!inserted) {
+      set->next_of_source[i] = it->second;
+      it->second = i;
+    }
   }
   MutexLock lock(&mu_);
   snapshot_ = std::move(set);

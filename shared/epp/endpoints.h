@@ -47,6 +47,9 @@ struct EndpointSet {
   std::vector<Endpoint> endpoints;
   // source -> index into endpoints (first endpoint of that source).
   absl::flat_hash_map<SourceKey, uint32_t> by_source;
+  // index into endpoints -> the next endpoint of the same source, or
+  // UINT32_MAX: with by_source, every endpoint of a source in order.
+  std::vector<uint32_t> next_of_source;
 };
 
 // Endpoints of the sources that name one (endpoint=...).

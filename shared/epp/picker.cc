@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/string_view.h"
 
 #include "shared/hashing/canonical_hash.h"
 
@@ -127,13 +128,15 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   const std::shared_ptr<const EndpointSet> set = endpoints_->Snapshot();
   std::string_view model = input.model;
   std::string_view lora;
-  if (auto it = config_.aliases.find(std::string(input.model)); it != config_.aliases.end()) {
+  if (auto it = config_.aliases.find(absl::string_view(input.model.data(), input.model.size()));
+      it != config_.aliases.end()) {
     model = it->second.model;
     lora = it->second.lora;
   }
 
   struct Candidate {
     const Endpoint* endpoint = nullptr;
+    uint32_t endpoint_index = 0;  // into set->endpoints
     std::atomic<int64_t>* inflight = nullptr;
     double prefix = 0;
     uint32_t matched = 0;
@@ -144,10 +147,13 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   };
   thread_local std::vector<Candidate> candidates;
   candidates.clear();
-  for (const Endpoint& endpoint : set->endpoints) {
+  for (uint32_t i = 0; i < set->endpoints.size(); ++i) {
+    const Endpoint& endpoint = set->endpoints[i];
     if (!model.empty() && !endpoint.model.empty() && endpoint.model != model) continue;
     if (input.subset != nullptr && !InSubset(*input.subset, endpoint.address)) continue;
-    candidates.emplace_back().endpoint = &endpoint;
+    Candidate& c = candidates.emplace_back();
+    c.endpoint = &endpoint;
+    c.endpoint_index = i;
   }
   {
     // The in-flight counters under one lock for all candidates, not one each.
@@ -161,27 +167,6 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   for (Candidate& c : candidates) {
     if (c.inflight == nullptr) c.inflight = Counter(c.endpoint->address);
   }
-  // Candidates by source, for the index's and the speculative cache's rows
-  // (one hash lookup per row, not a scan of every candidate): the first
-  // candidate of a source, then the next of the same source.
-  thread_local absl::flat_hash_map<std::pair<std::string_view, uint32_t>, uint32_t> by_source;
-  thread_local std::vector<uint32_t> same_source;
-  by_source.clear();
-  same_source.assign(candidates.size(), UINT32_MAX);
-  for (uint32_t i = static_cast<uint32_t>(candidates.size()); i-- > 0;) {
-    const SourceKey& source = candidates[i].endpoint->source;
-    auto [it, inserted] = by_source.try_emplace({source.worker, source.dp_rank}, i);
-    if (!inserted) {
-      same_source[i] = it->second;
-      it->second = i;
-    }
-  }
-  // Calls f(candidate) for every candidate of `source`, in candidate order.
-  auto for_source = [&](const SourceKey& source, auto f) {
-    auto it = by_source.find(std::pair<std::string_view, uint32_t>(source.worker, source.dp_rank));
-    if (it == by_source.end()) return;
-    for (uint32_t i = it->second; i != UINT32_MAX; i = same_source[i]) f(candidates[i]);
-  };
   if (candidates.empty()) {
     return absl::UnavailableError(
         input.subset != nullptr ? "no eligible endpoint in the subset hint"
@@ -208,6 +193,22 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
           "every eligible endpoint is at its in-flight or queue limit");
     }
   }
+
+  // Candidates by source, for the index's and the speculative cache's rows:
+  // the endpoint set's source -> endpoints chain (one hash lookup per row,
+  // nothing hashed per candidate), each endpoint mapped to its candidate
+  // once the candidates left out above are gone.
+  thread_local std::vector<uint32_t> candidate_of;
+  candidate_of.assign(set->endpoints.size(), UINT32_MAX);
+  for (uint32_t i = 0; i < candidates.size(); ++i) candidate_of[candidates[i].endpoint_index] = i;
+  // Calls f(candidate) for every candidate of `source`, in candidate order.
+  auto for_source = [&](const SourceKey& source, auto f) {
+    auto it = set->by_source.find(source);
+    if (it == set->by_source.end()) return;
+    for (uint32_t e = it->second; e != UINT32_MAX; e = set->next_of_source[e]) {
+      if (candidate_of[e] != UINT32_MAX) f(candidates[candidate_of[e]]);
+    }
+  };
 
   PickResult result;
   uint64_t request_key = 0;
@@ -291,20 +292,28 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
     c.tie = TieKey(config_.seed, request_key, c.endpoint->address);
   }
   const size_t keep = size_t{config_.fallbacks} + 1;
-  std::sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+  const auto better = [](const Candidate& a, const Candidate& b) {
     if (a.score > b.score + 1e-12) return true;
     if (b.score > a.score + 1e-12) return false;
     return a.tie > b.tie;
-  });
+  };
+  // Only the best `keep` in order (a partial sort, not all 64); the rest is
+  // sorted only when shared addresses leave fewer than `keep` distinct.
+  auto sorted_end = candidates.begin() + static_cast<ptrdiff_t>(std::min(keep, candidates.size()));
+  std::partial_sort(candidates.begin(), sorted_end, candidates.end(), better);
   // Ranks of one worker may share an address: each address once, at its best.
   result.endpoints.reserve(std::min(keep, candidates.size()));
-  for (const Candidate& c : candidates) {
+  for (auto it = candidates.begin(); it != candidates.end(); ++it) {
     if (result.endpoints.size() == keep) break;
-    if (std::find(result.endpoints.begin(), result.endpoints.end(), c.endpoint->address) !=
+    if (it == sorted_end) {
+      std::sort(sorted_end, candidates.end(), better);
+      sorted_end = candidates.end();
+    }
+    if (std::find(result.endpoints.begin(), result.endpoints.end(), it->endpoint->address) !=
         result.endpoints.end()) {
       continue;
     }
-    result.endpoints.push_back(c.endpoint->address);
+    result.endpoints.push_back(it->endpoint->address);
   }
   result.matched_blocks = candidates[0].matched + candidates[0].speculative;
   result.speculative_blocks = candidates[0].speculative;

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <tuple>
 
+#include "shared/epp/load_table.h"
 #include "shared/hashing/canonical_hash.h"
 #include "shared/index/kv_index.h"
 
@@ -56,6 +58,78 @@ class PickerTest : public ::testing::Test {
   EndpointTable endpoints_;
   std::vector<uint32_t> tokens_ = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 };
+
+// Candidates left out before scoring (an unhealthy engine, one at its
+// in-flight limit) must not shift the index's rows onto the wrong
+// endpoints: the engine that holds the prefix is still the one scored.
+TEST_F(PickerTest, PrefixScoresFollowTheirSourceAfterCandidatesAreLeftOut) {
+  Store("w1", Tier::kDevice, SeqHashes(tokens_));
+  LoadTable load(std::chrono::seconds(10));
+  codec::EngineLoad sick;
+  sick.healthy = false;
+  load.Update({"w0", 0}, sick, LoadTable::Clock::now());
+  Picker picker({}, &index_, &endpoints_, &load);
+  auto pick = picker.Pick(In("m", &tokens_));
+  ASSERT_TRUE(pick.ok()) << pick.status();
+  EXPECT_EQ(pick->endpoints[0], "10.0.0.2:8000");
+  EXPECT_EQ(pick->matched_blocks, 4u);
+  // The same with w0 at its in-flight limit instead (w0 healthy again).
+  load.Update({"w0", 0}, codec::EngineLoad{}, LoadTable::Clock::now());
+  PickerConfig limited;
+  limited.max_inflight_per_endpoint = 1;
+  Picker limited_picker(limited, &index_, &endpoints_, &load);
+  const std::vector<std::string> only_w0 = {"10.0.0.1:8000"};
+  auto first = limited_picker.Pick(In("m", nullptr, &only_w0));  // takes w0's one slot
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_EQ(first->endpoints[0], "10.0.0.1:8000");
+  auto second = limited_picker.Pick(In("m", &tokens_));
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->endpoints[0], "10.0.0.2:8000");
+  EXPECT_EQ(second->matched_blocks, 4u);
+}
+
+// Two ranks of one worker behind one address fill the best places: the
+// fallback is still the next best other address, not any other.
+TEST_F(PickerTest, SharedAddressLeavesRoomForTheNextBestFallback) {
+  std::vector<Endpoint> endpoints;
+  for (const auto& [address, worker, rank] : {std::tuple{"10.0.0.1:8000", "w0", 0u},
+                                              {"10.0.0.1:8000", "w0", 1u},
+                                              {"10.0.0.2:8000", "w1", 0u},
+                                              {"10.0.0.3:8000", "w2", 0u},
+                                              {"10.0.0.4:8000", "w3", 0u}}) {
+    Endpoint e;
+    e.address = address;
+    e.source = {worker, rank};
+    e.model = "m";
+    endpoints.push_back(std::move(e));
+  }
+  endpoints_.SetStatic(std::move(endpoints));
+  const std::vector<uint64_t> hashes = SeqHashes(tokens_);
+  for (uint32_t rank : {0u, 1u}) {
+    PlacementEvent e;
+    e.kind = PlacementKind::kStored;
+    e.model = "m";
+    e.source = {"w0", rank};
+    e.tier = Tier::kDevice;
+    e.block_size = kBlock;
+    e.block_hashes = hashes;
+    index_.Apply(e, ++seq_);
+  }
+  Store("w2", Tier::kDevice, {hashes[0]});  // w2 holds a quarter: the next best
+  for (uint32_t fallbacks : {1u, 2u}) {
+    PickerConfig config;
+    config.fallbacks = fallbacks;
+    for (uint64_t seed = 1; seed <= 8; ++seed) {
+      config.seed = seed;
+      Picker picker(config, &index_, &endpoints_);
+      auto pick = picker.Pick(In("m", &tokens_));
+      ASSERT_TRUE(pick.ok()) << pick.status();
+      ASSERT_EQ(pick->endpoints.size(), fallbacks + 1);
+      EXPECT_EQ(pick->endpoints[0], "10.0.0.1:8000");
+      EXPECT_EQ(pick->endpoints[1], "10.0.0.3:8000") << "seed " << seed;
+    }
+  }
+}
 
 // Two endpoints of one source (the same engine behind two addresses): the
 // index's row scores both, not only the first.
