@@ -938,7 +938,7 @@ def run_soak(t, duration, rate, warmup, fault_every, summary_out=None, rss_bound
                 time.sleep(0.2)
             # A shared machine may run the simulator slower than --rate.
             checked = t.finish_epoch(timeout=limit / rate * 2 + 120)
-            events += checked["events_applied"]
+            events = checked["events_applied"]  # router 0's counter: cumulative, never restarted
             epochs.append((limit, checked))
             log("soak epoch %d: %d requests, %s" % (len(epochs), limit, json.dumps(checked)))
     finally:
