@@ -135,8 +135,7 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   }
 
   struct Candidate {
-    const Endpoint* endpoint = nullptr;
-    uint32_t endpoint_index = 0;  // into set->endpoints
+    const Endpoint* endpoint = nullptr;  // into set->endpoints
     std::atomic<int64_t>* inflight = nullptr;
     double prefix = 0;
     uint32_t matched = 0;
@@ -147,13 +146,10 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   };
   thread_local std::vector<Candidate> candidates;
   candidates.clear();
-  for (uint32_t i = 0; i < set->endpoints.size(); ++i) {
-    const Endpoint& endpoint = set->endpoints[i];
+  for (const Endpoint& endpoint : set->endpoints) {
     if (!model.empty() && !endpoint.model.empty() && endpoint.model != model) continue;
     if (input.subset != nullptr && !InSubset(*input.subset, endpoint.address)) continue;
-    Candidate& c = candidates.emplace_back();
-    c.endpoint = &endpoint;
-    c.endpoint_index = i;
+    candidates.emplace_back().endpoint = &endpoint;
   }
   {
     // The in-flight counters under one lock for all candidates, not one each.
@@ -200,7 +196,9 @@ StatusOr<PickResult> Picker::Pick(const PickInput& input) {
   // once the candidates left out above are gone.
   thread_local std::vector<uint32_t> candidate_of;
   candidate_of.assign(set->endpoints.size(), UINT32_MAX);
-  for (uint32_t i = 0; i < candidates.size(); ++i) candidate_of[candidates[i].endpoint_index] = i;
+  for (uint32_t i = 0; i < candidates.size(); ++i) {
+    candidate_of[static_cast<size_t>(candidates[i].endpoint - set->endpoints.data())] = i;
+  }
   // Calls f(candidate) for every candidate of `source`, in candidate order.
   auto for_source = [&](const SourceKey& source, auto f) {
     auto it = set->by_source.find(source);
