@@ -29,6 +29,7 @@
 #include "services/bench/epp/pick_client.h"
 #include "services/bench/epp/pick_loop.h"
 #include "services/bench/epp/pick_run.h"
+#include "services/bench/host/host_info.h"
 #include "services/bench/http/synthetic_index.h"
 #include "shared/base/percentile.h"
 #include "shared/config/cli.h"
@@ -464,6 +465,7 @@ int RunEppBench(int argc, char** argv) {
                       {"http_match_errors", c.match_errors}});
     }
     j["cells"] = rows;
+    j["host"] = HostJson();
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("picks checked against the index: %llu, wrong: %llu\n",

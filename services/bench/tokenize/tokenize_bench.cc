@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "services/bench/host/host_info.h"
 #include "shared/config/cli.h"
 #include "shared/tokenize/prefix_cache.h"
 #include "shared/tokenize/registry.h"
@@ -270,6 +271,7 @@ int RunTokenizeBench(int argc, char** argv) {
       }
     }
     j["sizes"] = sizes;
+    j["host"] = HostJson();
     if (json) {
       std::cout << j.dump() << std::endl;
     } else {
