@@ -164,7 +164,14 @@ inline void TwoDigitsEndingAt(const char* end1, size_t len1, const char* end2, s
 // A thread's buffer for the elements being parsed: never value-initialized
 // (the scanner writes every element it keeps), copied once into the caller's
 // vector, so the output is neither zero-filled nor sized for the worst case.
-// Large buffers (a rare big body) are not kept after the call.
+// It is sized by the array's bound of one element per two bytes, and kept up
+// to kKeep elements: enough for a 32k-token prompt (~190 KB of ids, a bound
+// of ~95 K), which would otherwise allocate and free it on every call (with
+// glibc's mmap threshold fixed at 128 KiB, as the reliability suite runs the
+// routers, an mmap, a page fault per 4 KiB written and an munmap each time:
+// twice the parse's own cost). Only the pages written are resident, so a
+// thread holds what the longest array it parsed needed, at most 1 MiB.
+// Larger buffers (a rare huge body) are not kept after the call.
 class Scratch {
  public:
   uint32_t* Get(size_t n) {
@@ -182,7 +189,7 @@ class Scratch {
   }
 
  private:
-  static constexpr size_t kKeep = 64 * 1024;  // elements (256 KB)
+  static constexpr size_t kKeep = 256 * 1024;  // elements (1 MiB)
   std::unique_ptr<uint32_t[]> data_;
   size_t capacity_ = 0;
 };

@@ -353,6 +353,45 @@ TEST(MatchRequestTest, TokenScannerDifferential) {
   EXPECT_EQ(taken, clean_rounds);
 }
 
+// Arrays around the scanner's kept buffer (256 Ki elements): a 32k-token
+// prompt's (a bound of ~95 K elements, held in the kept buffer), arrays of
+// one element fewer, as many and one more than the buffer, and one whose
+// bound is past it (a buffer allocated for the call, then freed), then the
+// 32k one again on the same thread: each taken with simdjson's values,
+// refused below its element count or with a bad element near its end. (Run
+// under ASan in CI: a buffer shorter than the scan's bound is an overflow
+// there.)
+TEST(MatchRequestTest, TokenScannerArraysAroundTheKeptBuffer) {
+  std::mt19937 rng(64);
+  auto make = [&](size_t count, uint32_t modulo) {
+    std::string array = "[";
+    for (size_t i = 0; i < count; ++i) {
+      if (i != 0) array += ',';
+      array += std::to_string(rng() % modulo);
+    }
+    return array + "]";
+  };
+  const size_t kKept = 256 * 1024;
+  struct Case {
+    size_t count;
+    uint32_t modulo;
+  };
+  for (const Case c : {Case{32'768, 128'000}, Case{kKept - 1, 10}, Case{kKept, 10},
+                       Case{kKept + 1, 10}, Case{150'000, 128'000}, Case{32'768, 128'000}}) {
+    const std::string array = make(c.count, c.modulo);
+    SCOPED_TRACE(testing::Message() << c.count << " elements below " << c.modulo);
+    EXPECT_TRUE(ScannerTakes(array));
+    EXPECT_TRUE(ScannerTakes(array, c.count));
+    EXPECT_FALSE(ScannerTakes(array, c.count - 1));
+    EXPECT_TRUE(AgreesWithSimdjson(array));
+    // A bad element near the end (past the kept buffer in the long ones).
+    std::string bad = array;
+    bad.insert(bad.size() - 3, "-");
+    EXPECT_FALSE(ScannerTakes(bad));
+    EXPECT_FALSE(AgreesWithSimdjson(bad));
+  }
+}
+
 // Each edge element at every offset from a 64-byte block boundary (the
 // scanner parses whole blocks at a time; a leading zero or a long number
 // may straddle two), between ordinary elements.
