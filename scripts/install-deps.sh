@@ -17,6 +17,8 @@ PACKAGES=(
   # the endpoint picker's gRPC (ext_proc) server, and its test harness
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc python3-grpcio
   python3-protobuf
+  # the chat-template exactness test renders with Jinja2 (shared/tokenize/chat_template)
+  python3-jinja2
   # tokenizer (shared/tokenize): split patterns, Unicode normalization
   libpcre2-dev libutf8proc-dev
   # tests and benchmarks

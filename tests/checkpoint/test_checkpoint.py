@@ -551,6 +551,10 @@ def scenario_stream_identity(bin_dir):
         assert len(restored_positions(victim)) == len(re.findall("restored checkpoint", vlogs))
         # It reads the new stream from position 1 (the old code resumed at
         # `before` + 1 and never applied the new stream's first positions).
+        # Ready can come before the agent's first batch on the new stream
+        # (a loaded machine): wait for it to apply something.
+        e2e.wait_for(lambda: victim.state()["applied_seq"] > 0, 30,
+                     "the restarted router applying the new stream")
         state = victim.state()
         assert 0 < state["applied_seq"] < before, (state, before)
         print("stream_identity: another cluster's checkpoint refused; on a recreated stream the "
