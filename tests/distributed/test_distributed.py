@@ -29,7 +29,6 @@ from nats_e2e import e2e  # noqa: E402
 
 B = 4
 MODEL = "meta/llama 3.1"  # '/', ' ' and '.' exercise the subject token encoding
-EMPTY_DIGEST = "0000000000000000"  # /v1/state of an empty index
 
 
 class Workload:
@@ -102,8 +101,8 @@ class Cluster:
         self.url = ",".join(s.url for s in servers)
         self.ctx = zmq.Context()
         self.engines = [e2e.Engine(self.ctx), e2e.Engine(self.ctx, dp_rank=1, array_form=True)]
-        self.sources = [self.engines[0].source("w0", MODEL, B),
-                        self.engines[1].source("w1", MODEL, B)]
+        self.workers = ["w0", "w1"]
+        self.sources = [e.source(w, MODEL, B) for e, w in zip(self.engines, self.workers)]
         self.agent_port = e2e.free_port()
         self.agent_extra = ["--http", "127.0.0.1:%d" % self.agent_port, "--lease", lease,
                             "--heartbeat-interval", "250ms"] + list(agent_extra)
@@ -150,34 +149,56 @@ class Cluster:
                 load.run(50)
 
     def settle(self, routers=None, timeout=60):
-        """Nudges the engines until every router equals the reference."""
+        """Nudges the engines until every router equals the reference, once
+        the reference has read each engine up to the nudge: a reference and
+        routers equally behind (a live batch lost to a slow joiner and not
+        yet replayed, batches still in flight on a loaded machine) are not
+        settled."""
         routers = routers or self.routers
         deadline = time.monotonic() + timeout
         while True:
-            for engine in self.engines:
-                engine.nudge()
-            want = self.reference.json("GET", "/v1/state")["digest"]
-            # Engines that hold blocks cannot be settled on an empty index:
-            # on a loaded machine the reference and the routers may both
-            # still be empty when the first batches are in flight.
-            if want == EMPTY_DIGEST and self.engines_hold_blocks():
-                time.sleep(0.1)
-            else:
+            marks = [engine.nudge() for engine in self.engines]
+            # The nudge applied means every batch before it reached the
+            # reference's in-process log (one source thread, in order);
+            # lag_messages 0, that the log is in its index.
+            reference = self.reference.json("GET", "/v1/state") if self.reference_read(marks) \
+                else None
+            if reference and reference["lag_messages"] == 0:
+                want = reference["digest"]
                 try:
                     states = ne.same_digest(routers, want, timeout=3)
-                    # The reference reads the engines itself and may still
-                    # have been applying their last batches: a digest it
-                    # moved on from is not the settled one.
+                    # Between two nudges the engines may have published
+                    # again (a background load): the reference must not
+                    # have moved on from the digest the routers reached.
                     if self.reference.json("GET", "/v1/state")["digest"] == want:
                         return want, states
                 except AssertionError:
                     pass
+            else:
+                time.sleep(0.1)
             if time.monotonic() > deadline:
                 raise AssertionError("routers %s, reference %s" % (
                     [r.state() for r in routers], self.reference.json("GET", "/v1/state")))
 
-    def engines_hold_blocks(self):
-        return any(blocks for load in self.loads for blocks in load.held.values())
+    def reference_read(self, marks, timeout=3):
+        """True once the reference applied every engine's batches up to
+        marks[i] (its kvindex_agent_last_sequence per source)."""
+        series = ['kvindex_agent_last_sequence{source="%s/%d"}' % (worker, engine.dp_rank)
+                  for worker, engine in zip(self.workers, self.engines)]
+
+        def read():
+            text = self.reference.request("GET", "/metrics")[2]
+            values = {}
+            for line in text.splitlines():
+                name, _, value = line.rpartition(" ")
+                values[name] = value
+            return all(s in values and float(values[s]) >= mark for s, mark in zip(series, marks))
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if read():
+                return True
+            time.sleep(0.05)
+        return False
 
     def check_matches(self, routers=None):
         routers = routers or self.routers

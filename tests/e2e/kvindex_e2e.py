@@ -192,8 +192,8 @@ class Engine:
 
     def nudge(self):
         """An empty batch: if a live batch was lost (slow joiner), its seq gap
-        makes the agent replay it."""
-        self.publish([])
+        makes the agent replay it. Returns its seq."""
+        return self.publish([])
 
     def close(self):
         self.stop.set()

@@ -39,6 +39,7 @@ import random
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -557,24 +558,92 @@ def case_router_kill_checkpoint(t):
     return {"kills": 3, "during_checkpoint_write": caught}
 
 
+class SlowPeer:
+    """A loopback TCP forwarder to a bootstrap peer that, while `slow`,
+    passes the peer's answer on at `rate` bytes/s: a checkpoint fetched
+    through it takes seconds, so a kill lands inside the bootstrap however
+    fast the machine."""
+
+    def __init__(self, port, rate=256 * 1024):
+        self.target, self.rate, self.slow = port, rate, True
+        self.answered = 0  # bytes of the peer's answers passed on
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.listener.settimeout(0.2)
+        self.port = self.listener.getsockname()[1]
+        self.stop = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.stop.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except socket.timeout:
+                continue
+            except OSError:  # closed
+                return
+            upstream = socket.create_connection(("127.0.0.1", self.target))
+            threading.Thread(target=self._pump, args=(client, upstream, False),
+                             daemon=True).start()
+            threading.Thread(target=self._pump, args=(upstream, client, True),
+                             daemon=True).start()
+
+    def _pump(self, src, dst, answer):
+        try:
+            while True:
+                data = src.recv(4096 if answer and self.slow else 65536)
+                if not data:
+                    break
+                dst.sendall(data)
+                if answer:
+                    self.answered += len(data)
+                    if self.slow:
+                        time.sleep(len(data) / self.rate)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self):
+        self.stop.set()
+        self.listener.close()
+
+
 def case_router_kill_bootstrap(t):
     """kill -9 of a new router while it bootstraps from a peer's checkpoint;
-    restarted on the same data dir, it serves exactly."""
+    restarted on the same data dir, it serves exactly. The first kill lands
+    in the checkpoint's transfer (slowed by a forwarder), the second after a
+    random delay (in the transfer, the import or after it)."""
     rng = random.Random(t.seed)
-    peer = t.routers[0]
-    killed_before = 0
-    for i in range(2):
-        fresh = ne.NatsRouter(t.bin_dir, t.urls("127.0.0.1"),
-                              t.routers[0].args[t.routers[0].args.index("--stream-replicas"):] +
-                              ["--bootstrap-from", "http://127.0.0.1:%d" % peer.port])
-        t.extra_routers.append(fresh)
-        fresh.start()
-        time.sleep(rng.uniform(0.01, 0.15) * (i + 1))
-        fresh.kill9()
-        killed_before += "bootstrapped from" not in fresh.logs()
-        fresh.start().wait_ready(60)
-    assert killed_before >= 1, "every kill came after the bootstrap"
-    return {"bootstraps_killed": 2, "killed_before_import_done": killed_before}
+    peer = SlowPeer(t.routers[0].port)
+    killed_before = []
+    try:
+        for i in range(2):
+            peer.slow, peer.answered = i == 0, 0
+            fresh = ne.NatsRouter(t.bin_dir, t.urls("127.0.0.1"),
+                                  t.routers[0].args[t.routers[0].args.index("--stream-replicas"):] +
+                                  ["--bootstrap-from", "http://127.0.0.1:%d" % peer.port])
+            t.extra_routers.append(fresh)
+            fresh.start()
+            if peer.slow:
+                e2e.wait_for(lambda: peer.answered >= 64 * 1024, 30,
+                             "the peer's checkpoint under way")
+            else:
+                time.sleep(rng.uniform(0.01, 0.3))
+            fresh.kill9()
+            killed_before.append("bootstrapped from" not in fresh.logs())
+            peer.slow = False
+            fresh.start().wait_ready(60)
+    finally:
+        peer.close()
+    assert killed_before[0], "the kill in the slowed transfer came after the bootstrap"
+    size = re.findall(r"bootstrapped from \S+: checkpoint of position \d+ \(\d+ entries, (\d+) bytes",
+                      fresh.logs())
+    return {"bootstraps_killed": 2, "killed_before_import_done": sum(killed_before),
+            "checkpoint_bytes": int(size[-1]) if size else None}
 
 
 def case_agent_kill(t, expiry_timeout=LEASE_S * 5 + 10):
