@@ -44,6 +44,7 @@ class MapCheckpoint : public AliasCheckpoint {
 // router's on_applied does) and checkpointer.
 struct Replica {
   explicit Replica(const std::string& dir) {
+    index.set_departure_observer(aliases.departure_observer());
     consume::ApplyOptions options;
     options.on_applied = [this](std::span<const PlacementEvent> events) {
       aliases.OnApplied(events);

@@ -894,6 +894,9 @@ class HeldCaptureIndex final : public index::IndexInterface {
     inner_.RestoreEntry(model, source, tier, hash, block_size);
   }
   void RestoreAppliedSeq(uint64_t position) override { inner_.RestoreAppliedSeq(position); }
+  void set_departure_observer(index::DepartureObserver* observer) override {
+    inner_.set_departure_observer(observer);
+  }
   StatusOr<std::unique_ptr<index::IndexCapture>> BeginCapture() const override {
     KVINDEX_ASSIGN_OR_RETURN(std::unique_ptr<index::IndexCapture> inner, inner_.BeginCapture());
     return std::unique_ptr<index::IndexCapture>(

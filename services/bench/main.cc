@@ -24,6 +24,9 @@
 #if KVINDEX_BENCH_HAVE_TOKENIZE
 #include "services/bench/tokenize/tokenize_bench.h"
 #endif
+#if KVINDEX_BENCH_HAVE_ALIASES
+#include "services/bench/aliases/alias_bench.h"
+#endif
 
 namespace {
 
@@ -53,6 +56,10 @@ constexpr kvindex::config::Subcommand kSubcommands[] = {
 #if KVINDEX_BENCH_HAVE_EPP
     {"epp", "endpoint picks through gRPC (ext_proc) next to /v1/match over HTTP",
      kvindex::bench::RunEppBench},
+#endif
+#if KVINDEX_BENCH_HAVE_ALIASES
+    {"aliases", "what a clear costs the SGLang alias map, next to the sweep it replaced",
+     kvindex::bench::RunAliasBench},
 #endif
 };
 

@@ -153,6 +153,7 @@ Status Router::Start() {
   if (!options_.sglang_listen.empty()) {
     // sgl-router's own hashes, learned from the agents' events (docs/compat.md).
     sglang_aliases_ = std::make_shared<compat::SglangAliasMap>(index_.get());
+    index_->set_departure_observer(sglang_aliases_->departure_observer());
     apply_options.on_applied = [aliases = sglang_aliases_, then = apply_options.on_applied](
                                    std::span<const PlacementEvent> events) {
       if (then) then(events);

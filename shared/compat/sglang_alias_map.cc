@@ -84,87 +84,85 @@ void SglangAliasMap::EraseCanonical(ModelAliases& aliases, uint64_t canonical) {
   ++stats_.removed;
 }
 
+void SglangAliasMap::NoteGone(std::string_view model, std::span<const uint64_t> hashes,
+                              bool departed) {
+  if (hashes.empty()) return;
+  if (gone_runs_.empty() || gone_runs_.back().model != model ||
+      gone_runs_.back().departed != departed) {
+    gone_runs_.push_back({model, gone_hashes_.size(), gone_hashes_.size(), departed});
+  }
+  gone_hashes_.insert(gone_hashes_.end(), hashes.begin(), hashes.end());
+  gone_runs_.back().end = gone_hashes_.size();
+}
+
 void SglangAliasMap::OnApplied(std::span<const PlacementEvent> events) {
-  candidates_.clear();
-  bool sweep_all = false;
-  // Models a clear named (few per message: usually none).
-  std::vector<ModelAliases*> sweep;
   {
     WriterLock lock(&mu_);
     for (const PlacementEvent& event : events) {
-      switch (event.kind) {
-        case PlacementKind::kStored:
-          if (event.sglang_hashes.empty()) break;
-          if (event.sglang_hashes.size() != event.block_hashes.size()) {
-            ++stats_.refused_mismatch;
-            break;
-          }
-          Add(*ModelOf(event.model, /*create=*/true), event);
-          break;
-        case PlacementKind::kRemoved: {
-          ModelAliases* aliases = ModelOf(event.model, /*create=*/false);
-          if (aliases == nullptr || aliases->reverse.empty()) break;
-          for (uint64_t canonical : event.block_hashes) {
-            if (aliases->reverse.contains(canonical)) {
-              candidates_.push_back({aliases, event.model, canonical});
-            }
-          }
-          break;
-        }
-        case PlacementKind::kCleared:
-          if (event.model.empty()) {
-            sweep_all = true;
-          } else if (ModelAliases* aliases = ModelOf(event.model, false); aliases != nullptr) {
-            if (std::find(sweep.begin(), sweep.end(), aliases) == sweep.end()) {
-              sweep.push_back(aliases);
-            }
-          }
-          break;
-        case PlacementKind::kWorkerExpired:
-          sweep_all = true;
-          break;
-        default:
-          break;
+      if (event.kind != PlacementKind::kStored || event.sglang_hashes.empty()) continue;
+      if (event.sglang_hashes.size() != event.block_hashes.size()) {
+        ++stats_.refused_mismatch;
+        continue;
       }
+      Add(*ModelOf(event.model, /*create=*/true), event);
     }
   }
-  // Only this thread changes the map: it reads it here under the shared
-  // lock while the index is looked up, and takes the exclusive lock only
-  // to erase what nobody holds any more.
-  gone_.clear();
-  for (size_t i = 0; i < candidates_.size(); ++i) {
-    if (!Held(candidates_[i].model, candidates_[i].canonical)) gone_.push_back(i);
+  // Blocks removed by this message's events (also those the index left out
+  // for lack of memory, which never leave it) beside those the index
+  // reported leaving it (removals, clears, expiries): after the adds above,
+  // so a block aliased and then cleared in one message is looked at too.
+  bool stores = false;
+  for (const PlacementEvent& event : events) {
+    if (event.kind == PlacementKind::kRemoved) NoteGone(event.model, event.block_hashes, false);
+    stores |= event.kind == PlacementKind::kStored && !event.block_hashes.empty();
   }
-  if (!gone_.empty()) {
-    WriterLock lock(&mu_);
-    for (size_t i : gone_) EraseCanonical(*candidates_[i].aliases, candidates_[i].canonical);
-  }
-  if (!sweep_all && sweep.empty()) return;
-  std::vector<std::pair<std::string, ModelAliases*>> models;
-  {
+  candidates_.clear();
+  if (!gone_runs_.empty()) {
     ReaderLock lock(&mu_);
-    for (const auto& [name, aliases] : models_) {
-      if (aliases->reverse.empty()) continue;
-      if (sweep_all || std::find(sweep.begin(), sweep.end(), aliases.get()) != sweep.end()) {
-        models.emplace_back(name, aliases.get());
+    for (const GoneRun& run : gone_runs_) {
+      auto it = models_.find(absl::string_view(run.model.data(), run.model.size()));
+      if (it == models_.end() || it->second->reverse.empty()) continue;
+      ModelAliases* aliases = it->second.get();
+      // A block that left the index is still gone after the message unless
+      // the message stored something (it may have come back); a removed one
+      // may be held by another source.
+      const bool look = !run.departed || stores;
+      for (size_t i = run.begin; i < run.end; ++i) {
+        if (aliases->reverse.contains(gone_hashes_[i])) {
+          candidates_.push_back({aliases, run.model, gone_hashes_[i], look});
+        }
       }
     }
   }
-  for (const auto& [name, aliases] : models) {
-    victims_.clear();
-    {
-      ReaderLock lock(&mu_);
-      for (const auto& [canonical, sglang] : aliases->reverse) {
-        if (!Held(name, canonical)) victims_.push_back(canonical);
-      }
+  // Only this thread changes the map: it reads it here without the
+  // exclusive lock while the index is looked up, and takes that lock only to
+  // erase what nobody holds any more (a block may have come back).
+  erase_.clear();
+  for (const Candidate& candidate : candidates_) {
+    if (!candidate.look || !Held(candidate.model, candidate.canonical)) {
+      erase_.push_back(&candidate);
     }
+  }
+  if (!erase_.empty()) {
     WriterLock lock(&mu_);
-    ++stats_.sweeps;
-    for (uint64_t canonical : victims_) EraseCanonical(*aliases, canonical);
+    for (const Candidate* candidate : erase_) {
+      EraseCanonical(*candidate->aliases, candidate->canonical);
+    }
   }
+  ForgetGone();
+}
+
+void SglangAliasMap::ForgetGone() {
+  // Kept for the next message, unless a big clear (or a checkpoint restore
+  // that failed and emptied the index) grew it past what messages need.
+  constexpr size_t kKeptHashes = size_t{1} << 16;
+  gone_runs_.clear();
+  gone_hashes_.clear();
+  if (gone_hashes_.capacity() > kKeptHashes) gone_hashes_ = {};
 }
 
 void SglangAliasMap::Clear() {
+  ForgetGone();
   WriterLock lock(&mu_);
   for (auto& [name, aliases] : models_) {
     stats_.removed += aliases->forward.size();
@@ -265,6 +263,7 @@ Status SglangAliasMap::RestoreState(std::string_view state) {
     return absl::OkStatus();
   };
   Status status = decode();
+  ForgetGone();  // of the index before the restore
   if (!status.ok()) {
     models.clear();  // fail closed: nothing of a damaged state
     entries = poisoned = 0;

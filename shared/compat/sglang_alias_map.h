@@ -12,6 +12,7 @@
 // router keeps them here, beside (not inside) its index:
 //
 //   SglangAliasMap aliases(&index);
+//   index.set_departure_observer(aliases.departure_observer());
 //   apply_options.on_applied = [&](auto events) { aliases.OnApplied(events); };
 //   aliases.Translate("llama", hashes);  // sgl-router's -> ours, in place
 //
@@ -29,13 +30,14 @@
 //   once a model has that many, it learns no new alias at all (counted in
 //   refused_poisoned): an undercount, never an overcount, never unbounded.
 // - An alias lives as long as some source holds its canonical block in the
-//   index: after the index applied a message, the canonical blocks of its
-//   removed events that nobody holds any more lose their aliases, and a
-//   clear, worker expiry or agent expiry (cleared events) sweeps the
-//   affected models (every alias whose block nobody holds is dropped). So
-//   it never answers for a block nobody holds (fail closed); and a query
-//   goes through the index anyway. (A block the index left out for lack of
-//   memory keeps its alias until its removal or the next sweep: harmless,
+//   index: after the index applied a message, the aliased blocks that left
+//   the index during it (the index reports them: index::DepartureObserver;
+//   a removal of the last holder, a clear, a worker or agent expiry) or
+//   that its removed events name, and that nobody holds after it, lose
+//   their aliases. So it never answers for a block nobody holds (fail
+//   closed); and a query goes through the index anyway. (A block the index
+//   left out for lack of memory never enters it, so never leaves it: its
+//   alias stays until a removal names it or a conflict drops it; harmless,
 //   the index answers nothing for it.)
 // - At most SglangAliasOptions::max_entries aliases per model (so a router
 //   that follows only some models keeps the same aliases for them as one
@@ -50,17 +52,19 @@
 //   ones) restores an empty map: an undercount until new stored events
 //   refill it, never an overcount.
 //
-// Cost: OnApplied O(blocks) flat-hash-map operations per stored event (no
-// allocation per block once the tables have grown), one one-block index
-// lookup per removed block that has an alias (through
+// Cost: OnApplied O(blocks) flat-hash-map operations per stored event, one
+// flat-hash-map lookup per block that left the index or was removed, and
+// one one-block index lookup per such block that has an alias (through
 // IndexInterface::MatchSequenceHashes: its result allocates a row when
-// another source still holds the block; a cheaper "is it held" query of
-// the index would remove that), and O(aliases of the model) lookups per
-// message with a clear. Translate: one shared lock and one
-// flat-hash-map lookup per hash. Memory: two slots of 16 bytes (+1 control
-// byte) per alias, counted in Stats().bytes.
+// another source still holds the block); no allocation per block once the
+// tables and scratch vectors have grown. A clear costs what it takes away,
+// not the size of the map (docs/benchmarks.md, "SGLang aliases").
+// Translate: one shared lock and one flat-hash-map lookup per hash.
+// Memory: two slots of 16 bytes (+1 control byte) per alias, counted in
+// Stats().bytes.
 //
-// Thread safety: OnApplied, Clear, SaveState and RestoreState from the
+// Thread safety: OnApplied, Clear, SaveState, RestoreState and the
+// departure observer (called by the index inside ApplyMessage) from the
 // index's writer thread;
 // Translate, Find, Stats and Entries from any thread.
 #pragma once
@@ -108,8 +112,6 @@ struct SglangAliasStats {
   // Aliases not added: the SGLang hash is poisoned, or the model holds
   // max_poisoned poisoned hashes.
   uint64_t refused_poisoned = 0;
-  // Sweeps of a model after a clear.
-  uint64_t sweeps = 0;
 };
 
 struct SglangAlias {
@@ -127,6 +129,11 @@ class SglangAliasMap {
   ~SglangAliasMap();
   SglangAliasMap(const SglangAliasMap&) = delete;
   SglangAliasMap& operator=(const SglangAliasMap&) = delete;
+
+  // What the owner hands to the index (IndexInterface::set_departure_observer)
+  // before the first message: without it, clears and expiries leave aliases
+  // of blocks nobody holds.
+  index::DepartureObserver* departure_observer() { return &departures_; }
 
   // Writer thread, right after the index applied `events` (one log message;
   // ApplyOptions::on_applied).
@@ -163,8 +170,22 @@ class SglangAliasMap {
     absl::flat_hash_set<uint64_t> poisoned;           // sglang hashes
     bool closed = false;                              // max_poisoned reached
   };
+  class Departures final : public index::DepartureObserver {
+   public:
+    explicit Departures(SglangAliasMap* map) : map_(map) {}
+    void OnDeparted(std::string_view model, std::span<const uint64_t> hashes) override {
+      map_->NoteGone(model, hashes, /*departed=*/true);
+    }
+
+   private:
+    SglangAliasMap* const map_;
+  };
   // True when some source holds `canonical` in `model` (index lookup).
   bool Held(std::string_view model, uint64_t canonical) const;
+  // Writer thread: `hashes` of `model` left the index (`departed`) or were
+  // removed by a source; looked at by the next OnApplied.
+  void NoteGone(std::string_view model, std::span<const uint64_t> hashes, bool departed);
+  void ForgetGone();
   ModelAliases* ModelOf(std::string_view model, bool create) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Add(ModelAliases& aliases, const PlacementEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseCanonical(ModelAliases& aliases, uint64_t canonical) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -182,10 +203,20 @@ class SglangAliasMap {
     ModelAliases* aliases;
     std::string_view model;
     uint64_t canonical;
+    bool look;  // whether the index must be asked if some source holds it
   };
   std::vector<Candidate> candidates_;
-  std::vector<size_t> gone_;       // candidates nobody holds any more
-  std::vector<uint64_t> victims_;  // a sweep's blocks nobody holds
+  std::vector<const Candidate*> erase_;  // candidates nobody holds any more
+  // Blocks that left the index or were removed since the last OnApplied,
+  // as runs of one model (`model` points into the index or the message).
+  struct GoneRun {
+    std::string_view model;
+    size_t begin, end;  // into gone_hashes_
+    bool departed;      // reported by the index (else named by a removal)
+  };
+  std::vector<GoneRun> gone_runs_;
+  std::vector<uint64_t> gone_hashes_;
+  Departures departures_{this};
 };
 
 }  // namespace kvindex::compat

@@ -56,6 +56,7 @@ PlacementEvent Cleared(const std::string& model, const std::string& worker) {
 // The index first, then the map, as the apply loop's on_applied does.
 class Fixture {
  public:
+  Fixture() { index.set_departure_observer(aliases.departure_observer()); }
   index::KvIndex index;
   SglangAliasMap aliases{&index, SglangAliasOptions{.max_entries = 8}};
   void Apply(std::vector<PlacementEvent> events) {
@@ -84,14 +85,13 @@ TEST(SglangAliasMapTest, TranslatesWhileSomeSourceHoldsTheBlock) {
   EXPECT_EQ(f.Find(101), 11u);
   EXPECT_FALSE(f.Find(102).has_value());
   EXPECT_FALSE(f.Find(103).has_value());
-  // b's clear: a sweep drops the last one.
+  // b's clear: 11 leaves the index, and its alias with it.
   f.Apply({Cleared("m", "b")});
   EXPECT_FALSE(f.Find(101).has_value());
   const SglangAliasStats stats = f.aliases.Stats();
   EXPECT_EQ(stats.entries, 0u);
   EXPECT_EQ(stats.added, 3u);
   EXPECT_EQ(stats.removed, 3u);
-  EXPECT_EQ(stats.sweeps, 1u);
 }
 
 TEST(SglangAliasMapTest, StoredAndRemovedInOneMessageLeavesNoAlias) {
@@ -102,7 +102,22 @@ TEST(SglangAliasMapTest, StoredAndRemovedInOneMessageLeavesNoAlias) {
   EXPECT_EQ(f.Find(101), 11u);
 }
 
-TEST(SglangAliasMapTest, WorkerExpiryAndModelLessClearsSweepEveryModel) {
+// The index reports the clear's departures while it applies the message,
+// before the map learns the message's aliases: they are looked at after.
+TEST(SglangAliasMapTest, StoredAndClearedInOneMessageLeavesNoAlias) {
+  Fixture f;
+  f.Apply({Stored("m", "a", Tier::kDevice, {11, 12}, {101, 102}), Cleared("m", "a")});
+  EXPECT_TRUE(f.aliases.Entries().empty());
+  f.Apply({Stored("m", "a", Tier::kDevice, {11}, {101}), Cleared("m", "a"),
+           Stored("m", "b", Tier::kHost, {12}, {102})});
+  EXPECT_FALSE(f.Find(101).has_value());
+  EXPECT_EQ(f.Find(102), 12u);
+  // Cleared, then stored again: held after the message, kept.
+  f.Apply({Cleared("m", "b"), Stored("m", "b", Tier::kHost, {12}, {102})});
+  EXPECT_EQ(f.Find(102), 12u);
+}
+
+TEST(SglangAliasMapTest, WorkerExpiryAndModelLessClearsDropAliasesInEveryModel) {
   Fixture f;
   f.Apply(
       {Stored("m", "a", Tier::kDevice, {11}, {101}), Stored("n", "a", Tier::kDevice, {21}, {201})});
@@ -194,6 +209,7 @@ TEST(SglangAliasMapTest, ASecondSglangHashForABlockPoisonsBoth) {
 TEST(SglangAliasMapTest, PastMaxPoisonedTheModelLearnsNothingMore) {
   index::KvIndex index;
   SglangAliasMap aliases(&index, SglangAliasOptions{.max_entries = 64, .max_poisoned = 2});
+  index.set_departure_observer(aliases.departure_observer());
   uint64_t position = 0;
   auto apply = [&](std::vector<PlacementEvent> message) {
     index.ApplyMessage(message, ++position);
@@ -211,11 +227,12 @@ TEST(SglangAliasMapTest, PastMaxPoisonedTheModelLearnsNothingMore) {
   EXPECT_EQ(aliases.Find("n", 300), 30u);
 }
 
-// Readers translate while the writer adds, removes and sweeps (TSan's
+// Readers translate while the writer adds, removes and clears (TSan's
 // case): every translation is either none or the block's canonical hash.
 TEST(SglangAliasMapTest, ReadersTranslateWhileTheWriterApplies) {
   index::KvIndex index;
   SglangAliasMap aliases(&index);
+  index.set_departure_observer(aliases.departure_observer());
   std::atomic<bool> stop{false};
   std::atomic<uint64_t> wrong{0}, translated{0};
   std::vector<std::thread> readers;
@@ -318,6 +335,7 @@ void RunDifferential(uint64_t seed, int steps, size_t max_entries, size_t max_po
   index::ReferenceIndex oracle;
   SglangAliasMap aliases(
       &index, SglangAliasOptions{.max_entries = max_entries, .max_poisoned = max_poisoned});
+  index.set_departure_observer(aliases.departure_observer());
   SglangAliasReference reference(&oracle, max_entries, max_poisoned);
   Stream stream(seed);
   size_t most = 0;
@@ -369,6 +387,7 @@ TEST(SglangAliasMapTest, SavedStateRestoresAliasesPoisonAndTheClosedFlag) {
   };
   index::KvIndex whole_index, restored_index;
   SglangAliasMap whole(&whole_index, options), restored(&restored_index, options);
+  whole_index.set_departure_observer(whole.departure_observer());
   uint64_t position = 0;
   for (const auto& message : before) {
     ++position;
@@ -379,6 +398,7 @@ TEST(SglangAliasMapTest, SavedStateRestoresAliasesPoisonAndTheClosedFlag) {
   ASSERT_EQ(whole.Stats().poisoned, 2u);
   const std::string state = whole.SaveState();
   ASSERT_TRUE(restored.RestoreState(state).ok());
+  restored_index.set_departure_observer(restored.departure_observer());
   EXPECT_EQ(restored.Entries(), whole.Entries());
   EXPECT_EQ(restored.Stats().entries, whole.Stats().entries);
   EXPECT_EQ(restored.Stats().poisoned, whole.Stats().poisoned);

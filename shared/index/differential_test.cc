@@ -86,6 +86,23 @@ std::string Describe(const MatchResult& r) {
   return out.str() + "}";
 }
 
+// The blocks an index reported leaving it, sorted per message.
+class DepartureLog final : public DepartureObserver {
+ public:
+  void OnDeparted(std::string_view model, std::span<const uint64_t> hashes) override {
+    for (uint64_t h : hashes) seen_.emplace_back(std::string(model), h);
+  }
+  std::vector<std::pair<std::string, uint64_t>> Take() {
+    std::vector<std::pair<std::string, uint64_t>> out;
+    out.swap(seen_);
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+
+ private:
+  std::vector<std::pair<std::string, uint64_t>> seen_;
+};
+
 // Returns a description of the first divergence, or nullopt. `exhaustion`
 // null: `a` must apply every event in full.
 std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint64_t seed,
@@ -95,7 +112,18 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
   std::vector<ChainForest> forests;
   for (int m = 0; m < shape.models; ++m) forests.emplace_back(&rng, shape.extend);
   auto model_name = [](int m) { return "model" + std::to_string(m); };
+  DepartureLog departed_a, departed_b;
+  a.set_departure_observer(&departed_a);
+  b.set_departure_observer(&departed_b);
+  struct Unset {
+    IndexInterface &a, &b;
+    ~Unset() {
+      a.set_departure_observer(nullptr);
+      b.set_departure_observer(nullptr);
+    }
+  } unset{a, b};
   uint64_t position = 0;
+  uint64_t departures = 0;
   for (int step = 0; step < shape.steps; ++step) {
     PlacementEvent e;
     const int m = static_cast<int>(rng() % shape.models);
@@ -230,6 +258,13 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
     if (exhaustion != nullptr && exhaustion->full != nullptr)
       exhaustion->full->ApplyMessage(message, at);
     if (result_a.applied != result_b.applied) return where.str() + "Apply result differs";
+    // Blocks that left the index: the same ones, as often.
+    const auto gone_a = departed_a.Take(), gone_b = departed_b.Take();
+    if (gone_a != gone_b) {
+      return where.str() + "departed blocks differ: " + std::to_string(gone_a.size()) + " vs " +
+             std::to_string(gone_b.size());
+    }
+    departures += gone_a.size();
 
     const IndexStats sa = a.Stats(), sb = b.Stats();
     if (sa.digest != sb.digest) return where.str() + "digest differs";
@@ -292,6 +327,7 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
       }
     }
   }
+  if (departures == 0) return "seed " + std::to_string(seed) + ": no block ever left the index";
   return std::nullopt;
 }
 

@@ -131,6 +131,10 @@ class IndexInterface {
                                          std::span<const uint64_t> local_hashes,
                                          const MatchOptions& options = {}) const;
 
+  // Writer thread: `observer` (null: none; one at a time) is told of every
+  // block that leaves the index from now on (DepartureObserver).
+  virtual void set_departure_observer(DepartureObserver* observer) = 0;
+
   virtual std::optional<uint32_t> BlockSize(std::string_view model) const = 0;
   virtual std::vector<std::string> Models() const = 0;  // sorted
   virtual IndexStats Stats() const = 0;

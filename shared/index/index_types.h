@@ -6,7 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "shared/model/source_key.h"
@@ -94,6 +96,20 @@ class ClearObserver {
   virtual void OnLockAcquired() = 0;
   // `nodes`: nodes changed during the hold that just ended.
   virtual void OnLockReleased(size_t nodes) = 0;
+};
+
+// IndexInterface::set_departure_observer: told, on the writer thread while
+// ApplyMessage runs, of blocks that left the index: no source holds them in
+// any tier any more (their last holder removed them, was cleared or its
+// worker expired). Once per run of consecutive hashes, never per block;
+// `seq_hashes` is valid only during the call. A block may leave and come
+// back within one message: who needs the state after the message looks
+// then. Keeps the consumers of "nobody holds it" (the SGLang alias map) at
+// O(blocks that left) per message, not O(everything they track) per clear.
+class DepartureObserver {
+ public:
+  virtual ~DepartureObserver() = default;
+  virtual void OnDeparted(std::string_view model, std::span<const uint64_t> seq_hashes) = 0;
 };
 
 struct MatchOptions {

@@ -124,6 +124,7 @@ ModelIndex* KvIndex::GetOrCreateModel(std::string_view model, bool* over_limit) 
       ModelIndex::Create(std::string(model), memory_.get(), limits);
   if (created == nullptr) return nullptr;
   created->set_clear_observer(clear_observer_);
+  created->set_departure_observer(departure_observer_);
   ModelList* list = model_lists_.back().get();
   const size_t n = list->size.load(std::memory_order_relaxed);
   if (n == list->capacity) {
@@ -371,6 +372,13 @@ void KvIndex::SetClearObserverForTesting(ClearObserver* observer) {
   clear_observer_ = observer;
   for (const auto& slot : models_.load(std::memory_order_relaxed)->Live()) {
     slot.load(std::memory_order_relaxed)->set_clear_observer(observer);
+  }
+}
+
+void KvIndex::set_departure_observer(DepartureObserver* observer) {
+  departure_observer_ = observer;
+  for (const auto& slot : models_.load(std::memory_order_relaxed)->Live()) {
+    slot.load(std::memory_order_relaxed)->set_departure_observer(observer);
   }
 }
 

@@ -125,6 +125,7 @@ class KvIndex final : public IndexInterface {
   // Testing and kvindex-bench (writer thread): `observer` (null: none) is told
   // of every clear's passes and removal-lock holds, in every model.
   void SetClearObserverForTesting(ClearObserver* observer);
+  void set_departure_observer(DepartureObserver* observer) override;
 
  private:
   // Exhaustion is added to *result; *exhausted names the first model short
@@ -162,7 +163,8 @@ class KvIndex final : public IndexInterface {
   std::atomic<uint64_t> blocks_not_indexed_{0};
   std::atomic<uint64_t> sources_cleared_on_exhaustion_{0};
   std::atomic<uint64_t> events_over_model_limit_{0};
-  ClearObserver* clear_observer_ = nullptr;  // writer only
+  ClearObserver* clear_observer_ = nullptr;          // writer only
+  DepartureObserver* departure_observer_ = nullptr;  // writer only
 
   // RestoreEntry buffers consecutive entries of one (model, source, tier), as
   // ForEachEntry yields them node by node, so a restore rebuilds whole nodes

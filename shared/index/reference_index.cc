@@ -56,7 +56,9 @@ void ReferenceIndex::ApplyEvent(const PlacementEvent& event, ApplyResult* result
     case PlacementKind::kRemoved: {
       auto it = models_.find(event.model);
       if (it == models_.end()) break;
-      for (uint64_t h : event.block_hashes) Erase(it->second, {event.source, event.tier, h});
+      for (uint64_t h : event.block_hashes) {
+        EraseEntry(it->first, it->second, {event.source, event.tier, h});
+      }
       break;
     }
     case PlacementKind::kCleared:
@@ -72,13 +74,24 @@ void ReferenceIndex::ApplyEvent(const PlacementEvent& event, ApplyResult* result
                                                                  : s.worker == event.source.worker;
           if (hit) doomed.push_back(e);
         }
-        for (const Entry& e : doomed) Erase(model, e);
+        for (const Entry& e : doomed) EraseEntry(name, model, e);
       }
       break;
     case PlacementKind::kHeartbeat:
     case PlacementKind::kAgentExpired:
       break;
   }
+}
+
+void ReferenceIndex::EraseEntry(const std::string& name, Model& model, const Entry& entry) {
+  if (model.entries.count(entry) == 0) return;
+  Erase(model, entry);
+  if (departure_observer_ == nullptr) return;
+  const uint64_t hash = std::get<2>(entry);
+  for (const Entry& e : model.entries) {
+    if (std::get<2>(e) == hash) return;  // still held
+  }
+  departure_observer_->OnDeparted(name, std::span<const uint64_t>(&hash, 1));
 }
 
 StatusOr<MatchResult> ReferenceIndex::MatchSequenceHashes(std::string_view model_name,

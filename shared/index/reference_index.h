@@ -41,6 +41,9 @@ class ReferenceIndex : public IndexInterface {
   void RestoreEntry(std::string_view model, const SourceKey& source, Tier tier, uint64_t seq_hash,
                     uint32_t block_size) override;
   void RestoreAppliedSeq(uint64_t log_position) override { applied_seq_ = log_position; }
+  void set_departure_observer(DepartureObserver* observer) override {
+    departure_observer_ = observer;
+  }
 
  protected:
   using Entry = std::tuple<SourceKey, Tier, uint64_t>;
@@ -53,6 +56,8 @@ class ReferenceIndex : public IndexInterface {
 
  private:
   void ApplyEvent(const PlacementEvent& event, ApplyResult* result);
+  // Erase, telling the departure observer when no entry of the hash is left.
+  void EraseEntry(const std::string& name, Model& model, const Entry& entry);
   static bool HoldsAny(const Model& model, const SourceKey& source);
   static size_t SourcesWithEntries(const Model& model);
 
@@ -60,6 +65,7 @@ class ReferenceIndex : public IndexInterface {
   std::map<std::string, Model, std::less<>> models_;
   uint64_t applied_seq_ = 0;
   uint64_t events_over_source_limit_ = 0;
+  DepartureObserver* departure_observer_ = nullptr;
 };
 
 // Every entry of an index as a comparable set (tests compare two indexes).

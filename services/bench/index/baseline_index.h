@@ -36,6 +36,9 @@ class BaselineIndex final : public index::IndexInterface {
   void ForEachEntry(const EntryVisitor&) const override {}
   void RestoreEntry(std::string_view, const SourceKey&, Tier, uint64_t, uint32_t) override {}
   void RestoreAppliedSeq(uint64_t) override {}
+  // The benchmarks' baseline: applies and looks up, restores nothing and
+  // reports no departures.
+  void set_departure_observer(index::DepartureObserver*) override {}
 
  private:
   void ApplyLocked(const PlacementEvent& event) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

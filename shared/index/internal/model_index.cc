@@ -627,6 +627,7 @@ bool ModelIndex::RemoveHolder(ChainNode* node, uint32_t lo, uint32_t hi, SourceR
     }
     *digest += range_digest;
     *removed += hi - lo;
+    Departed(node, lo, hi);
     EraseRange(node, lo, hi);
     if (pre == 0) {
       Shrink(node, hi, e);
@@ -762,6 +763,7 @@ uint32_t ModelIndex::ClearNode(ChainNode* node, const uint64_t* drop) {
     }
   }
   if (!left) {
+    Departed(node, b, e);
     EraseRange(node, b, e);
     Shrink(node, b, b);
     return e - b;

@@ -141,6 +141,8 @@ class ModelIndex {
 
   // Writer (testing, kvindex-bench): see ClearObserver (index_types.h).
   void set_clear_observer(ClearObserver* observer) { clear_observer_ = observer; }
+  // Writer: see DepartureObserver (index_types.h).
+  void set_departure_observer(DepartureObserver* observer) { departure_observer_ = observer; }
 
   // Writer thread or quiescent: the locator's shape (histograms: a full scan).
   void ProfileLocator(bool histograms, LocatorProfile* out) const;
@@ -211,6 +213,12 @@ class ModelIndex {
   void Shrink(ChainNode* node, uint32_t begin, uint32_t end);
   void MaybeCompact(ChainNode* node);
   void EraseRange(const ChainNode* node, uint32_t lo, uint32_t hi);
+  // Hashes [lo, hi) of `node` leave the index: tells the departure observer.
+  void Departed(const ChainNode* node, uint32_t lo, uint32_t hi) {
+    if (departure_observer_ != nullptr && hi > lo) {
+      departure_observer_->OnDeparted(model_, {node->hashes() + lo, hi - lo});
+    }
+  }
   ChainNode* AllocNode(uint32_t num_groups, uint32_t capacity, Purpose purpose);
   void Adopt(ChainNode* node);    // into nodes_
   void Discard(ChainNode* node);  // frees a node never published
@@ -261,8 +269,9 @@ class ModelIndex {
   std::atomic<uint64_t> entries_[kNumTiers] = {};
   std::atomic<uint64_t> digest_{0};
   std::atomic<uint64_t> sources_with_entries_{0};
-  std::atomic<uint64_t> over_source_limit_{0};  // stored events not indexed
-  ClearObserver* clear_observer_ = nullptr;     // writer only
+  std::atomic<uint64_t> over_source_limit_{0};       // stored events not indexed
+  ClearObserver* clear_observer_ = nullptr;          // writer only
+  DepartureObserver* departure_observer_ = nullptr;  // writer only
 };
 
 template <typename Fn>
