@@ -15,6 +15,8 @@
 //                            reported: every alias of the model checked
 //                            against the index (a one-block lookup each)
 // and checked: the map holds exactly the aliases of the blocks still held.
+// Before the clears, save_state_ms: SaveState of the whole map (what it adds
+// to a checkpoint's apply pause).
 #pragma once
 
 namespace kvindex::bench {
