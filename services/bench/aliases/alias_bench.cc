@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "services/bench/host/host_info.h"
+#include "services/bench/index/latency.h"
 #include "shared/compat/sglang_alias_map.h"
 #include "shared/config/cli.h"
 #include "shared/index/kv_index.h"
@@ -39,11 +40,6 @@ struct Options {
   uint32_t clears = 8;
   bool json = false;
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 }  // namespace
 

@@ -43,11 +43,6 @@ uint64_t Entries(const index::IndexStats& s) {
   return s.entries[0] + s.entries[1] + s.entries[2] + s.entries[3];
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[(v.size() - 1) / 2];
-}
-
 }  // namespace
 
 int RunClearWorkload(const ClearConfig& config, nlohmann::json* out) {

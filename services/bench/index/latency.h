@@ -35,6 +35,12 @@ inline StatusOr<index::MatchResult> TimedMatch(const index::IndexInterface& inde
   return r;
 }
 
+// The middle sample (the lower one of an even count); 0 when there is none.
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[(v.size() - 1) / 2];
+}
+
 struct Percentiles {
   double p50 = 0, p99 = 0, p999 = 0, mean = 0;
   uint64_t count = 0;
