@@ -87,9 +87,16 @@ void SglangAliasMap::EraseCanonical(ModelAliases& aliases, uint64_t canonical) {
 void SglangAliasMap::NoteGone(std::string_view model, std::span<const uint64_t> hashes,
                               bool departed) {
   if (hashes.empty()) return;
-  if (gone_runs_.empty() || gone_runs_.back().model != model ||
+  if (gone_runs_.empty() || gone_models_[gone_runs_.back().model] != model ||
       gone_runs_.back().departed != departed) {
-    gone_runs_.push_back({model, gone_hashes_.size(), gone_hashes_.size(), departed});
+    size_t m = 0;
+    while (m < gone_models_used_ && gone_models_[m] != model) ++m;
+    if (m == gone_models_used_) {
+      if (m == gone_models_.size()) gone_models_.emplace_back();
+      gone_models_[m].assign(model.data(), model.size());
+      ++gone_models_used_;
+    }
+    gone_runs_.push_back({m, gone_hashes_.size(), gone_hashes_.size(), departed});
   }
   gone_hashes_.insert(gone_hashes_.end(), hashes.begin(), hashes.end());
   gone_runs_.back().end = gone_hashes_.size();
@@ -120,7 +127,8 @@ void SglangAliasMap::OnApplied(std::span<const PlacementEvent> events) {
   if (!gone_runs_.empty()) {
     ReaderLock lock(&mu_);
     for (const GoneRun& run : gone_runs_) {
-      auto it = models_.find(absl::string_view(run.model.data(), run.model.size()));
+      const std::string& model = gone_models_[run.model];
+      auto it = models_.find(model);
       if (it == models_.end() || it->second->reverse.empty()) continue;
       ModelAliases* aliases = it->second.get();
       // A block that left the index is still gone after the message unless
@@ -129,7 +137,7 @@ void SglangAliasMap::OnApplied(std::span<const PlacementEvent> events) {
       const bool look = !run.departed || stores;
       for (size_t i = run.begin; i < run.end; ++i) {
         if (aliases->reverse.contains(gone_hashes_[i])) {
-          candidates_.push_back({aliases, run.model, gone_hashes_[i], look});
+          candidates_.push_back({aliases, model, gone_hashes_[i], look});
         }
       }
     }
@@ -156,9 +164,12 @@ void SglangAliasMap::ForgetGone() {
   // Kept for the next message, unless a big clear (or a checkpoint restore
   // that failed and emptied the index) grew it past what messages need.
   constexpr size_t kKeptHashes = size_t{1} << 16;
+  constexpr size_t kKeptModels = 64;
   gone_runs_.clear();
   gone_hashes_.clear();
   if (gone_hashes_.capacity() > kKeptHashes) gone_hashes_ = {};
+  gone_models_used_ = 0;
+  if (gone_models_.size() > kKeptModels) gone_models_.resize(kKeptModels);
 }
 
 void SglangAliasMap::Clear() {

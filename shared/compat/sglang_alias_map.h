@@ -32,13 +32,12 @@
 // - An alias lives as long as some source holds its canonical block in the
 //   index: after the index applied a message, the aliased blocks that left
 //   the index during it (the index reports them: index::DepartureObserver;
-//   a removal of the last holder, a clear, a worker or agent expiry) or
-//   that its removed events name, and that nobody holds after it, lose
-//   their aliases. So it never answers for a block nobody holds (fail
-//   closed); and a query goes through the index anyway. (A block the index
-//   left out for lack of memory never enters it, so never leaves it: its
-//   alias stays until a removal names it or a conflict drops it; harmless,
-//   the index answers nothing for it.)
+//   a removal of the last holder, a clear, a worker or agent expiry), that
+//   it did not take from a stored event (memory, source or model limits:
+//   reported too), or that the message's removed events name, and that
+//   nobody holds after it, lose their aliases. So it never answers for a
+//   block nobody holds (fail closed); and a query goes through the index
+//   anyway.
 // - At most SglangAliasOptions::max_entries aliases per model (so a router
 //   that follows only some models keeps the same aliases for them as one
 //   that follows all); past it new aliases are refused (refused_full): an
@@ -65,7 +64,10 @@
 //
 // Thread safety: OnApplied, Clear, SaveState, RestoreState and the
 // departure observer (called by the index inside ApplyMessage) from the
-// index's writer thread;
+// index's writer thread; what the observer heard is looked at by the next
+// OnApplied, so every ApplyMessage is followed by OnApplied, or by
+// RestoreState or Clear (a checkpoint restore that fails and clears the
+// index: storage/checkpointer.cc), which drop it;
 // Translate, Find, Stats and Entries from any thread.
 #pragma once
 
@@ -176,14 +178,20 @@ class SglangAliasMap {
     void OnDeparted(std::string_view model, std::span<const uint64_t> hashes) override {
       map_->NoteGone(model, hashes, /*departed=*/true);
     }
+    // The message's stored event still adds their aliases (OnApplied runs
+    // after): looked at like removed blocks, so an alias of a block nobody
+    // holds does not stay.
+    void OnNotIndexed(std::string_view model, std::span<const uint64_t> hashes) override {
+      map_->NoteGone(model, hashes, /*departed=*/false);
+    }
 
    private:
     SglangAliasMap* const map_;
   };
   // True when some source holds `canonical` in `model` (index lookup).
   bool Held(std::string_view model, uint64_t canonical) const;
-  // Writer thread: `hashes` of `model` left the index (`departed`) or were
-  // removed by a source; looked at by the next OnApplied.
+  // Writer thread: `hashes` of `model` left the index (`departed`), or were
+  // removed by a source or not indexed; looked at by the next OnApplied.
   void NoteGone(std::string_view model, std::span<const uint64_t> hashes, bool departed);
   void ForgetGone();
   ModelAliases* ModelOf(std::string_view model, bool create) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -207,15 +215,20 @@ class SglangAliasMap {
   };
   std::vector<Candidate> candidates_;
   std::vector<const Candidate*> erase_;  // candidates nobody holds any more
-  // Blocks that left the index or were removed since the last OnApplied,
-  // as runs of one model (`model` points into the index or the message).
+  // Blocks that left the index, were removed or were not indexed since the
+  // last OnApplied, as runs of one model.
   struct GoneRun {
-    std::string_view model;
+    size_t model;       // into gone_models_
     size_t begin, end;  // into gone_hashes_
-    bool departed;      // reported by the index (else named by a removal)
+    bool departed;      // reported leaving the index (else removed or not indexed)
   };
   std::vector<GoneRun> gone_runs_;
   std::vector<uint64_t> gone_hashes_;
+  // The runs' model names, copied (the index's and the message's are valid
+  // only during the call); the first gone_models_used_ are this message's,
+  // the strings kept so their buffers are reused.
+  std::vector<std::string> gone_models_;
+  size_t gone_models_used_ = 0;
   Departures departures_{this};
 };
 

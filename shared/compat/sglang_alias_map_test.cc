@@ -117,6 +117,24 @@ TEST(SglangAliasMapTest, StoredAndClearedInOneMessageLeavesNoAlias) {
   EXPECT_EQ(f.Find(102), 12u);
 }
 
+// A stored event the index does not take (here: past its source limit)
+// leaves no alias of a block nobody holds; one another source holds stays.
+TEST(SglangAliasMapTest, BlocksTheIndexDidNotTakeLeaveNoAlias) {
+  index::KvIndex index(index::KvIndexOptions{.max_sources_per_model = 1});
+  SglangAliasMap aliases(&index);
+  index.set_departure_observer(aliases.departure_observer());
+  uint64_t position = 0;
+  auto apply = [&](std::vector<PlacementEvent> message) {
+    index.ApplyMessage(message, ++position);
+    aliases.OnApplied(message);
+  };
+  apply({Stored("m", "a", Tier::kDevice, {11}, {101})});
+  apply({Stored("m", "b", Tier::kDevice, {11, 12}, {101, 102})});  // b: over the limit
+  EXPECT_EQ(aliases.Find("m", 101), 11u);                          // a holds 11
+  EXPECT_FALSE(aliases.Find("m", 102).has_value());
+  EXPECT_EQ(aliases.Stats().entries, 1u);
+}
+
 TEST(SglangAliasMapTest, WorkerExpiryAndModelLessClearsDropAliasesInEveryModel) {
   Fixture f;
   f.Apply(
@@ -329,10 +347,11 @@ class Stream {
   std::mt19937_64 rng_;
 };
 
-void RunDifferential(uint64_t seed, int steps, size_t max_entries, size_t max_poisoned) {
+void RunDifferential(uint64_t seed, int steps, size_t max_entries, size_t max_poisoned,
+                     uint32_t max_sources = 4096) {
   SCOPED_TRACE("KVINDEX_SEED=" + std::to_string(seed));
-  index::KvIndex index;
-  index::ReferenceIndex oracle;
+  index::KvIndex index(index::KvIndexOptions{.max_sources_per_model = max_sources});
+  index::ReferenceIndex oracle(max_sources);
   SglangAliasMap aliases(
       &index, SglangAliasOptions{.max_entries = max_entries, .max_poisoned = max_poisoned});
   index.set_departure_observer(aliases.departure_observer());
@@ -442,6 +461,13 @@ TEST(SglangAliasMapDifferentialTest, MatchesTheNaiveReference) {
 TEST(SglangAliasMapDifferentialTest, MatchesTheNaiveReferenceAtTheCap) {
   const uint64_t base = SeedFromEnv(std::random_device{}());
   for (uint64_t k = 0; k < 2; ++k) RunDifferential(base + k, 1000, 12, 6);
+}
+
+// Stored events the index refuses (3 of the stream's 8 sources per model at
+// most): their aliases must not outlive the message.
+TEST(SglangAliasMapDifferentialTest, MatchesTheNaiveReferenceAtASourceLimit) {
+  const uint64_t base = SeedFromEnv(std::random_device{}());
+  for (uint64_t k = 0; k < 2; ++k) RunDifferential(base + k, 1000, 1 << 20, 1 << 10, 3);
 }
 
 }  // namespace

@@ -86,21 +86,28 @@ std::string Describe(const MatchResult& r) {
   return out.str() + "}";
 }
 
-// The blocks an index reported leaving it, sorted per message.
+// The blocks an index reported leaving it, and the stored ones it did not
+// take, sorted per message.
 class DepartureLog final : public DepartureObserver {
  public:
+  using Blocks = std::vector<std::pair<std::string, uint64_t>>;
   void OnDeparted(std::string_view model, std::span<const uint64_t> hashes) override {
-    for (uint64_t h : hashes) seen_.emplace_back(std::string(model), h);
+    for (uint64_t h : hashes) departed_.emplace_back(std::string(model), h);
   }
-  std::vector<std::pair<std::string, uint64_t>> Take() {
-    std::vector<std::pair<std::string, uint64_t>> out;
-    out.swap(seen_);
+  void OnNotIndexed(std::string_view model, std::span<const uint64_t> hashes) override {
+    for (uint64_t h : hashes) not_indexed_.emplace_back(std::string(model), h);
+  }
+  Blocks TakeDeparted() { return Take(&departed_); }
+  Blocks TakeNotIndexed() { return Take(&not_indexed_); }
+
+ private:
+  static Blocks Take(Blocks* from) {
+    Blocks out;
+    out.swap(*from);
     std::sort(out.begin(), out.end());
     return out;
   }
-
- private:
-  std::vector<std::pair<std::string, uint64_t>> seen_;
+  Blocks departed_, not_indexed_;
 };
 
 // Returns a description of the first divergence, or nullopt. `exhaustion`
@@ -123,7 +130,7 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
     }
   } unset{a, b};
   uint64_t position = 0;
-  uint64_t departures = 0;
+  uint64_t departures = 0, not_indexed = 0;
   for (int step = 0; step < shape.steps; ++step) {
     PlacementEvent e;
     const int m = static_cast<int>(rng() % shape.models);
@@ -259,12 +266,22 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
       exhaustion->full->ApplyMessage(message, at);
     if (result_a.applied != result_b.applied) return where.str() + "Apply result differs";
     // Blocks that left the index: the same ones, as often.
-    const auto gone_a = departed_a.Take(), gone_b = departed_b.Take();
+    const auto gone_a = departed_a.TakeDeparted(), gone_b = departed_b.TakeDeparted();
     if (gone_a != gone_b) {
       return where.str() + "departed blocks differ: " + std::to_string(gone_a.size()) + " vs " +
              std::to_string(gone_b.size());
     }
     departures += gone_a.size();
+    // Stored blocks not taken: the same ones (the oracle has no memory
+    // limits: there, what `a` reported).
+    const auto left_a = departed_a.TakeNotIndexed(), left_b = departed_b.TakeNotIndexed();
+    if (exhaustion == nullptr ? left_a != left_b
+                              : left_a.size() != result_a.blocks_not_indexed &&
+                                    result_a.events_over_source_limit == 0) {
+      return where.str() + "blocks not indexed differ: " + std::to_string(left_a.size()) + " vs " +
+             std::to_string(exhaustion == nullptr ? left_b.size() : result_a.blocks_not_indexed);
+    }
+    not_indexed += left_a.size();
 
     const IndexStats sa = a.Stats(), sb = b.Stats();
     if (sa.digest != sb.digest) return where.str() + "digest differs";
@@ -328,6 +345,10 @@ std::optional<std::string> RunStream(IndexInterface& a, IndexInterface& b, uint6
     }
   }
   if (departures == 0) return "seed " + std::to_string(seed) + ": no block ever left the index";
+  // Under limits, the observer heard of what was left out.
+  if ((exhaustion != nullptr || shape.max_sources < kMaxSourcesPerModel) && not_indexed == 0) {
+    return "seed " + std::to_string(seed) + ": no stored block reported not indexed";
+  }
   return std::nullopt;
 }
 

@@ -99,17 +99,24 @@ class ClearObserver {
 };
 
 // IndexInterface::set_departure_observer: told, on the writer thread while
-// ApplyMessage runs, of blocks that left the index: no source holds them in
-// any tier any more (their last holder removed them, was cleared or its
-// worker expired). Once per run of consecutive hashes, never per block;
-// `seq_hashes` is valid only during the call. A block may leave and come
-// back within one message: who needs the state after the message looks
-// then. Keeps the consumers of "nobody holds it" (the SGLang alias map) at
-// O(blocks that left) per message, not O(everything they track) per clear.
+// ApplyMessage runs, of blocks that left the index (OnDeparted: no source
+// holds them in any tier any more: their last holder removed them, was
+// cleared, had its worker expire, or was cleared because a removal could
+// not split a node) and of stored blocks the index did not take
+// (OnNotIndexed: memory, source or model limits; another source may hold
+// them). KvIndex calls once per range of a node or per event, never per
+// block (the naive ReferenceIndex per hash). `model` and `seq_hashes` are
+// valid only during the call. A block may leave and come back within one
+// message: who needs the state after the message looks then. The calls may
+// come while readers wait for a removal lock: record, do not compute, and
+// never query the index from them. Keeps the consumers of "nobody holds it"
+// (the SGLang alias map) at O(blocks that left) per message, not
+// O(everything they track) per clear.
 class DepartureObserver {
  public:
   virtual ~DepartureObserver() = default;
   virtual void OnDeparted(std::string_view model, std::span<const uint64_t> seq_hashes) = 0;
+  virtual void OnNotIndexed(std::string_view model, std::span<const uint64_t> seq_hashes) = 0;
 };
 
 struct MatchOptions {

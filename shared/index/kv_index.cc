@@ -202,6 +202,14 @@ void KvIndex::ApplyEvent(const PlacementEvent& event, ApplyResult* result,
           StoreBlocks(event.model, event.source, event.tier, event.block_hashes, event.block_size);
       if (out.over_model_limit) ++result->events_over_model_limit;
       if (out.over_source_limit) ++result->events_over_source_limit;
+      if (departure_observer_ != nullptr) {
+        const std::span<const uint64_t> hashes(event.block_hashes);
+        if (out.over_model_limit || out.over_source_limit) {
+          departure_observer_->OnNotIndexed(event.model, hashes);
+        } else if (out.not_indexed != 0) {  // always the event's tail
+          departure_observer_->OnNotIndexed(event.model, hashes.last(out.not_indexed));
+        }
+      }
       if (out.not_indexed != 0 || out.over_source_limit) {
         result->blocks_not_indexed += out.not_indexed;
         if (exhausted->empty()) *exhausted = event.model;

@@ -94,6 +94,7 @@ class KvIndex final : public IndexInterface {
   StatusOr<MatchResult> MatchSequenceHashes(std::string_view model,
                                             std::span<const uint64_t> seq_hashes,
                                             const MatchOptions& options = {}) const override;
+  void set_departure_observer(DepartureObserver* observer) override;
   std::optional<uint32_t> BlockSize(std::string_view model) const override;
   std::vector<std::string> Models() const override;
   IndexStats Stats() const override;
@@ -125,7 +126,6 @@ class KvIndex final : public IndexInterface {
   // Testing and kvindex-bench (writer thread): `observer` (null: none) is told
   // of every clear's passes and removal-lock holds, in every model.
   void SetClearObserverForTesting(ClearObserver* observer);
-  void set_departure_observer(DepartureObserver* observer) override;
 
  private:
   // Exhaustion is added to *result; *exhausted names the first model short

@@ -48,6 +48,9 @@ void ReferenceIndex::ApplyEvent(const PlacementEvent& event, ApplyResult* result
           SourcesWithEntries(model) >= max_sources_) {
         ++events_over_source_limit_;
         ++result->events_over_source_limit;
+        if (departure_observer_ != nullptr && !event.block_hashes.empty()) {
+          departure_observer_->OnNotIndexed(event.model, event.block_hashes);
+        }
         break;
       }
       for (uint64_t h : event.block_hashes) model.entries.insert({event.source, event.tier, h});
