@@ -114,13 +114,13 @@ void SglangAliasMap::OnApplied(std::span<const PlacementEvent> events) {
       Add(*ModelOf(event.model, /*create=*/true), event);
     }
   }
-  // Blocks removed by this message's events (also those the index left out
-  // for lack of memory, which never leave it) beside those the index
-  // reported leaving it (removals, clears, expiries): after the adds above,
-  // so a block aliased and then cleared in one message is looked at too.
+  // The blocks the index reported leaving it (removals, clears, expiries) or
+  // not taking, looked at after the adds above, so a block aliased and then
+  // cleared in one message is looked at too. After every message each alias
+  // names a held block, so a removal that leaves its block held by someone
+  // needs no look: one that does not is reported.
   bool stores = false;
   for (const PlacementEvent& event : events) {
-    if (event.kind == PlacementKind::kRemoved) NoteGone(event.model, event.block_hashes, false);
     stores |= event.kind == PlacementKind::kStored && !event.block_hashes.empty();
   }
   candidates_.clear();
@@ -132,7 +132,7 @@ void SglangAliasMap::OnApplied(std::span<const PlacementEvent> events) {
       if (it == models_.end() || it->second->reverse.empty()) continue;
       ModelAliases* aliases = it->second.get();
       // A block that left the index is still gone after the message unless
-      // the message stored something (it may have come back); a removed one
+      // the message stored something (it may have come back); one not taken
       // may be held by another source.
       const bool look = !run.departed || stores;
       for (size_t i = run.begin; i < run.end; ++i) {

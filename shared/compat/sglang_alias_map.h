@@ -34,8 +34,7 @@
 //   the index during it (the index reports them: index::DepartureObserver;
 //   a removal of the last holder, a clear, a worker or agent expiry), that
 //   it did not take from a stored event (memory, source or model limits:
-//   reported too), or that the message's removed events name, and that
-//   nobody holds after it, lose their aliases. So it never answers for a
+//   reported too), and that nobody holds after it, lose their aliases. So it never answers for a
 //   block nobody holds (fail closed); and a query goes through the index
 //   anyway.
 // - At most SglangAliasOptions::max_entries aliases per model (so a router
@@ -52,11 +51,12 @@
 //   refill it, never an overcount.
 //
 // Cost: OnApplied O(blocks) flat-hash-map operations per stored event, one
-// flat-hash-map lookup per block that left the index or was removed, and
-// one one-block index lookup per such block that has an alias (through
-// IndexInterface::MatchSequenceHashes: its result allocates a row when
-// another source still holds the block); no allocation per block once the
-// tables and scratch vectors have grown. A clear costs what it takes away,
+// flat-hash-map lookup per block that left the index or was not taken, and
+// one one-block index lookup per such block that has an alias and may be
+// held after the message (through IndexInterface::MatchSequenceHashes: its
+// result allocates a row when another source holds the block); nothing per
+// removed block another source still holds; no allocation per block once
+// the tables and scratch vectors have grown. A clear costs what it takes away,
 // not the size of the map (docs/benchmarks.md, "SGLang aliases").
 // Translate: one shared lock and one flat-hash-map lookup per hash.
 // Memory: two slots of 16 bytes (+1 control byte) per alias, counted in
@@ -179,8 +179,8 @@ class SglangAliasMap {
       map_->NoteGone(model, hashes, /*departed=*/true);
     }
     // The message's stored event still adds their aliases (OnApplied runs
-    // after): looked at like removed blocks, so an alias of a block nobody
-    // holds does not stay.
+    // after): the index is asked whether another source holds them, so an
+    // alias of a block nobody holds does not stay.
     void OnNotIndexed(std::string_view model, std::span<const uint64_t> hashes) override {
       map_->NoteGone(model, hashes, /*departed=*/false);
     }
@@ -190,8 +190,8 @@ class SglangAliasMap {
   };
   // True when some source holds `canonical` in `model` (index lookup).
   bool Held(std::string_view model, uint64_t canonical) const;
-  // Writer thread: `hashes` of `model` left the index (`departed`), or were
-  // removed by a source or not indexed; looked at by the next OnApplied.
+  // Writer thread: `hashes` of `model` left the index (`departed`) or were
+  // not indexed; looked at by the next OnApplied.
   void NoteGone(std::string_view model, std::span<const uint64_t> hashes, bool departed);
   void ForgetGone();
   ModelAliases* ModelOf(std::string_view model, bool create) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -215,17 +215,17 @@ class SglangAliasMap {
   };
   std::vector<Candidate> candidates_;
   std::vector<const Candidate*> erase_;  // candidates nobody holds any more
-  // Blocks that left the index, were removed or were not indexed since the
-  // last OnApplied, as runs of one model.
+  // Blocks that left the index or were not indexed since the last
+  // OnApplied, as runs of one model.
   struct GoneRun {
     size_t model;       // into gone_models_
     size_t begin, end;  // into gone_hashes_
-    bool departed;      // reported leaving the index (else removed or not indexed)
+    bool departed;      // reported leaving the index (else not indexed)
   };
   std::vector<GoneRun> gone_runs_;
   std::vector<uint64_t> gone_hashes_;
-  // The runs' model names, copied (the index's and the message's are valid
-  // only during the call); the first gone_models_used_ are this message's,
+  // The runs' model names, copied (the index's are valid only during the
+  // call); the first gone_models_used_ are this message's,
   // the strings kept so their buffers are reused.
   std::vector<std::string> gone_models_;
   size_t gone_models_used_ = 0;

@@ -186,19 +186,15 @@ class Cluster:
         series = ['kvindex_agent_last_sequence{source="%s/%d"}' % (worker, engine.dp_rank)
                   for worker, engine in zip(self.workers, self.engines)]
 
-        def read():
-            text = self.reference.request("GET", "/metrics")[2]
-            values = {}
-            for line in text.splitlines():
-                name, _, value = line.rpartition(" ")
-                values[name] = value
-            return all(s in values and float(values[s]) >= mark for s, mark in zip(series, marks))
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if read():
-                return True
-            time.sleep(0.05)
-        return False
+        def read(s, mark):
+            value = self.reference.sample(s)
+            return value is not None and value >= mark
+        try:
+            e2e.wait_for(lambda: all(read(s, mark) for s, mark in zip(series, marks)), timeout,
+                         "the reference at the nudge")
+            return True
+        except AssertionError:
+            return False
 
     def check_matches(self, routers=None):
         routers = routers or self.routers

@@ -135,10 +135,7 @@ class RawNats:
 
 def sample(router, series):
     """The value of one exact series (name and labels) in /metrics, 0 if absent."""
-    for line in router.request("GET", "/metrics")[2].splitlines():
-        if line.startswith(series + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
+    return router.sample(series, 0.0)
 
 
 def refused(errors, subject):

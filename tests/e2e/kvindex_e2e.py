@@ -292,3 +292,10 @@ class Router:
 
     def match(self, body):
         return self.json("POST", "/v1/match", body)
+
+    def sample(self, series, absent=None):
+        """The value of one exact series (name and labels) in /metrics."""
+        for line in self.request("GET", "/metrics")[2].splitlines():
+            if line.startswith(series + " "):
+                return float(line.rsplit(" ", 1)[1])
+        return absent
