@@ -124,18 +124,18 @@ class Engine:
     """A vLLM-style KV-event publisher: PUB + replay ROUTER, seq from 0."""
 
     def __init__(self, ctx, dp_rank=0, topic=b"", array_form=False):
-        self.pub_port = free_port()
-        self.replay_port = free_port()
         self.dp_rank = dp_rank
         self.topic = topic
         self.array_form = array_form
         self.seq = 0
         self.buffer = []  # (seq, payload), the last 10000 batches
         self.lock = threading.Lock()
+        # Bound where the port is picked (free_port's port may be taken by
+        # another test's process before a later bind: seen under ctest -j2).
         self.pub = ctx.socket(zmq.PUB)
-        self.pub.bind("tcp://127.0.0.1:%d" % self.pub_port)
+        self.pub_port = self.pub.bind_to_random_port("tcp://127.0.0.1")
         self.replay = ctx.socket(zmq.ROUTER)
-        self.replay.bind("tcp://127.0.0.1:%d" % self.replay_port)
+        self.replay_port = self.replay.bind_to_random_port("tcp://127.0.0.1")
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._serve_replay, daemon=True)
         self.thread.start()
